@@ -1,0 +1,36 @@
+# Eddy's entry points. `make test` is what CI runs (.ci/run); `make demo` runs the word-count
+# example locally. Every target sets up what it needs (Python env, Kafka jars, Kubernetes
+# binaries) and caches it: .venv/ and .cache/ are git-ignored.
+
+PY      := .venv/bin/python
+PYTEST  := $(PY) -m pytest
+export EDDY_CACHE ?= $(CURDIR)/.cache
+
+.PHONY: setup test test-unit test-integration test-e2e lint demo clean-cache
+
+setup:
+	infra/python-env.sh
+	infra/kafka/kafka.sh fetch
+	infra/k8s/k8s.sh build
+
+# Stages run cheapest first; each fails the run on any failure, including "no tests collected".
+test: setup lint test-unit test-integration test-e2e
+
+lint:
+	$(PY) -m ruff check .
+
+test-unit:
+	$(PYTEST) -m unit -q
+
+test-integration:
+	$(PYTEST) -m integration -q
+
+# The slow end-to-end tests live in e2e/ and run in a stage of their own.
+test-e2e:
+	@if ls e2e/test_*.py >/dev/null 2>&1; then $(PYTEST) e2e -m e2e -q; else echo "test-e2e: no e2e tests yet"; fi
+
+demo: setup
+	.venv/bin/eddy run examples/wordcount/streamapp.yaml
+
+clean-cache:
+	rm -rf .cache .venv

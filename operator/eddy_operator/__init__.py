@@ -1,0 +1,1 @@
+"""Eddy's Kubernetes operator: reconcile StreamApps, assign tasks, drive failover and restores."""

@@ -1,0 +1,1 @@
+"""Eddy's runtime: what runs in the Spark driver and executors (pipeline, state stores, commit)."""

@@ -1,0 +1,68 @@
+"""Session-wide real servers for the test suite.
+
+Each server starts once per test session, on demand (only when a test asks for it), and stops at
+the end. Fixtures:
+
+- ``kafka``: a real KRaft broker (``.bootstrap``, ``.admin``, ``.create_topic``, ``.new_topic``).
+- ``kube``: a real control plane (``.kubeconfig``, ``.kubectl(...)``, ``.api_client()``);
+  ``namespace``: a fresh namespace per test.
+- ``spark``: a SparkSession on ``local-cluster[2,1,1024]`` (two executor JVMs).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.servers import ControlPlane, KafkaBroker, control_plane, kafka_broker, spark_env
+
+
+@pytest.fixture(scope="session")
+def servers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("servers")
+
+
+@pytest.fixture(scope="session")
+def kafka(servers_dir: Path) -> Iterator[KafkaBroker]:
+    with kafka_broker(servers_dir) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def kube(servers_dir: Path) -> Iterator[ControlPlane]:
+    with control_plane(servers_dir) as cp:
+        yield cp
+
+
+@pytest.fixture
+def namespace(kube: ControlPlane) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kube.kubectl("create", "namespace", name)
+    yield name
+    kube.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def spark():  # -> pyspark.sql.SparkSession
+    os.environ.update(spark_env())
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local-cluster[2,1,1024]")
+        .appName("eddy-tests")
+        .config("spark.locality.wait", "3600s")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.executor.memory", "1g")
+        .getOrCreate()
+    )
+    # Block until both executor JVMs have registered, so tests can pin work to them.
+    from tests.spark_util import wait_for_executors
+
+    wait_for_executors(session.sparkContext, 2, timeout=120)
+    yield session
+    session.stop()

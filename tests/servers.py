@@ -1,0 +1,154 @@
+"""Start and stop the real servers the tests run against: a Kafka broker, a Kubernetes
+control plane and a Spark `local-cluster`. The pytest fixtures in conftest.py call these once
+per test session; a server that cannot start fails the run with its log tail, never skips."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("EDDY_CACHE", REPO / ".cache"))
+
+
+class ServerFailed(RuntimeError):
+    """A real server the tests need did not start; the message carries its log tail."""
+
+
+def free_port(count: int = 1) -> int:
+    """A port p such that p .. p+count-1 were free a moment ago (the scripts use consecutive ports)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count >= 65535:
+            continue
+        if all(_port_free(base + i) for i in range(1, count)):
+            return base
+    raise ServerFailed(f"no {count} consecutive free ports on 127.0.0.1")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def run_script(*args: str, timeout: float = 1800) -> str:
+    """Run one of the infra scripts; on failure raise with its output (which ends with the log tail)."""
+    proc = subprocess.run(
+        [str(a) for a in args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+    if proc.returncode != 0:
+        raise ServerFailed(
+            f"{' '.join(map(str, args))} exited {proc.returncode}\n--- stdout ---\n{proc.stdout[-4000:]}"
+            f"\n--- stderr ---\n{proc.stderr[-4000:]}"
+        )
+    return proc.stdout
+
+
+@dataclass
+class KafkaBroker:
+    """A running one-node KRaft broker on 127.0.0.1."""
+
+    bootstrap: str
+    data_dir: Path
+    _admin: object | None = field(default=None, repr=False)
+
+    @property
+    def admin(self):  # -> confluent_kafka.admin.AdminClient
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        return self._admin
+
+    def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> str:
+        from confluent_kafka.admin import NewTopic
+
+        futures = self.admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})]
+        )
+        futures[name].result(30)
+        return name
+
+    def new_topic(self, prefix: str = "t", partitions: int = 1, config: dict[str, str] | None = None) -> str:
+        """Create a topic with a unique name (tests share one broker)."""
+        return self.create_topic(f"{prefix}-{uuid.uuid4().hex[:8]}", partitions, config)
+
+    def unique_name(self, prefix: str = "app") -> str:
+        return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@contextmanager
+def kafka_broker(base_dir: Path) -> Iterator[KafkaBroker]:
+    run_script(REPO / "infra/kafka/kafka.sh", "fetch")
+    port = free_port(2)
+    data_dir = base_dir / "kafka"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    run_script(REPO / "infra/kafka/kafka.sh", "start", data_dir, str(port), timeout=180)
+    try:
+        yield KafkaBroker(bootstrap=f"127.0.0.1:{port}", data_dir=data_dir)
+    finally:
+        run_script(REPO / "infra/kafka/kafka.sh", "stop", data_dir, timeout=60)
+
+
+@dataclass
+class ControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler (+ kwok fake nodes)."""
+
+    dir: Path
+    kubeconfig: Path
+    bin_dir: Path
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr}")
+        return proc
+
+    def api_client(self):  # -> kubernetes.client.ApiClient
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+
+@contextmanager
+def control_plane(base_dir: Path, fake_nodes: int = 2) -> Iterator[ControlPlane]:
+    script = REPO / "infra/k8s/k8s.sh"
+    run_script(script, "build", timeout=3600)
+    port = free_port(1)
+    d = base_dir / "k8s"
+    d.mkdir(parents=True, exist_ok=True)
+    try:
+        run_script(script, "start", d, str(port), timeout=300)
+        if fake_nodes:
+            run_script(script, "kwok-start", d, str(fake_nodes), timeout=120)
+        yield ControlPlane(dir=d, kubeconfig=d / "kubeconfig", bin_dir=CACHE / "k8s" / "bin")
+    finally:
+        run_script(script, "stop", d, timeout=120)
+
+
+def spark_env() -> dict[str, str]:
+    """Environment for a local-cluster Spark whose Python workers use this interpreter."""
+    return {
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
