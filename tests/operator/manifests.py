@@ -1,0 +1,115 @@
+"""StreamApp manifests shared by the operator's tests (plain dicts, as a user would write them)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CRD_PATH = REPO / "crds" / "streamapp.yaml"
+
+
+def crd() -> dict[str, Any]:
+    return yaml.safe_load(CRD_PATH.read_text())
+
+
+def crd_schema() -> dict[str, Any]:
+    return crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def minimal(name: str = "wordcount", **spec: Any) -> dict[str, Any]:
+    """The smallest valid StreamApp; keyword arguments override top-level spec fields."""
+    body: dict[str, Any] = {
+        "apiVersion": "eddy.dev/v1alpha1",
+        "kind": "StreamApp",
+        "metadata": {"name": name},
+        "spec": {
+            "image": "eddy:0.1.0",
+            "pipeline": {"module": "examples.wordcount.app"},
+            "kafka": {"bootstrapServers": "kafka:9092"},
+        },
+    }
+    body["spec"].update(copy.deepcopy(spec))
+    return body
+
+
+def full(name: str = "orders") -> dict[str, Any]:
+    """A StreamApp that sets every field."""
+    return {
+        "apiVersion": "eddy.dev/v1alpha1",
+        "kind": "StreamApp",
+        "metadata": {"name": name, "namespace": "shop", "generation": 3},
+        "spec": {
+            "image": "registry.local/eddy:1.2",
+            "imagePullPolicy": "Always",
+            "applicationId": "orders-v2",
+            "pipeline": {"module": "shop.pipelines", "function": "orders", "args": {"input": "orders"}},
+            "kafka": {
+                "bootstrapServers": "b1:9093,b2:9093",
+                "security": {
+                    "protocol": "SASL_SSL",
+                    "sasl": {
+                        "mechanism": "SCRAM-SHA-512",
+                        "usernameSecretRef": {"name": "kafka-user", "key": "username"},
+                        "passwordSecretRef": {"name": "kafka-user", "key": "password"},
+                    },
+                    "tls": {"caSecretRef": {"name": "kafka-ca", "key": "ca.crt"}},
+                },
+                "config": {"compression.type": "zstd"},
+            },
+            "processingGuarantee": "at_least_once",
+            "triggerInterval": "500ms",
+            "commitInterval": "30s",
+            "badRecordPolicy": "dead-letter",
+            "deadLetterTopic": "orders-bad",
+            "executors": {
+                "replicas": 4,
+                "cores": 2,
+                "memory": "2Gi",
+                "nodeSelector": {"pool": "stream"},
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "stream", "effect": "NoSchedule"}],
+                "zoneTopologyKey": "topology.kubernetes.io/zone",
+            },
+            "driver": {"cores": 1, "memory": "1536Mi"},
+            "state": {
+                "storageClass": "fast-ssd",
+                "size": "20Gi",
+                "mountPath": "/state",
+                "standbyReplicas": 2,
+                "acceptableRecoveryLag": 5000,
+                "maxWarmupReplicas": 1,
+                "retainVolumesOnDelete": False,
+            },
+            "sparkConf": {"spark.sql.shuffle.partitions": "8"},
+            "metricsPort": 9200,
+        },
+    }
+
+
+def apply_crd_defaults(obj: Any, schema: dict[str, Any]) -> Any:
+    """Structural defaulting as the apiserver does it: a missing property with a default gets
+    it, then defaulting continues inside (so `default: {}` on a parent fills its children)."""
+    obj = copy.deepcopy(obj)
+    if isinstance(obj, dict) and schema.get("type") == "object":
+        for name, sub in (schema.get("properties") or {}).items():
+            if name not in obj and "default" in sub:
+                obj[name] = copy.deepcopy(sub["default"])
+            if name in obj:
+                obj[name] = apply_crd_defaults(obj[name], sub)
+    elif isinstance(obj, list) and "items" in schema:
+        obj = [apply_crd_defaults(item, schema["items"]) for item in obj]
+    return obj
+
+
+def crd_leaf_defaults(schema: dict[str, Any], path: str = "") -> dict[str, Any]:
+    """Every scalar default in the schema, by manifest path (`spec.state.size`)."""
+    out: dict[str, Any] = {}
+    for name, sub in (schema.get("properties") or {}).items():
+        here = f"{path}.{name}" if path else name
+        if "default" in sub and not isinstance(sub["default"], dict | list):
+            out[here] = sub["default"]
+        out.update(crd_leaf_defaults(sub, here))
+    return out
