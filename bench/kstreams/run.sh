@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Kafka Streams peer programs for Eddy's side-by-side benchmarks.
+#
+# Builds bench/kstreams (Kafka Streams, same version as infra/kafka/pom.xml's
+# broker) once into $EDDY_CACHE/kstreams/<hash of pom.xml and sources>/ and runs
+# one of its programs. EDDY_CACHE defaults to <repo>/.cache. Each program prints
+# exactly one JSON line on stdout; progress and Kafka's WARN logs go to stderr.
+# Exit codes: 0 done, 1 Kafka/Kafka Streams failure, 2 timeout, 64 bad usage.
+#
+#   run.sh build
+#       Only build (or find the cached build); prints the build folder.
+#
+#   run.sh restore --bootstrap HOST:PORT --changelog-topic APPID-STORE-changelog
+#                  --app-id APPID [--state-dir DIR] [--timeout-s 1800]
+#                  [--config key=value]...
+#       Restores the RocksDB key-value store STORE (bytes keys and values) of
+#       application APPID from the existing changelog topic, into an empty
+#       state dir (a temporary one, deleted afterwards, unless --state-dir;
+#       APPID's folder in it is wiped first). Creates the empty input topic
+#       APPID-restore-input with the changelog's partition count if missing.
+#       Times the first onRestoreStart to the last onRestoreEnd.
+#       -> {"records":N,"seconds":S,"records_per_s":R}
+#
+#   run.sh wordcount --bootstrap HOST:PORT --input TOPIC --output TOPIC
+#                    --app-id APPID --expected-records N [--threads 1]
+#                    [--state-dir DIR] [--timeout-s 1800] [--config key=value]...
+#       Counts words (input value = one word as a UTF-8 string, key ignored;
+#       output key = word, value = count as a 64-bit big-endian long) with
+#       exactly_once_v2 and commit.interval.ms=100, reading the input from the
+#       earliest offset, until N records reached the count store and their
+#       updates were emitted. Creates the output topic (input's partition count)
+#       if missing. Use a new APPID per run: committed offsets of an old one
+#       would skip the input. Prints "kstreams-wordcount: RUNNING" on stderr
+#       when processing can start (for a live producer).
+#       seconds: first input record read -> last count update emitted.
+#       p50_ms/p99_ms: over every emitted count update, wall clock now minus the
+#       record timestamp (the input's producer timestamp, which Kafka Streams
+#       carries through repartition and count); meaningful only for input that
+#       is produced while the program runs.
+#       -> {"records":N,"seconds":S,"records_per_s":R,"p50_ms":P,"p99_ms":Q,"output_records":M}
+#
+#   --config key=value is handed to Kafka Streams as is and wins over the
+#   programs' settings (e.g. --config statestore.cache.max.bytes=0).
+#
+# Environment: EDDY_CACHE (build cache), KSTREAMS_JAVA_OPTS (default -Xmx2g),
+# KSTREAMS_LOG_LEVEL (slf4j-simple level, default warn).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cache_root="${EDDY_CACHE:-$repo/.cache}/kstreams"
+
+build() {
+    local hash dir tmp
+    # The hash covers everything that changes the jars, so an edit rebuilds and
+    # an unchanged tree never calls Maven again.
+    hash="$(cd "$here" && find pom.xml src -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)"
+    dir="$cache_root/$hash"
+    if [[ -f "$dir/ok" ]]; then
+        echo "$dir"
+        return
+    fi
+    mkdir -p "$cache_root"
+    exec 9>"$cache_root/.build.lock"
+    flock 9
+    if [[ ! -f "$dir/ok" ]]; then
+        tmp="$(mktemp -d "$cache_root/.build.XXXXXX")"
+        echo "kstreams: building $here into $dir" >&2
+        local start=$SECONDS
+        # mvn -q still prints colour codes: its output is shown only when it fails.
+        if ! mvn -B -q -f "$here/pom.xml" package "-Dkstreams.lib.dir=$tmp/lib" >"$tmp/build.log" 2>&1; then
+            cat "$tmp/build.log" >&2
+            echo "kstreams: build failed" >&2
+            exit 1
+        fi
+        cp "$here/target/eddy-kstreams-bench.jar" "$tmp/"
+        touch "$tmp/ok"
+        rm -rf "$dir"
+        mv "$tmp" "$dir"
+        echo "kstreams: built in $((SECONDS - start)) s" >&2
+    fi
+    flock -u 9
+    echo "$dir"
+}
+
+usage() {
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+    exit 64
+}
+
+[[ $# -ge 1 ]] || usage
+command="$1"
+shift
+case "$command" in
+    build) build; exit 0 ;;
+    restore) main=dev.eddy.bench.kstreams.RestoreBench ;;
+    wordcount) main=dev.eddy.bench.kstreams.WordCountBench ;;
+    -h|--help|help) usage ;;
+    *) echo "run.sh: unknown command '$command'" >&2; usage ;;
+esac
+
+dir="$(build)"
+# shellcheck disable=SC2086  # KSTREAMS_JAVA_OPTS holds several options on purpose
+exec java ${KSTREAMS_JAVA_OPTS:--Xmx2g} \
+    "-Dorg.slf4j.simpleLogger.defaultLogLevel=${KSTREAMS_LOG_LEVEL:-warn}" \
+    -Dorg.slf4j.simpleLogger.logFile=System.err \
+    -cp "$dir/eddy-kstreams-bench.jar:$dir/lib/*" "$main" "$@"

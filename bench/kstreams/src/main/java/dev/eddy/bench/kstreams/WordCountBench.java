@@ -1,0 +1,254 @@
+package dev.eddy.bench.kstreams;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.Arrays;
+import java.util.Comparator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.atomic.LongAdder;
+import java.util.stream.LongStream;
+import java.util.stream.Stream;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.Repartitioned;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
+import org.apache.kafka.streams.processor.api.FixedKeyRecord;
+
+/**
+ * The stateful word count, run by Kafka Streams with exactly-once (v2) and a 100 ms commit
+ * interval: each input value is one word (the key is ignored), words are re-keyed through a
+ * repartition topic, counted in a RocksDB store and every updated count goes to the output.
+ *
+ * <p>The topology is {@code groupBy(word).count()} written out as its parts
+ * ({@code selectKey → repartition → groupByKey → count}) so that a counter can sit between the
+ * repartition and the count: a record is "processed" once it reached the store. The program
+ * stops after {@code --expected-records} records were counted and the counts they changed were
+ * emitted (the record cache emits them at the next commit).
+ *
+ * <p>Latency: Kafka Streams carries an input record's timestamp through the repartition and
+ * the count to the records the count emits, so a probe after the count computes
+ * {@code now - timestamp} for every emitted update. With a producer that stamps records with
+ * their send time (the default) that is the time from send to the count's output, including
+ * the repartition hop, its transaction commit and the record cache; it excludes the commit of
+ * the output itself. It measures latency only while the input is produced live: for records
+ * that were in the topic before the program started it measures how long they waited.
+ */
+public final class WordCountBench {
+    private static final String PROGRAM = "kstreams-wordcount";
+
+    /** Time from the first input record read to the last update the count emitted. */
+    private static final AtomicLong firstInputNanos = new AtomicLong();
+    private static final LongAdder inputRecords = new LongAdder();
+    private static final LongAdder countedRecords = new LongAdder();
+    private static volatile long lastOutputNanos;
+    /** One sample array per probe instance (one per task), merged at the end. */
+    private static final List<LatencyProbe> probes = new CopyOnWriteArrayList<>();
+
+    private WordCountBench() {
+    }
+
+    public static void main(String[] argv) throws Exception {
+        int status;
+        try {
+            status = run(BenchArgs.parse(PROGRAM, argv, Set.of(
+                "bootstrap", "input", "output", "app-id", "expected-records", "threads", "state-dir", "timeout-s")));
+        } catch (IllegalArgumentException e) {
+            Results.fail(PROGRAM, e.getMessage());
+            status = 64;
+        }
+        System.exit(status);
+    }
+
+    private static int run(BenchArgs args) throws Exception {
+        String bootstrap = args.required("bootstrap");
+        String input = args.required("input");
+        String output = args.required("output");
+        String appId = args.required("app-id");
+        long expected = args.longOption("expected-records", -1);
+        if (expected <= 0) {
+            Results.fail(PROGRAM, "--expected-records must be a positive number");
+            return 64;
+        }
+        long threads = args.longOption("threads", 1);
+        long timeoutS = args.longOption("timeout-s", 1800);
+        String givenStateDir = args.optional("state-dir", null);
+        Path stateDir = givenStateDir != null
+            ? Path.of(givenStateDir) : Files.createTempDirectory("eddy-kstreams-wordcount-");
+
+        Properties adminProps = new Properties();
+        adminProps.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        try (Admin admin = Admin.create(adminProps)) {
+            int partitions = Topics.partitions(admin, input);
+            if (partitions == 0) {
+                Results.fail(PROGRAM, "input topic " + input + " does not exist");
+                return 1;
+            }
+            // Created here rather than left to broker auto-creation, whose partition count
+            // is the broker's default instead of the input's.
+            if (Topics.partitions(admin, output) == 0) {
+                Topics.ensure(admin, output, partitions);
+            }
+        }
+
+        StreamsBuilder builder = new StreamsBuilder();
+        builder.stream(input, Consumed.with(Serdes.ByteArray(), Serdes.String()))
+            .peek((key, word) -> {
+                firstInputNanos.compareAndSet(0, System.nanoTime());
+                inputRecords.increment();
+            })
+            .selectKey((key, word) -> word)
+            .repartition(Repartitioned.with(Serdes.String(), Serdes.String()).withName("words"))
+            .peek((word, same) -> countedRecords.increment())
+            .groupByKey()
+            .count(Materialized.as("counts"))
+            .toStream()
+            .processValues(LatencyProbe::new)
+            .to(output, Produced.with(Serdes.String(), Serdes.Long()));
+
+        Properties props = new Properties();
+        props.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
+        props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
+        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+        props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 100);
+        props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, (int) threads);
+        // The input is usually filled before the program starts.
+        props.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+        args.applyConfigs(props);
+        long commitMs = Long.parseLong(props.get(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG).toString());
+
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        KafkaStreams streams = new KafkaStreams(builder.build(props), props);
+        streams.cleanUp();
+        streams.setUncaughtExceptionHandler(e -> {
+            failure.compareAndSet(null, e);
+            return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
+        streams.setStateListener((now, before) -> {
+            if (now == KafkaStreams.State.RUNNING) {
+                // A live producer may start once this line is on stderr.
+                System.err.println(PROGRAM + ": RUNNING");
+            }
+        });
+
+        // Once every expected record was counted, the counts it changed are emitted at the
+        // next commit; the run is over when emissions have been quiet for two commit intervals.
+        long quietNanos = Duration.ofMillis(Math.max(200, 2 * commitMs)).toNanos();
+        long deadline = System.nanoTime() + Duration.ofSeconds(timeoutS).toNanos();
+        long allCountedAt = 0;
+        boolean finished = false;
+        streams.start();
+        try {
+            while (failure.get() == null && System.nanoTime() < deadline) {
+                long now = System.nanoTime();
+                if (allCountedAt == 0 && countedRecords.sum() >= expected) {
+                    allCountedAt = now;
+                }
+                long lastOut = lastOutputNanos;
+                if (allCountedAt != 0 && lastOut > allCountedAt && now - lastOut > quietNanos) {
+                    finished = true;
+                    break;
+                }
+                Thread.sleep(5);
+            }
+        } finally {
+            streams.close(Duration.ofSeconds(30));
+            if (givenStateDir == null) {
+                deleteTree(stateDir);
+            }
+        }
+        if (failure.get() != null) {
+            Results.fail(PROGRAM, "Kafka Streams failed: " + failure.get());
+            return 1;
+        }
+        if (!finished) {
+            Results.fail(PROGRAM, "did not count " + expected + " records within " + timeoutS + " s: read "
+                + inputRecords.sum() + ", counted " + countedRecords.sum());
+            return 2;
+        }
+
+        long[] latencies = probes.stream().flatMapToLong(LatencyProbe::samples).toArray();
+        Arrays.sort(latencies);
+        double seconds = (lastOutputNanos - firstInputNanos.get()) / 1e9;
+        long counted = countedRecords.sum();
+        Map<String, Number> result = new LinkedHashMap<>();
+        result.put("records", counted);
+        result.put("seconds", seconds);
+        result.put("records_per_s", counted / seconds);
+        result.put("p50_ms", percentile(latencies, 0.50));
+        result.put("p99_ms", percentile(latencies, 0.99));
+        result.put("output_records", latencies.length);
+        Results.print(result);
+        return 0;
+    }
+
+    /** Nearest-rank percentile of sorted samples; -1 when there are none. */
+    static long percentile(long[] sorted, double q) {
+        if (sorted.length == 0) {
+            return -1;
+        }
+        int rank = (int) Math.ceil(q * sorted.length);
+        return sorted[Math.max(0, rank - 1)];
+    }
+
+    private static void deleteTree(Path root) throws IOException {
+        try (Stream<Path> paths = Files.walk(root)) {
+            for (Path p : (Iterable<Path>) paths.sorted(Comparator.reverseOrder())::iterator) {
+                Files.deleteIfExists(p);
+            }
+        }
+    }
+
+    /** Records {@code now - record timestamp} of every count update and passes it on unchanged. */
+    private static final class LatencyProbe implements FixedKeyProcessor<String, Long, Long> {
+        private FixedKeyProcessorContext<String, Long> context;
+        private long[] samples = new long[1 << 14];
+        private int size;
+
+        LatencyProbe() {
+            probes.add(this);
+        }
+
+        @Override
+        public void init(FixedKeyProcessorContext<String, Long> context) {
+            this.context = context;
+        }
+
+        @Override
+        public void process(FixedKeyRecord<String, Long> record) {
+            long now = System.currentTimeMillis();
+            if (size == samples.length) {
+                samples = Arrays.copyOf(samples, samples.length * 2);
+            }
+            samples[size] = now - record.timestamp();
+            size++;
+            lastOutputNanos = System.nanoTime();
+            context.forward(record);
+        }
+
+        /** Read after Kafka Streams closed (its threads joined), so no thread writes any more. */
+        LongStream samples() {
+            return Arrays.stream(samples, 0, size);
+        }
+    }
+}
