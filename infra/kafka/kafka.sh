@@ -1,0 +1,310 @@
+#!/usr/bin/env bash
+# A real, one-node Apache Kafka 4.x broker (KRaft, combined broker+controller)
+# for Eddy's integration and end-to-end tests, run straight from the jars that
+# infra/kafka/pom.xml names.
+#
+#   kafka.sh fetch                   gather the broker's jars into $EDDY_CACHE/kafka/jars
+#                                    and train a class-data-sharing archive for fast starts
+#   kafka.sh start <data-dir> <port> format storage and start a broker on 127.0.0.1:<port>
+#                                    (controller on <port>+1); returns once it serves requests
+#   kafka.sh stop <data-dir>         stop the broker started in <data-dir>
+#
+# Environment:
+#   EDDY_CACHE   cache folder (default <repo>/.cache, git-ignored)
+#   KAFKA_HEAP   heap options for the broker JVM (default -Xmx1g)
+#   KAFKA_OPTS   extra options for the broker JVM (default none)
+#   JAVA         java executable (default: java on PATH)
+#
+# <data-dir> ends up holding server.properties, the log dirs (logs/), kafka.pid
+# and kafka.log (JVM stdout/stderr and the log4j output). Starting again in the
+# same <data-dir> keeps its topics.
+set -euo pipefail
+
+readonly HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+readonly REPO="$(cd "${HERE}/../.." && pwd)"
+readonly CACHE="${EDDY_CACHE:-${REPO}/.cache}/kafka"
+readonly JARS="${CACHE}/jars"
+readonly STAMP="${CACHE}/jars.stamp"
+readonly POM="${HERE}/pom.xml"
+readonly LOG4J_CONFIG="${HERE}/log4j2.properties"
+readonly JAVA="${JAVA:-java}"
+readonly START_TIMEOUT_S=60
+readonly STOP_TIMEOUT_S=20
+
+die() { echo "kafka.sh: $*" >&2; exit 1; }
+
+usage() {
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+pom_hash() { sha256sum "${POM}" | cut -d' ' -f1; }
+
+# Explicit, sorted classpath: the class-data-sharing archive is only accepted
+# by a JVM whose classpath is the one it was dumped with.
+classpath() {
+  local jars=("${JARS}"/*.jar)
+  local IFS=:
+  echo "${jars[*]}"
+}
+
+# The class-data-sharing (AppCDS) archive holds the broker's classes already
+# parsed and verified; it halves the CPU a broker start costs. It is only valid
+# for these jars and this JVM, hence both in its name.
+cds_archive() {
+  local jvm
+  jvm="$("${JAVA}" -version 2>&1 | sha256sum | cut -c1-12)"
+  echo "${CACHE}/broker-$(pom_hash | cut -c1-12)-${jvm}.jsa"
+}
+
+cds_opts() {
+  local archive
+  archive="$(cds_archive)"
+  [[ -f "${archive}" ]] && echo "-XX:SharedArchiveFile=${archive}"
+  return 0
+}
+
+# --- fetch -------------------------------------------------------------------
+
+cmd_fetch() {
+  mkdir -p "${CACHE}"
+  # Parallel test workers may all call fetch: one gathers, the rest wait.
+  exec 9>"${CACHE}/fetch.lock"
+  flock 9
+  local want
+  want="$(pom_hash)"
+  if [[ ! -f "${STAMP}" || "$(cat "${STAMP}")" != "${want}" || ! -d "${JARS}" ]]; then
+    # Gather into a fresh folder and swap it in, so a failed or interrupted
+    # fetch never leaves a half-filled jars folder behind a valid stamp.
+    local tmp="${CACHE}/jars.tmp"
+    rm -rf "${tmp}"
+    # mvn -q still prints colour codes, so its output is shown only on failure.
+    if ! mvn -q -B -f "${POM}" dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="${tmp}" >"${CACHE}/fetch.log" 2>&1; then
+      cat "${CACHE}/fetch.log" >&2
+      die "fetching the broker's jars failed (see above)"
+    fi
+    rm -rf "${JARS}"
+    mv "${tmp}" "${JARS}"
+    echo "${want}" >"${STAMP}"
+  fi
+  [[ -f "$(cds_archive)" ]] || train_cds_archive
+}
+
+free_port_pair() {
+  local port
+  for _ in $(seq 50); do
+    port=$((20000 + RANDOM % 20000))
+    if ! port_open "${port}" && ! port_open $((port + 1)); then
+      echo "${port}"
+      return 0
+    fi
+  done
+  die "found no two free ports for the training broker"
+}
+
+# Starts and stops a throw-away broker whose JVM writes the archive at exit.
+# A failure here only costs speed, so it warns instead of failing fetch.
+train_cds_archive() {
+  local archive dir port
+  archive="$(cds_archive)"
+  dir="$(mktemp -d "${CACHE}/train.XXXXXX")"
+  port="$(free_port_pair)"
+  rm -f "${CACHE}"/broker-*.jsa
+  if (launch_broker "${dir}" "${port}" "-XX:ArchiveClassesAtExit=${dir}/broker.jsa" >/dev/null) &&
+      cmd_stop "${dir}" >/dev/null && [[ -s "${dir}/broker.jsa" ]]; then
+    mv "${dir}/broker.jsa" "${archive}"
+    rm -rf "${dir}"
+  else
+    echo "kafka.sh: warning: no class-data-sharing archive; brokers will start more slowly (see ${dir}/kafka.log)" >&2
+  fi
+}
+
+require_jars() {
+  [[ -f "${STAMP}" && -d "${JARS}" ]] || die "no broker jars in ${JARS}; run: $0 fetch"
+  [[ "$(cat "${STAMP}")" == "$(pom_hash)" ]] || die "jars in ${JARS} are older than ${POM}; run: $0 fetch"
+}
+
+# --- start -------------------------------------------------------------------
+
+# A Kafka Uuid as StorageTool random-uuid prints it: 16 random bytes in
+# URL-safe base64 without padding, not starting with '-' and not one of the two
+# reserved ids. Made here because each JVM start costs about a second.
+random_cluster_id() {
+  local id
+  while :; do
+    id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+    [[ "${id}" != -* && "${id}" != "AAAAAAAAAAAAAAAAAAAAAA" && "${id}" != "AAAAAAAAAAAAAAAAAAAAAQ" ]] && break
+  done
+  echo "${id}"
+}
+
+write_server_properties() {
+  local data_dir="$1" port="$2" cport="$3"
+  cat >"${data_dir}/server.properties" <<EOF
+# Written by infra/kafka/kafka.sh: one-node combined broker+controller for tests.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:${cport}
+listeners=PLAINTEXT://127.0.0.1:${port},CONTROLLER://127.0.0.1:${cport}
+advertised.listeners=PLAINTEXT://127.0.0.1:${port}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+log.dirs=${data_dir}/logs
+
+# One node: every internal topic has a single replica.
+default.replication.factor=1
+min.insync.replicas=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+# Few internal partitions: they are created on first use, and fewer is faster.
+offsets.topic.num.partitions=4
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.num.partitions=4
+num.partitions=1
+
+# Eddy creates its topics explicitly; a typo must fail, not make a topic.
+auto.create.topics.enable=false
+# Consumer groups start at once instead of waiting 3 s for more members.
+group.initial.rebalance.delay.ms=0
+
+# Compaction shows up within seconds in tests (topics still need small
+# segment.ms / segment.bytes, as only closed segments are cleaned).
+log.cleaner.backoff.ms=1000
+log.cleaner.threads=1
+log.cleaner.dedupe.buffer.size=16777216
+EOF
+}
+
+# The pid in <data-dir>/kafka.pid if that process is alive and is a broker
+# (a stale file may name a pid the system has since given to another process).
+broker_pid() {
+  local pidfile="$1/kafka.pid" pid
+  [[ -f "${pidfile}" ]] || return 1
+  pid="$(cat "${pidfile}")"
+  [[ -n "${pid}" ]] && kill -0 "${pid}" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null | grep -q ' kafka\.Kafka ' || return 1
+  echo "${pid}"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+fail_start() {
+  local data_dir="$1" reason="$2"
+  echo "kafka.sh: broker in ${data_dir} did not start: ${reason}" >&2
+  echo "---- last 50 lines of ${data_dir}/kafka.log ----" >&2
+  tail -n 50 "${data_dir}/kafka.log" >&2 || true
+  exit 1
+}
+
+cmd_start() {
+  [[ $# -eq 2 ]] || usage
+  mkdir -p "$1"
+  require_jars
+  local cds
+  cds="$(cds_opts)"
+  launch_broker "$(cd "$1" && pwd)" "$2" ${cds:+"${cds}"}
+}
+
+# launch_broker <abs-data-dir> <port> [extra JVM options...]
+launch_broker() {
+  local data_dir="$1" port="$2"
+  shift 2
+  local jvm_extra=("$@")
+  [[ "${port}" =~ ^[0-9]+$ ]] || die "port must be a number, got '${port}'"
+  local cport=$((port + 1))
+  local pid
+  if pid="$(broker_pid "${data_dir}")"; then
+    die "a broker is already running in ${data_dir} (pid ${pid})"
+  fi
+  for p in "${port}" "${cport}"; do
+    if port_open "${p}"; then die "port ${p} on 127.0.0.1 is already in use"; fi
+  done
+
+  write_server_properties "${data_dir}" "${port}" "${cport}"
+  local log="${data_dir}/kafka.log" cp
+  cp="$(classpath)"
+  local log4j=(-Dlog4j2.configurationFile="${LOG4J_CONFIG}" -Deddy.kafka.log="${log}")
+
+  # Format once; a restart in the same data dir keeps its cluster and topics.
+  # The tool JVM is short-lived: C1 only and the serial collector start fastest.
+  if [[ ! -f "${data_dir}/logs/meta.properties" ]]; then
+    # shellcheck disable=SC2046  # cds_opts is zero or one word
+    if ! "${JAVA}" -XX:TieredStopAtLevel=1 -XX:+UseSerialGC $(cds_opts) -cp "${cp}" "${log4j[@]}" \
+        kafka.tools.StorageTool format -t "$(random_cluster_id)" \
+        -c "${data_dir}/server.properties" --ignore-formatted >>"${log}" 2>&1; then
+      fail_start "${data_dir}" "storage format failed"
+    fi
+  fi
+
+  # Only lines after this mark count for readiness: the log is kept across restarts.
+  local mark
+  mark="$(wc -l <"${log}")"
+  # setsid: the broker outlives this script and is not hit by the caller's
+  # Ctrl-C; setsid and nohup exec, so $! is the JVM's own pid.
+  # shellcheck disable=SC2086  # KAFKA_HEAP and KAFKA_OPTS are lists of options
+  setsid nohup "${JAVA}" ${KAFKA_HEAP:--Xmx1g} -server \
+    -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
+    -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
+    "${jvm_extra[@]}" ${KAFKA_OPTS:-} "${log4j[@]}" -cp "${cp}" \
+    kafka.Kafka "${data_dir}/server.properties" >>"${log}" 2>&1 </dev/null &
+  pid=$!
+  echo "${pid}" >"${data_dir}/kafka.pid"
+
+  # Ready = this run logged "Kafka Server started" (the broker is unfenced and
+  # its listener enabled) and the client port accepts connections.
+  local deadline=$((SECONDS + START_TIMEOUT_S)) started=0
+  while ((SECONDS < deadline)); do
+    kill -0 "${pid}" 2>/dev/null || fail_start "${data_dir}" "process ${pid} exited"
+    if ((started == 0)) && tail -n +"$((mark + 1))" "${log}" | grep -q "Kafka Server started"; then
+      started=1
+    fi
+    if ((started == 1)) && port_open "${port}"; then
+      echo "kafka.sh: broker ready on 127.0.0.1:${port} (pid ${pid}, data ${data_dir})"
+      return 0
+    fi
+    sleep 0.1
+  done
+  kill -KILL "${pid}" 2>/dev/null || true
+  fail_start "${data_dir}" "not ready after ${START_TIMEOUT_S}s (killed pid ${pid})"
+}
+
+# --- stop --------------------------------------------------------------------
+
+cmd_stop() {
+  [[ $# -eq 1 ]] || usage
+  local data_dir="$1" pid
+  if ! pid="$(broker_pid "${data_dir}")"; then
+    rm -f "${data_dir}/kafka.pid"
+    echo "kafka.sh: no broker running in ${data_dir}"
+    return 0
+  fi
+  kill -TERM "${pid}" 2>/dev/null || true
+  local deadline=$((SECONDS + STOP_TIMEOUT_S))
+  while kill -0 "${pid}" 2>/dev/null && ((SECONDS < deadline)); do
+    sleep 0.1
+  done
+  if kill -0 "${pid}" 2>/dev/null; then
+    echo "kafka.sh: broker pid ${pid} still alive after ${STOP_TIMEOUT_S}s, killing" >&2
+    kill -KILL "${pid}" 2>/dev/null || true
+    while kill -0 "${pid}" 2>/dev/null; do sleep 0.1; done
+  fi
+  rm -f "${data_dir}/kafka.pid"
+  echo "kafka.sh: broker stopped (pid ${pid})"
+}
+
+# --- main --------------------------------------------------------------------
+
+[[ $# -ge 1 ]] || usage
+cmd="$1"
+shift
+case "${cmd}" in
+  fetch) [[ $# -eq 0 ]] || usage; cmd_fetch ;;
+  start) cmd_start "$@" ;;
+  stop) cmd_stop "$@" ;;
+  *) usage ;;
+esac
