@@ -1,0 +1,325 @@
+"""The channel between the operator and the Spark driver: two versioned ConfigMaps.
+
+- `<app>-assignment` (written by the operator, watched by the driver): key `assignment.json`
+  holds one `AssignmentMessage`: the assignment generation, every task's active, standbys and
+  warmups, and the executors the operator saw alive when it computed it.
+- `<app>-runtime-state` (written by the driver, read by the operator): key `state.json` holds one
+  `RuntimeState`: the tasks with their changelog end offsets per store, each executor's store
+  inventory (the offsets its volume holds, per task and store), and restores in progress.
+
+Both documents carry `version`. A reader accepts the versions it knows and rejects others with a
+`ChannelError`; within one version, fields may be added (readers ignore keys they do not know)
+but never renamed or re-typed. Everything is validated on read, and errors name the path of the
+bad field (`state.json: executors.2.stores.0_0.counts: ...`).
+
+Pure encode/decode functions only: the operator's handlers and the runtime's driver do the
+Kubernetes reads and writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from eddy_operator.assignor import Assignment, Executor, TaskAssignment, task_sort_key
+
+VERSION = 1
+SUPPORTED_VERSIONS = frozenset({1})
+
+ASSIGNMENT_KEY = "assignment.json"
+RUNTIME_STATE_KEY = "state.json"
+LABEL_APP = "eddy.dev/app"
+LABEL_CHANNEL = "eddy.dev/channel"
+ROLES = ("active", "standby", "warmup")
+
+
+def assignment_configmap_name(app: str) -> str:
+    return f"{app}-assignment"
+
+
+def runtime_state_configmap_name(app: str) -> str:
+    return f"{app}-runtime-state"
+
+
+class ChannelError(ValueError):
+    """A channel document that cannot be used; the message names the key and the field."""
+
+
+@dataclass(frozen=True)
+class AssignmentMessage:
+    """What the operator publishes: one assignment generation, and why it was made."""
+
+    app: str
+    assignment: Assignment
+    executors: tuple[Executor, ...]
+    issued_at: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RestoreProgress:
+    """A copy that is catching up from its changelog: `restored` of `total` records so far."""
+
+    task: str
+    executor: str
+    role: str
+    restored: int
+    total: int
+
+    @property
+    def remaining(self) -> int:
+        return max(self.total - self.restored, 0)
+
+
+@dataclass(frozen=True)
+class ExecutorInventory:
+    """What one executor's volume holds: per task, per store, the changelog offset it covers."""
+
+    executor: str
+    pod: str | None = None
+    host: str | None = None
+    stores: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def task_offsets(self) -> dict[str, int]:
+        """Per task, the sum over its stores (the assignor's measure of a copy)."""
+        return {task: sum(stores.values()) for task, stores in self.stores.items()}
+
+
+@dataclass(frozen=True)
+class RuntimeState:
+    """What the driver publishes after each micro-batch (or restore step)."""
+
+    app: str
+    updated_at: str
+    assignment_generation: int | None
+    # task -> store -> changelog end offset; a stateless task maps to {}
+    changelog_end_offsets: Mapping[str, Mapping[str, int]]
+    executors: Mapping[str, ExecutorInventory] = field(default_factory=lambda: MappingProxyType({}))
+    restores: tuple[RestoreProgress, ...] = ()
+    # task -> records of input not yet processed (consumer lag), when the driver knows it
+    input_lag: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    batch_id: int | None = None
+
+    def end_offsets(self) -> dict[str, int]:
+        """Per task, the sum over its stores of the changelog end offsets (assignor input)."""
+        return {task: sum(stores.values()) for task, stores in self.changelog_end_offsets.items()}
+
+    def held_offsets(self) -> dict[str, dict[str, int]]:
+        """Per executor, per task, the offsets its volume holds (assignor input)."""
+        return {e: inv.task_offsets() for e, inv in self.executors.items()}
+
+
+# ---------------------------------------------------------------------------------------
+# Encoding
+
+
+def _dumps(doc: Mapping[str, Any]) -> str:
+    # Sorted and compact: the same content always gives the same bytes, so rewriting an unchanged
+    # ConfigMap is a no-op patch.
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
+def encode_assignment(message: AssignmentMessage) -> dict[str, str]:
+    """The `data` of the assignment ConfigMap."""
+    tasks = {
+        t: {"active": a.active, "standbys": list(a.standbys), "warmups": list(a.warmups)}
+        for t, a in sorted(message.assignment.tasks.items(), key=lambda kv: task_sort_key(kv[0]))
+    }
+    doc = {
+        "version": VERSION,
+        "app": message.app,
+        "generation": message.assignment.generation,
+        "issuedAt": message.issued_at,
+        "reason": message.reason,
+        "executors": {e.id: {"pod": e.pod, "zone": e.zone} for e in sorted(message.executors, key=lambda e: e.id)},
+        "tasks": tasks,
+    }
+    return {ASSIGNMENT_KEY: _dumps(doc)}
+
+
+def encode_runtime_state(state: RuntimeState) -> dict[str, str]:
+    """The `data` of the runtime-state ConfigMap."""
+    doc: dict[str, Any] = {
+        "version": VERSION,
+        "app": state.app,
+        "updatedAt": state.updated_at,
+        "assignmentGeneration": state.assignment_generation,
+        "batchId": state.batch_id,
+        "tasks": {
+            t: {
+                "changelogEndOffsets": dict(stores),
+                **({"inputLag": state.input_lag[t]} if t in state.input_lag else {}),
+            }
+            for t, stores in state.changelog_end_offsets.items()
+        },
+        "executors": {
+            e: {"pod": inv.pod, "host": inv.host, "stores": {t: dict(s) for t, s in inv.stores.items()}}
+            for e, inv in state.executors.items()
+        },
+        "restores": [
+            {"task": r.task, "executor": r.executor, "role": r.role, "restored": r.restored, "total": r.total}
+            for r in state.restores
+        ],
+    }
+    return {RUNTIME_STATE_KEY: _dumps(doc)}
+
+
+# ---------------------------------------------------------------------------------------
+# Decoding (validated)
+
+
+class _Reader:
+    """Walks a decoded JSON document, naming the path of whatever is wrong."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def fail(self, path: str, reason: str) -> ChannelError:
+        return ChannelError(f"{self.key}: {path}: {reason}" if path else f"{self.key}: {reason}")
+
+    def obj(self, value: Any, path: str) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.fail(path, f"must be an object, got {type(value).__name__}")
+        return value
+
+    def list_(self, value: Any, path: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise self.fail(path, f"must be a list, got {type(value).__name__}")
+        return value
+
+    def str_(self, value: Any, path: str, optional: bool = False) -> str | None:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or (not optional and value == ""):
+            raise self.fail(path, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def int_(self, value: Any, path: str, optional: bool = False) -> int | None:
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.fail(path, f"must be a non-negative integer, got {value!r}")
+        return value
+
+    def offsets(self, value: Any, path: str) -> Mapping[str, int]:
+        stores = self.obj(value, path)
+        return MappingProxyType({s: self.int_(o, f"{path}.{s}") for s, o in stores.items()})  # type: ignore[misc]
+
+    def document(self, data: Mapping[str, str] | None) -> Mapping[str, Any]:
+        if not data or self.key not in data:
+            raise self.fail("", "missing from the ConfigMap's data")
+        try:
+            doc = json.loads(data[self.key])
+        except json.JSONDecodeError as err:
+            raise self.fail("", f"not valid JSON ({err})") from None
+        doc = self.obj(doc, "")
+        version = doc.get("version")
+        if version not in SUPPORTED_VERSIONS:
+            raise self.fail(
+                "version", f"unsupported version {version!r} (this reader knows {sorted(SUPPORTED_VERSIONS)})"
+            )
+        return doc
+
+
+def decode_assignment(data: Mapping[str, str] | None) -> AssignmentMessage:
+    """Read the assignment ConfigMap's `data`; raises `ChannelError` when it is unusable."""
+    r = _Reader(ASSIGNMENT_KEY)
+    doc = r.document(data)
+    app = r.str_(doc.get("app"), "app")
+    generation = r.int_(doc.get("generation"), "generation")
+    if generation is None or generation < 1:
+        raise r.fail("generation", "must be at least 1")
+    executors: list[Executor] = []
+    for e, info in r.obj(doc.get("executors", {}), "executors").items():
+        info = r.obj(info, f"executors.{e}")
+        executors.append(
+            Executor(
+                id=e,
+                pod=r.str_(info.get("pod"), f"executors.{e}.pod", optional=True) or "",
+                zone=r.str_(info.get("zone"), f"executors.{e}.zone", optional=True),
+            )
+        )
+    live = {e.id for e in executors}
+    tasks: dict[str, TaskAssignment] = {}
+    for t, placement in r.obj(doc.get("tasks"), "tasks").items():
+        p = r.obj(placement, f"tasks.{t}")
+        active = r.str_(p.get("active"), f"tasks.{t}.active")
+        standbys = tuple(
+            r.str_(e, f"tasks.{t}.standbys[{i}]")
+            for i, e in enumerate(r.list_(p.get("standbys", []), f"tasks.{t}.standbys"))
+        )
+        warmups = tuple(
+            r.str_(e, f"tasks.{t}.warmups[{i}]")
+            for i, e in enumerate(r.list_(p.get("warmups", []), f"tasks.{t}.warmups"))
+        )
+        copies = (active, *standbys, *warmups)
+        if len(set(copies)) != len(copies):
+            raise r.fail(f"tasks.{t}", f"names an executor twice: {list(copies)}")
+        unknown = [e for e in copies if e not in live]
+        if executors and unknown:
+            raise r.fail(f"tasks.{t}", f"names executors missing from `executors`: {unknown}")
+        tasks[t] = TaskAssignment(active or "", standbys, warmups)  # type: ignore[arg-type]
+    return AssignmentMessage(
+        app=app or "",
+        assignment=Assignment(generation=generation, tasks=MappingProxyType(tasks)),
+        executors=tuple(executors),
+        issued_at=r.str_(doc.get("issuedAt"), "issuedAt") or "",
+        reason=r.str_(doc.get("reason", ""), "reason", optional=True) or "",
+    )
+
+
+def decode_runtime_state(data: Mapping[str, str] | None) -> RuntimeState:
+    """Read the runtime-state ConfigMap's `data`; raises `ChannelError` when it is unusable."""
+    r = _Reader(RUNTIME_STATE_KEY)
+    doc = r.document(data)
+    app = r.str_(doc.get("app"), "app")
+    end: dict[str, Mapping[str, int]] = {}
+    lag: dict[str, int] = {}
+    for t, info in r.obj(doc.get("tasks"), "tasks").items():
+        info = r.obj(info, f"tasks.{t}")
+        end[t] = r.offsets(info.get("changelogEndOffsets", {}), f"tasks.{t}.changelogEndOffsets")
+        input_lag = r.int_(info.get("inputLag"), f"tasks.{t}.inputLag", optional=True)
+        if input_lag is not None:
+            lag[t] = input_lag
+    executors: dict[str, ExecutorInventory] = {}
+    for e, info in r.obj(doc.get("executors", {}), "executors").items():
+        info = r.obj(info, f"executors.{e}")
+        stores = {
+            t: r.offsets(s, f"executors.{e}.stores.{t}")
+            for t, s in r.obj(info.get("stores", {}), f"executors.{e}.stores").items()
+        }
+        executors[e] = ExecutorInventory(
+            executor=e,
+            pod=r.str_(info.get("pod"), f"executors.{e}.pod", optional=True),
+            host=r.str_(info.get("host"), f"executors.{e}.host", optional=True),
+            stores=MappingProxyType(stores),
+        )
+    restores: list[RestoreProgress] = []
+    for i, item in enumerate(r.list_(doc.get("restores", []), "restores")):
+        path = f"restores[{i}]"
+        item = r.obj(item, path)
+        role = r.str_(item.get("role"), f"{path}.role")
+        if role not in ROLES:
+            raise r.fail(f"{path}.role", f"{role!r} is not one of {', '.join(ROLES)}")
+        restores.append(
+            RestoreProgress(
+                task=r.str_(item.get("task"), f"{path}.task") or "",
+                executor=r.str_(item.get("executor"), f"{path}.executor") or "",
+                role=role,
+                restored=r.int_(item.get("restored"), f"{path}.restored") or 0,
+                total=r.int_(item.get("total"), f"{path}.total") or 0,
+            )
+        )
+    return RuntimeState(
+        app=app or "",
+        updated_at=r.str_(doc.get("updatedAt"), "updatedAt") or "",
+        assignment_generation=r.int_(doc.get("assignmentGeneration"), "assignmentGeneration", optional=True),
+        changelog_end_offsets=MappingProxyType(end),
+        executors=MappingProxyType(executors),
+        restores=tuple(restores),
+        input_lag=MappingProxyType(lag),
+        batch_id=r.int_(doc.get("batchId"), "batchId", optional=True),
+    )

@@ -1,0 +1,160 @@
+"""The operator<->driver channel: round trips, and clear errors on documents that cannot be used."""
+
+from __future__ import annotations
+
+import json
+from types import MappingProxyType
+
+import pytest
+
+from eddy_operator.assignor import Assignment, AssignorSettings, Executor, TaskAssignment, assign
+from eddy_operator.channel import (
+    ASSIGNMENT_KEY,
+    RUNTIME_STATE_KEY,
+    AssignmentMessage,
+    ChannelError,
+    ExecutorInventory,
+    RestoreProgress,
+    RuntimeState,
+    assignment_configmap_name,
+    decode_assignment,
+    decode_runtime_state,
+    encode_assignment,
+    encode_runtime_state,
+    runtime_state_configmap_name,
+)
+
+pytestmark = pytest.mark.unit
+
+EXECUTORS = (
+    Executor("1", "wc-exec-1", "zone-a"),
+    Executor("2", "wc-exec-2", "zone-b"),
+    Executor("3", "wc-exec-3", None),
+)
+
+
+def message() -> AssignmentMessage:
+    assignment = assign(EXECUTORS, {f"0_{p}": 100 * p for p in range(5)}, {}, None, AssignorSettings())
+    return AssignmentMessage("wordcount", assignment, EXECUTORS, "2025-01-01T00:00:00Z", "executor 4 deleted")
+
+
+def runtime_state() -> RuntimeState:
+    return RuntimeState(
+        app="wordcount",
+        updated_at="2025-01-01T00:00:01Z",
+        assignment_generation=3,
+        changelog_end_offsets=MappingProxyType({"0_0": {"counts": 10, "windows": 5}, "1_0": {}}),
+        executors=MappingProxyType(
+            {
+                "1": ExecutorInventory(
+                    "1", "wc-exec-1", "10.0.0.1", MappingProxyType({"0_0": {"counts": 8, "windows": 5}})
+                ),
+                "2": ExecutorInventory("2", None, None, MappingProxyType({})),
+            }
+        ),
+        restores=(RestoreProgress("0_0", "2", "standby", 3, 15),),
+        input_lag=MappingProxyType({"0_0": 42}),
+        batch_id=17,
+    )
+
+
+def test_assignment_round_trips():
+    m = message()
+    assert decode_assignment(encode_assignment(m)) == m
+
+
+def test_runtime_state_round_trips_and_sums_offsets_per_task():
+    s = runtime_state()
+    back = decode_runtime_state(encode_runtime_state(s))
+    assert back == s
+    assert back.end_offsets() == {"0_0": 15, "1_0": 0}
+    assert back.held_offsets() == {"1": {"0_0": 13}, "2": {}}
+    assert back.restores[0].remaining == 12
+
+
+def test_encoding_is_byte_stable():
+    assert encode_assignment(message()) == encode_assignment(message())
+    assert encode_runtime_state(runtime_state()) == encode_runtime_state(runtime_state())
+
+
+def test_configmap_names_derive_from_the_app():
+    assert assignment_configmap_name("wc") == "wc-assignment"
+    assert runtime_state_configmap_name("wc") == "wc-runtime-state"
+
+
+def _tamper(data: dict[str, str], key: str, change) -> dict[str, str]:
+    doc = json.loads(data[key])
+    change(doc)
+    return {key: json.dumps(doc)}
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda d: d.update(version=2), "assignment.json: version: unsupported version 2"),
+        (lambda d: d.pop("version"), "assignment.json: version: unsupported version None"),
+        (lambda d: d.update(generation=0), "assignment.json: generation: must be at least 1"),
+        (lambda d: d.update(generation="3"), "assignment.json: generation: must be a non-negative integer"),
+        (lambda d: d["tasks"]["0_0"].update(active=""), "assignment.json: tasks.0_0.active: must be a non-empty"),
+        (
+            lambda d: d["tasks"]["0_0"].update(standbys=[d["tasks"]["0_0"]["active"]]),
+            "assignment.json: tasks.0_0: names an executor twice",
+        ),
+        (
+            lambda d: d["tasks"]["0_0"].update(warmups=["9"]),
+            "assignment.json: tasks.0_0: names executors missing from `executors`",
+        ),
+        (lambda d: d.update(tasks=[]), "assignment.json: tasks: must be an object"),
+    ],
+)
+def test_bad_assignment_documents_are_rejected_naming_the_field(change, expected):
+    with pytest.raises(ChannelError) as err:
+        decode_assignment(_tamper(encode_assignment(message()), ASSIGNMENT_KEY, change))
+    assert str(err.value).startswith(expected)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda d: d.update(version=99), "state.json: version: unsupported version 99"),
+        (
+            lambda d: d["executors"]["1"]["stores"]["0_0"].update(counts=-1),
+            "state.json: executors.1.stores.0_0.counts: must be a non-negative integer",
+        ),
+        (
+            lambda d: d["tasks"]["0_0"]["changelogEndOffsets"].update(counts=1.5),
+            "state.json: tasks.0_0.changelogEndOffsets.counts: must be a non-negative integer",
+        ),
+        (lambda d: d["restores"][0].update(role="leader"), "state.json: restores[0].role: 'leader' is not one of"),
+        (lambda d: d.pop("tasks"), "state.json: tasks: must be an object"),
+        (lambda d: d.update(updatedAt=5), "state.json: updatedAt: must be a non-empty string"),
+    ],
+)
+def test_bad_runtime_state_documents_are_rejected_naming_the_field(change, expected):
+    with pytest.raises(ChannelError) as err:
+        decode_runtime_state(_tamper(encode_runtime_state(runtime_state()), RUNTIME_STATE_KEY, change))
+    assert str(err.value).startswith(expected)
+
+
+def test_missing_or_garbled_documents_are_rejected():
+    with pytest.raises(ChannelError, match="state.json: missing"):
+        decode_runtime_state({})
+    with pytest.raises(ChannelError, match="assignment.json: not valid JSON"):
+        decode_assignment({ASSIGNMENT_KEY: "{"})
+
+
+def test_unknown_fields_within_a_version_are_ignored_for_forward_compatibility():
+    data = _tamper(encode_runtime_state(runtime_state()), RUNTIME_STATE_KEY, lambda d: d.update(newField=1))
+    assert decode_runtime_state(data) == runtime_state()
+
+
+def test_a_hand_written_assignment_without_executors_is_accepted():
+    doc = {
+        "version": 1,
+        "app": "wc",
+        "generation": 2,
+        "issuedAt": "now",
+        "tasks": {"0_0": {"active": "7", "standbys": ["8"]}},
+    }
+    m = decode_assignment({ASSIGNMENT_KEY: json.dumps(doc)})
+    assert m.assignment == Assignment(2, MappingProxyType({"0_0": TaskAssignment("7", ("8",), ())}))
