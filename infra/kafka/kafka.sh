@@ -195,6 +195,7 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 fail_start() {
   local data_dir="$1" reason="$2"
+  rm -f "${data_dir}/kafka.pid"
   echo "kafka.sh: broker in ${data_dir} did not start: ${reason}" >&2
   echo "---- last 50 lines of ${data_dir}/kafka.log ----" >&2
   tail -n 50 "${data_dir}/kafka.log" >&2 || true
