@@ -1,0 +1,379 @@
+"""The commit protocol of a task's batch: Kafka first, then the stores.
+
+`TaskCommitter` is created by `ProcessorStateManager` (state/manager.py) for an active task and
+called through `ProcessorStateManager.commit`; it can also be used alone.
+
+``exactly_once``: one Kafka transaction per task and batch, with ``transactional.id =
+<app>-<task>`` (creating the committer calls ``init_transactions``, which fences a zombie of the
+same task and aborts its open transaction). The transaction carries the batch's output records,
+its changelog records and its input offsets (``send_offsets_to_transaction``); after it commits,
+the store's write batch (data + offsets) is applied. A crash between the two leaves the store
+behind its changelog, and the next open restores exactly that delta; the input offsets were
+committed with the changelog records, so nothing is counted twice.
+
+``at_least_once``: produce outputs and changelog records and flush (every record acknowledged),
+commit the input offsets, then apply the store's write batch. A crash before the offset commit
+reprocesses the batch (updates may be applied twice); a crash after it is repaired by the
+changelog. No state update is ever lost.
+
+The two phases are public (`commit_to_kafka`, then `TaskTransaction.apply`) so that tests can
+crash in between; `commit` runs both.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+if TYPE_CHECKING:
+    from eddy_runtime.state.manager import TaskTransaction
+
+__all__ = [
+    "CommitFailed",
+    "CommitResult",
+    "Guarantee",
+    "KafkaCommit",
+    "OutputRecord",
+    "TaskCommitter",
+    "TaskFenced",
+    "producer_config",
+]
+
+log = logging.getLogger(__name__)
+
+Guarantee = Literal["exactly_once", "at_least_once"]
+
+#: Header of the last changelog record of each store and batch: the input positions the batch
+#: reflects (JSON list of [topic, partition, next offset]); restores keep store offsets exact with it.
+INPUT_OFFSETS_HEADER = "eddy.input"
+GUARANTEES: tuple[str, ...] = ("exactly_once", "at_least_once")
+
+
+class OutputRecord(NamedTuple):
+    """A record a batch produces to an output (or repartition) topic."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    #: None: Kafka's default partitioner (murmur2 of the key, as the Java client does)
+    partition: int | None = None
+    headers: list[tuple[str, bytes]] | None = None
+    timestamp: int | None = None
+
+
+class CommitFailed(RuntimeError):
+    """The batch was not committed.
+
+    `aborted`: the Kafka transaction was aborted, nothing of the batch is visible, and the
+    batch can be processed again from the last committed input offsets. Otherwise the outcome
+    in Kafka is unknown; the manager re-checks its stores against the changelogs before the next
+    batch (`ProcessorStateManager.restored` turns False until the delta is restored).
+    """
+
+    def __init__(self, message: str, *, aborted: bool = False, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.aborted = aborted
+        self.fatal = fatal
+
+
+class TaskFenced(CommitFailed):
+    """Another instance of this task took over (same transactional.id); this one must stop."""
+
+
+@dataclass(frozen=True)
+class KafkaCommit:
+    """What Kafka acknowledged for a batch: each store's last changelog offset."""
+
+    changelog_offsets: Mapping[str, int | None]
+    input_offsets: Mapping[tuple[str, int], int]
+    outputs: int
+    changelog_records: int
+    started: float = field(default=0.0, repr=False)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    changelog_offsets: Mapping[str, int | None]
+    outputs: int
+    changelog_records: int
+    latency_s: float
+
+
+def producer_config(bootstrap: str, app: str, task_id: str, guarantee: Guarantee, **overrides: Any) -> dict:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "client.id": f"{app}-{task_id}",
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        # Kafka's Java default, so keyed outputs land where a Kafka Streams app expects them.
+        "partitioner": "murmur2_random",
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1 << 20,
+    }
+    if guarantee == "exactly_once":
+        conf["transactional.id"] = f"{app}-{task_id}"
+        conf["transaction.timeout.ms"] = 60_000
+    conf.update(overrides)
+    return conf
+
+
+class TaskCommitter:
+    """Commits one task's batches under `guarantee`; one instance per active task."""
+
+    def __init__(
+        self,
+        app: str,
+        task_id: str,
+        bootstrap: str,
+        guarantee: Guarantee = "exactly_once",
+        *,
+        group_id: str | None = None,
+        producer_overrides: Mapping[str, Any] | None = None,
+        timeout_s: float = 60.0,
+    ) -> None:
+        if guarantee not in GUARANTEES:
+            raise ValueError(f"guarantee must be one of {GUARANTEES}, got {guarantee!r}")
+        self.app = app
+        self.task_id = task_id
+        self.guarantee = guarantee
+        self.group_id = group_id or app
+        self._timeout = timeout_s
+        self._ctx = f"app {app} task {task_id}"
+        self._errors: list[str] = []
+        self._last_offsets: dict[tuple[str, int], int] = {}
+        conf = producer_config(bootstrap, app, task_id, guarantee, **(producer_overrides or {}))
+        if guarantee == "at_least_once":
+            conf["on_delivery"] = self._on_delivery
+        self._producer = Producer(conf)
+        self._consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": self.group_id, "enable.auto.commit": False,
+             "client.id": f"{app}-{task_id}-committer"}
+        )
+        self._unusable: str | None = None
+        if guarantee == "exactly_once":
+            # Fences any zombie with this transactional.id and aborts its open transaction, so
+            # the changelog's last stable offset is final before this task restores.
+            try:
+                self._producer.init_transactions(timeout_s)
+            except KafkaException as e:
+                raise CommitFailed(f"{self._ctx}: init_transactions failed: {e}", fatal=True) from e
+
+    # -- delivery reports -------------------------------------------------------------------
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self._errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
+            return
+        tp = (msg.topic(), msg.partition())
+        off = msg.offset()
+        if off > self._last_offsets.get(tp, -1):
+            self._last_offsets[tp] = off
+
+    # -- phases -------------------------------------------------------------------------------
+
+    def commit(
+        self,
+        tx: TaskTransaction | None,
+        outputs: Iterable[OutputRecord] = (),
+        input_offsets: Mapping[tuple[str, int], int] | None = None,
+        *,
+        group_metadata: Any = None,
+    ) -> CommitResult:
+        """Commit a batch: Kafka (outputs, changelog records, input offsets), then the stores.
+
+        `input_offsets` are consumer positions (the next offset to process) per input
+        partition. `group_metadata` is the input consumer's ``consumer_group_metadata()``; by
+        default the committer's own (group `group_id`, partitions assigned, not subscribed).
+        """
+        kc = self.commit_to_kafka(tx, outputs, input_offsets, group_metadata=group_metadata)
+        if tx is not None:
+            tx.apply(kc.changelog_offsets, kc.input_offsets)
+        return CommitResult(
+            changelog_offsets=kc.changelog_offsets,
+            outputs=kc.outputs,
+            changelog_records=kc.changelog_records,
+            latency_s=time.monotonic() - kc.started,
+        )
+
+    def commit_to_kafka(
+        self,
+        tx: TaskTransaction | None,
+        outputs: Iterable[OutputRecord] = (),
+        input_offsets: Mapping[tuple[str, int], int] | None = None,
+        *,
+        group_metadata: Any = None,
+    ) -> KafkaCommit:
+        """Phase one: make the batch durable in Kafka. The caller then applies `tx`."""
+        if self._unusable:
+            raise TaskFenced(f"{self._ctx}: committer is unusable: {self._unusable}", fatal=True)
+        started = time.monotonic()
+        inputs = dict(input_offsets or {})
+        self._errors.clear()
+        self._last_offsets.clear()
+        if self.guarantee == "exactly_once":
+            n_out, n_cl, last_of_store = self._exactly_once(tx, outputs, inputs, group_metadata)
+        else:
+            n_out, n_cl, last_of_store = self._at_least_once(tx, outputs, inputs)
+        offsets: dict[str, int | None] = {}
+        for store, tp in last_of_store.items():
+            off = self._last_offsets.get(tp)
+            if off is None:
+                raise CommitFailed(f"{self._ctx}: no delivery report for changelog {tp[0]}[{tp[1]}] of "
+                                   f"store {store}")
+            offsets[store] = off
+        return KafkaCommit(offsets, inputs, n_out, n_cl, started)
+
+    # -- exactly once -------------------------------------------------------------------------
+
+    def _exactly_once(
+        self,
+        tx: TaskTransaction | None,
+        outputs: Iterable[OutputRecord],
+        inputs: dict[tuple[str, int], int],
+        group_metadata: Any,
+    ) -> tuple[int, int, dict[str, tuple[str, int]]]:
+        p = self._producer
+        try:
+            p.begin_transaction()
+            n_out, n_cl, last_of_store = self._produce(tx, outputs, inputs, track_all=False)
+            if inputs:
+                tps = [TopicPartition(t, part, off) for (t, part), off in inputs.items()]
+                p.send_offsets_to_transaction(
+                    tps, group_metadata or self._consumer.consumer_group_metadata(), self._timeout
+                )
+            # flush serves the delivery reports that carry the changelog offsets.
+            remaining = p.flush(self._timeout)
+            if remaining:
+                raise CommitFailed(f"{self._ctx}: {remaining} records not delivered in {self._timeout}s")
+            self._commit_transaction()
+        except KafkaException as e:
+            self._fail(e)
+        except CommitFailed:
+            self._abort_quietly()
+            raise
+        if self._errors:
+            # Cannot happen after a successful commit (the broker would have refused it); keep the
+            # store untouched and the caller informed if it ever does.
+            raise CommitFailed(f"{self._ctx}: delivery errors in a committed transaction: {self._errors[:3]}")
+        return n_out, n_cl, last_of_store
+
+    def _commit_transaction(self) -> None:
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                self._producer.commit_transaction(max(1.0, deadline - time.monotonic()))
+                return
+            except KafkaException as e:
+                err = e.args[0]
+                if err.retriable() and time.monotonic() < deadline:
+                    log.warning("%s: commit_transaction retriable error, retrying: %s", self._ctx, err)
+                    continue
+                raise
+
+    def _fail(self, e: KafkaException) -> None:
+        err: KafkaError = e.args[0]
+        if err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                         KafkaError.INVALID_PRODUCER_EPOCH):
+            self._unusable = str(err)
+            raise TaskFenced(f"{self._ctx}: fenced or fatal producer error: {err}", fatal=True) from e
+        if err.txn_requires_abort():
+            self._abort_quietly()
+            raise CommitFailed(f"{self._ctx}: transaction aborted: {err}", aborted=True) from e
+        raise CommitFailed(f"{self._ctx}: commit outcome unknown: {err}") from e
+
+    def _abort_quietly(self) -> None:
+        try:
+            self._producer.abort_transaction(self._timeout)
+        except KafkaException as e:
+            log.warning("%s: abort_transaction failed: %s", self._ctx, e)
+
+    # -- at least once ------------------------------------------------------------------------
+
+    def _at_least_once(
+        self, tx: TaskTransaction | None, outputs: Iterable[OutputRecord], inputs: dict[tuple[str, int], int]
+    ) -> tuple[int, int, dict[str, tuple[str, int]]]:
+        try:
+            n_out, n_cl, last_of_store = self._produce(tx, outputs, inputs, track_all=True)
+            remaining = self._producer.flush(self._timeout)
+        except KafkaException as e:
+            raise CommitFailed(f"{self._ctx}: produce failed: {e}", fatal=e.args[0].fatal()) from e
+        if remaining or self._errors:
+            raise CommitFailed(
+                f"{self._ctx}: {remaining} records undelivered, errors: {self._errors[:3]}; input offsets "
+                "not committed, the batch will be processed again"
+            )
+        if inputs:
+            tps = [TopicPartition(t, part, off) for (t, part), off in inputs.items()]
+            try:
+                result = self._consumer.commit(offsets=tps, asynchronous=False)
+            except KafkaException as e:
+                raise CommitFailed(f"{self._ctx}: committing input offsets failed: {e}") from e
+            bad = [tp for tp in result or [] if tp.error is not None]
+            if bad:
+                raise CommitFailed(f"{self._ctx}: committing input offsets failed: {bad}")
+        return n_out, n_cl, last_of_store
+
+    # -- producing ----------------------------------------------------------------------------
+
+    def _produce(
+        self,
+        tx: TaskTransaction | None,
+        outputs: Iterable[OutputRecord],
+        inputs: dict[tuple[str, int], int],
+        *,
+        track_all: bool,
+    ) -> tuple[int, int, dict[str, tuple[str, int]]]:
+        produce = self._send
+        n_out = 0
+        for rec in outputs:
+            kwargs: dict[str, Any] = {}
+            if rec.partition is not None:
+                kwargs["partition"] = rec.partition
+            if rec.headers:
+                kwargs["headers"] = rec.headers
+            if rec.timestamp is not None:
+                kwargs["timestamp"] = rec.timestamp
+            produce(rec.topic, rec.key, rec.value, **kwargs)
+            n_out += 1
+        n_cl = 0
+        last_of_store: dict[str, tuple[str, int]] = {}
+        if tx is not None:
+            header = [(INPUT_OFFSETS_HEADER, json.dumps(sorted([t, p, o] for (t, p), o in inputs.items())))]
+            for store, topic, partition, records in tx.changelog_batches():
+                if not records:
+                    continue
+                for k, v in records[:-1]:
+                    produce(topic, k, v, partition=partition)
+                k, v = records[-1]
+                # Only the last record of a store's batch is tracked (offsets grow in produce
+                # order) and carries the input offsets the batch reflects, for restores.
+                kw: dict[str, Any] = {"partition": partition, "headers": header}
+                if not track_all:
+                    kw["on_delivery"] = self._on_delivery
+                produce(topic, k, v, **kw)
+                n_cl += len(records)
+                last_of_store[store] = (topic, partition)
+        return n_out, n_cl, last_of_store
+
+    def _send(self, topic: str, key: bytes | None, value: bytes | None, **kwargs: Any) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, value, key, **kwargs)
+                return
+            except BufferError:
+                # Local queue full: let the producer drain, then retry.
+                self._producer.poll(0.05)
+
+    def close(self) -> None:
+        try:
+            self._producer.flush(self._timeout)
+        finally:
+            self._consumer.close()

@@ -1,0 +1,129 @@
+"""Eddy's state core: RocksDB stores with Kafka changelogs, checkpoints, restore, standbys, commit.
+
+This docstring is the API contract for the Spark runtime (pipeline/driver modules). It stays
+stable; additions are fine, changes are announced.
+
+Modules (Kafka Streams' names, Quix Streams' layering):
+
+- ``serde.py``          bytes / string / json / int64 serdes at the API edge
+- ``store.py``          `StoreSpec`, `KeyValueStore` + `KeyValueTransaction` (reads its own writes),
+                        offsets in a metadata column family written with the data
+- ``window_store.py``   `WindowStore` + `WindowTransaction` (segments, retention)
+- ``task_directory.py`` ``<stateDir>/<app>/<task>/`` layout, the task lock (`TaskDirectoryLocked`
+                        names the holder), `StateDirectory.inventory()` for the operator
+- ``checkpoint.py``     `OffsetCheckpoint`: the ``.checkpoint`` file (Kafka Streams' format)
+- ``changelog.py``      ``<app>-<store>-changelog`` naming, `ensure_changelog_topics`
+- ``restore.py``        `StoreChangelogReader`: chunked restore with progress, bulk path
+- ``standby.py``        `StandbyUpdater`: standbys tail changelogs, report lag
+- ``manager.py``        `ProcessorStateManager`: one task's stores, restore, standby, commit
+- ``metrics.py``        `TaskFigures` (picklable) and `StateMetrics` (Prometheus, in the driver)
+- ``../commit.py``      `TaskCommitter`: exactly_once / at_least_once commit protocol
+
+Driver, once per app start (before any task opens)::
+
+    from eddy_runtime.state import ChangelogTopicSpec, StoreSpec, changelog_topic_name, ensure_changelog_topics
+    specs = [StoreSpec.key_value("counts", key_serde="string", value_serde="int64")]
+    ensure_changelog_topics(admin, [ChangelogTopicSpec(changelog_topic_name(app, s.name), partitions=n_input)
+                                    for s in specs])   # ChangelogTopicMismatch on a wrong topic
+
+Executor, per work item (a task ``S_P`` is partition ``P`` of the input and of each changelog)::
+
+    from eddy_runtime.state import ProcessorStateManager, OutputRecord
+
+    mgr = ProcessorStateManager.open(app, "0_3", specs, state_dir, bootstrap,
+                                     role="active", guarantee="exactly_once")
+    # raises TaskDirectoryLocked (holder pid/host in the message) if another process has the task
+
+    # restore work item: bounded, interleavable
+    if not mgr.restored:
+        progress = mgr.restore_chunk(max_records=500_000, max_seconds=5.0)
+        # progress.restored / .remaining / .rate / .eta_s / .done, per store in progress.stores
+
+    # processing work item (only when mgr.restored)
+    tx = mgr.transaction()
+    counts = tx.key_value("counts")                 # or tx.window("name") for window stores
+    old = counts.get_many(words, default=0)         # one multi-get; reads see this batch's writes
+    counts.put_many(words, [o + 1 for o in old])    # also get / put / delete / range / prefix
+    result = mgr.commit(tx,
+                        outputs=[OutputRecord("counts-out", key_bytes, value_bytes)],
+                        input_offsets={("words", 3): next_offset})   # consumer positions
+    # exactly_once: one Kafka transaction (transactional.id <app>-<task>) with outputs, changelog
+    # records and input offsets (group id = app by default; read input with assign(), not
+    # subscribe()), then the store's write batch. CommitFailed(aborted=True): reprocess from the
+    # committed offsets; other CommitFailed: mgr.restored turns False until the delta is restored;
+    # TaskFenced: another instance owns the task, close and stop.
+
+    figures = mgr.figures()      # TaskFigures: ship to the driver -> StateMetrics().observe(figures)
+    mgr.close()                  # flush, .checkpoint, release the lock
+
+    # standby work item
+    sb = ProcessorStateManager.open(app, "0_3", specs, state_dir, bootstrap, role="standby")
+    sb.standby_chunk(max_records=500_000, max_seconds=1.0); sb.standby_lag
+    sb.promote()                 # becomes active: fences zombies, restores only the delta (maybe 0)
+
+Operator / placement: ``StateDirectory(state_dir).inventory(app)`` lists `TaskInventory` (tasks,
+stores, changelog offsets, sizes, lock holder) from the ``.checkpoint`` files, without locks.
+
+Opening a task costs a few ms for RocksDB plus Kafka clients (and ``init_transactions`` for an
+exactly_once active), so keep a manager open across batches in a long-lived worker where you can;
+the lock guarantees that a second process never opens the same task.
+"""
+
+from eddy_runtime.commit import CommitFailed, CommitResult, OutputRecord, TaskCommitter, TaskFenced
+from eddy_runtime.state.changelog import (
+    ChangelogTopicMismatch,
+    ChangelogTopicMissing,
+    ChangelogTopicSpec,
+    changelog_topic_name,
+    ensure_changelog_topics,
+)
+from eddy_runtime.state.checkpoint import OffsetCheckpoint
+from eddy_runtime.state.manager import ProcessorStateManager, TaskTransaction
+from eddy_runtime.state.metrics import StateMetrics, StoreFigures, TaskFigures
+from eddy_runtime.state.restore import RestoreProgress, TaskRestoreProgress
+from eddy_runtime.state.serde import serde_for
+from eddy_runtime.state.store import KeyValueStore, KeyValueTransaction, StoreOffsets, StoreSpec, open_store
+from eddy_runtime.state.task_directory import (
+    LockHolder,
+    StateDirectory,
+    StoreInventory,
+    TaskDirectory,
+    TaskDirectoryLocked,
+    TaskInventory,
+)
+from eddy_runtime.state.window_store import WindowStore, WindowTransaction
+
+__all__ = [
+    "ChangelogTopicMismatch",
+    "ChangelogTopicMissing",
+    "ChangelogTopicSpec",
+    "CommitFailed",
+    "CommitResult",
+    "KeyValueStore",
+    "KeyValueTransaction",
+    "LockHolder",
+    "OffsetCheckpoint",
+    "OutputRecord",
+    "ProcessorStateManager",
+    "RestoreProgress",
+    "StateDirectory",
+    "StateMetrics",
+    "StoreFigures",
+    "StoreInventory",
+    "StoreOffsets",
+    "StoreSpec",
+    "TaskCommitter",
+    "TaskDirectory",
+    "TaskDirectoryLocked",
+    "TaskFenced",
+    "TaskFigures",
+    "TaskInventory",
+    "TaskRestoreProgress",
+    "TaskTransaction",
+    "WindowStore",
+    "WindowTransaction",
+    "changelog_topic_name",
+    "ensure_changelog_topics",
+    "open_store",
+    "serde_for",
+]

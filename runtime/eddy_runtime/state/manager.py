@@ -1,0 +1,487 @@
+"""A task's state on one executor: its stores, their changelogs, restore, standby and commit.
+
+`ProcessorStateManager` is Kafka Streams' class of the same name, for one task (``S_P``): it
+takes the task directory's lock, opens the task's stores, registers their changelog partitions
+(partition ``P`` of ``<app>-<store>-changelog``), decides whether and how they restore, and
+owns the task's `TaskCommitter` (commit.py) while the task is active. The Spark runtime calls it
+inside an executor's Python worker; see the package docstring (state/__init__.py) for the flow.
+
+Roles: an *active* restores until `restored`, then processes batches through `transaction()`
+and `commit()`; a *standby* tails its changelogs (`standby_chunk`) and becomes the active with
+`promote()`, which restores only what the standby had not applied yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from confluent_kafka import Consumer
+
+from eddy_runtime.commit import CommitFailed, CommitResult, Guarantee, KafkaCommit, OutputRecord, TaskCommitter
+from eddy_runtime.state.changelog import changelog_topic_name
+from eddy_runtime.state.metrics import StoreFigures, TaskFigures
+from eddy_runtime.state.restore import (
+    BulkMode,
+    StoreChangelogReader,
+    TaskRestoreProgress,
+    restore_consumer_config,
+)
+from eddy_runtime.state.standby import StandbyUpdater
+from eddy_runtime.state.store import KeyValueTransaction, StoreSpec, open_store
+from eddy_runtime.state.task_directory import TaskDirectory, TaskLock, task_partition
+from eddy_runtime.state.window_store import WindowTransaction
+
+if TYPE_CHECKING:
+    from eddy_runtime.state.store import StateStore
+
+__all__ = ["ProcessorStateManager", "Role", "TaskTransaction"]
+
+log = logging.getLogger(__name__)
+
+Role = Literal["active", "standby"]
+
+
+class TaskTransaction:
+    """One batch of one task: a transaction per store, applied together after the Kafka commit."""
+
+    def __init__(self, manager: ProcessorStateManager) -> None:
+        self.manager = manager
+        self._txs: dict[str, KeyValueTransaction | WindowTransaction] = {
+            name: store.begin() for name, store in manager.stores.items()
+        }
+        self._applied = False
+
+    def store(self, name: str) -> Any:
+        """The named store's transaction (`KeyValueTransaction` or `WindowTransaction`)."""
+        try:
+            return self._txs[name]
+        except KeyError:
+            raise KeyError(f"task {self.manager.task_id} has no store {name!r}; "
+                           f"it has {sorted(self._txs)}") from None
+
+    __getitem__ = store
+
+    def key_value(self, name: str) -> KeyValueTransaction:
+        tx = self.store(name)
+        if not isinstance(tx, KeyValueTransaction):
+            raise TypeError(f"store {name!r} is not a key-value store")
+        return tx
+
+    def window(self, name: str) -> WindowTransaction:
+        tx = self.store(name)
+        if not isinstance(tx, WindowTransaction):
+            raise TypeError(f"store {name!r} is not a window store")
+        return tx
+
+    def changelog_batches(self) -> Iterator[tuple[str, str, int, list[tuple[bytes, bytes | None]]]]:
+        """(store, changelog topic, partition, records) for each logged store with writes."""
+        m = self.manager
+        for name, tx in self._txs.items():
+            if m.stores[name].spec.logged and tx.dirty:
+                yield name, m.changelog_topic(name), m.partition, tx.changelog_records()
+
+    def apply(
+        self, changelog_offsets: Mapping[str, int | None], input_offsets: Mapping[tuple[str, int], int] | None
+    ) -> None:
+        """Phase two of a commit: write each store's batch with its offsets (one write batch per store)."""
+        if self._applied:
+            raise RuntimeError("task transaction already applied")
+        for name, tx in self._txs.items():
+            tx.apply(changelog_offsets.get(name), input_offsets)
+        self._applied = True
+
+
+class ProcessorStateManager:
+    """Opens, restores, tails, commits and closes one task's stores. Use `open`."""
+
+    def __init__(
+        self,
+        app: str,
+        task_id: str,
+        specs: Sequence[StoreSpec],
+        task_dir: TaskDirectory,
+        lock: TaskLock,
+        bootstrap: str,
+        role: Role,
+        guarantee: Guarantee,
+        partition: int,
+        bulk_restore: BulkMode,
+        consumer_overrides: Mapping[str, Any],
+        producer_overrides: Mapping[str, Any],
+        checkpoint_interval_s: float,
+        group_id: str | None,
+    ) -> None:
+        self.app = app
+        self.task_id = task_id
+        self.partition = partition
+        self.task_dir = task_dir
+        self.bootstrap = bootstrap
+        self.guarantee = guarantee
+        self.role: Role = role
+        self._specs = {s.name: s for s in specs}
+        self._lock = lock
+        self._ctx = f"app {app} task {task_id}"
+        self._group_id = group_id
+        self._producer_overrides = dict(producer_overrides)
+        self._checkpoint_interval_s = checkpoint_interval_s
+        self._last_checkpoint = 0.0
+        self._commit_latencies: list[float] = []
+        self._commits = 0
+        self._restored_total: dict[str, int] = {s.name: 0 for s in specs}
+        self._counted: dict[str, int] = {s.name: 0 for s in specs}
+        self._closed = False
+        self.stores: dict[str, StateStore] = {}
+        self.committer: TaskCommitter | None = None
+        self._consumer: Consumer | None = None
+        self._reader: StoreChangelogReader | None = None
+        self._standby: StandbyUpdater | None = None
+        self._progress = TaskRestoreProgress(())
+        try:
+            for spec in specs:
+                self.stores[spec.name] = open_store(spec, task_dir.store_path(spec.name))
+            if any(s.logged for s in specs):
+                self._consumer = Consumer(
+                    restore_consumer_config(bootstrap, app, task_id, **dict(consumer_overrides))
+                )
+                self._reader = StoreChangelogReader(
+                    self._consumer, wipe=self._wipe_store, bulk=bulk_restore, context=self._ctx
+                )
+                for spec in specs:
+                    if spec.logged:
+                        self._reader.register(self.stores[spec.name], self.changelog_topic(spec.name), partition)
+            if role == "active":
+                self._become_active()
+            else:
+                self._standby = StandbyUpdater(self._reader) if self._reader else None
+                if self._standby:
+                    self._progress = self._standby.start()
+                    self._counted = {name: 0 for name in self._counted}
+        except BaseException:
+            self._release()
+            raise
+
+    # -- opening ----------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        app: str,
+        task_id: str,
+        stores: Sequence[StoreSpec],
+        state_dir: str | os.PathLike[str],
+        bootstrap: str,
+        *,
+        role: Role = "active",
+        guarantee: Guarantee = "exactly_once",
+        partition: int | None = None,
+        lock_timeout: float = 0.0,
+        bulk_restore: BulkMode = "auto",
+        consumer_overrides: Mapping[str, Any] | None = None,
+        producer_overrides: Mapping[str, Any] | None = None,
+        checkpoint_interval_s: float = 1.0,
+        group_id: str | None = None,
+    ) -> ProcessorStateManager:
+        """Lock the task directory, open the stores and plan their restore (or standby tail).
+
+        An active also creates its `TaskCommitter` *before* reading the changelogs' ends, so a
+        zombie of the task is fenced and its open transaction aborted first. Raises
+        `TaskDirectoryLocked` naming the holder when another process has the task.
+        """
+        td = TaskDirectory(state_dir, app, task_id)
+        lock = td.lock(timeout=lock_timeout)
+        return cls(
+            app,
+            task_id,
+            stores,
+            td,
+            lock,
+            bootstrap,
+            role,
+            guarantee,
+            task_partition(task_id) if partition is None else partition,
+            bulk_restore,
+            consumer_overrides or {},
+            producer_overrides or {},
+            checkpoint_interval_s,
+            group_id,
+        )
+
+    def __enter__(self) -> ProcessorStateManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def changelog_topic(self, store: str) -> str:
+        return changelog_topic_name(self.app, store)
+
+    def store(self, name: str) -> StateStore:
+        return self.stores[name]
+
+    def _wipe_store(self, name: str) -> StateStore:
+        old = self.stores[name]
+        old.close()
+        self.task_dir.wipe_store(name)
+        new = open_store(self._specs[name], self.task_dir.store_path(name))
+        self.stores[name] = new
+        self._counted[name] = 0
+        return new
+
+    def _become_active(self) -> None:
+        self.role = "active"
+        if self.committer is None:
+            self.committer = TaskCommitter(
+                self.app, self.task_id, self.bootstrap, self.guarantee,
+                group_id=self._group_id, producer_overrides=self._producer_overrides,
+            )
+        if self._reader is not None:
+            self._plan(tail=False)
+            if self._progress.done:
+                self._on_restored()
+
+    # -- restore ----------------------------------------------------------------------------------
+
+    @property
+    def restored(self) -> bool:
+        """True when an active's stores hold everything their changelogs have."""
+        return self.role == "active" and (self._reader is None or self._reader.done)
+
+    @property
+    def progress(self) -> TaskRestoreProgress:
+        return self._progress
+
+    def restore_chunk(self, max_records: int = 1_000_000, max_seconds: float = 5.0) -> TaskRestoreProgress:
+        """Restore a bounded chunk (an active that is not `restored` yet); returns the progress."""
+        self._check_open()
+        if self.role != "active":
+            raise RuntimeError(f"{self._ctx}: restore_chunk is for actives; a standby uses standby_chunk")
+        if self._reader is None or self._reader.done:
+            return self._progress
+        self._progress = self._reader.restore_chunk(max_records=max_records, max_seconds=max_seconds)
+        self._count_restored()
+        if self._reader.done:
+            self._on_restored()
+        return self._progress
+
+    def restore(self, timeout_s: float | None = None, chunk_records: int = 1_000_000) -> TaskRestoreProgress:
+        """Restore until done (or `timeout_s`), chunk by chunk."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self.restored:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            self.restore_chunk(max_records=chunk_records)
+        return self._progress
+
+    def _plan(self, *, tail: bool) -> None:
+        assert self._reader is not None
+        self._progress = self._reader.prepare(tail=tail)
+        # A new plan counts its restored records from 0 again.
+        self._counted = {name: 0 for name in self._counted}
+
+    def _on_restored(self) -> None:
+        self.write_checkpoint()
+
+    def _count_restored(self) -> None:
+        for p in self._progress.stores:
+            prev = self._counted.get(p.store, 0)
+            if p.restored >= prev:
+                self._restored_total[p.store] += p.restored - prev
+            else:  # a new restore (re-plan, wipe) started counting from 0
+                self._restored_total[p.store] += p.restored
+            self._counted[p.store] = p.restored
+
+    # -- standby --------------------------------------------------------------------------------
+
+    def standby_chunk(self, max_records: int = 1_000_000, max_seconds: float = 1.0) -> TaskRestoreProgress:
+        """A standby applies what its changelogs gained (bounded); `remaining` is its lag."""
+        self._check_open()
+        if self.role != "standby":
+            raise RuntimeError(f"{self._ctx}: standby_chunk is for standbys")
+        if self._standby is None:
+            return self._progress
+        self._progress = self._standby.poll(max_records=max_records, max_seconds=max_seconds)
+        self._count_restored()
+        self._maybe_checkpoint()
+        return self._progress
+
+    @property
+    def standby_lag(self) -> int | None:
+        if self.role != "standby":
+            return None
+        return self._standby.lag if self._standby else 0
+
+    def promote(self) -> TaskRestoreProgress:
+        """Standby -> active: fence zombies, then restore only what the standby lacks (maybe nothing)."""
+        self._check_open()
+        if self.role == "active":
+            return self._progress
+        if self._standby is not None:
+            self._standby.stop()
+            self._count_restored()
+            self._standby = None
+        log.info("%s: promoting standby to active", self._ctx)
+        self._become_active()
+        return self._progress
+
+    # -- processing -----------------------------------------------------------------------------
+
+    def transaction(self) -> TaskTransaction:
+        """A transaction over all the task's stores for one batch."""
+        self._check_open()
+        if not self.restored:
+            raise RuntimeError(f"{self._ctx}: stores are not restored yet (role {self.role}); "
+                               f"call restore_chunk until restored")
+        return TaskTransaction(self)
+
+    def commit(
+        self,
+        tx: TaskTransaction | None,
+        outputs: Iterable[OutputRecord] = (),
+        input_offsets: Mapping[tuple[str, int], int] | None = None,
+        *,
+        group_metadata: Any = None,
+    ) -> CommitResult:
+        """Commit a batch (commit.py): Kafka first, then the stores; figures and checkpoint after."""
+        kc = self.commit_to_kafka(tx, outputs, input_offsets, group_metadata=group_metadata)
+        return self.apply_commit(tx, kc)
+
+    def commit_to_kafka(
+        self,
+        tx: TaskTransaction | None,
+        outputs: Iterable[OutputRecord] = (),
+        input_offsets: Mapping[tuple[str, int], int] | None = None,
+        *,
+        group_metadata: Any = None,
+    ) -> KafkaCommit:
+        """Phase one of `commit` (exposed for crash tests)."""
+        self._check_open()
+        if self.committer is None or not self.restored:
+            raise RuntimeError(f"{self._ctx}: only a restored active commits")
+        try:
+            return self.committer.commit_to_kafka(tx, outputs, input_offsets, group_metadata=group_metadata)
+        except CommitFailed as e:
+            if not e.aborted:
+                # The outcome in Kafka is unknown: check the stores against the changelogs
+                # (and restore a delta) before the next batch.
+                self._recheck_changelogs()
+            raise
+
+    def apply_commit(self, tx: TaskTransaction | None, kc: KafkaCommit) -> CommitResult:
+        """Phase two of `commit`: write the stores, then figures and (throttled) checkpoint."""
+        if tx is not None:
+            tx.apply(kc.changelog_offsets, kc.input_offsets)
+        latency = time.monotonic() - kc.started
+        self._commit_latencies.append(latency)
+        self._commits += 1
+        self._maybe_checkpoint()
+        return CommitResult(kc.changelog_offsets, kc.outputs, kc.changelog_records, latency)
+
+    def _recheck_changelogs(self) -> None:
+        if self._reader is None:
+            return
+        try:
+            self._plan(tail=False)
+        except Exception:  # noqa: BLE001 - the caller is already handling a commit failure
+            log.exception("%s: could not re-check changelogs after a failed commit", self._ctx)
+
+    # -- checkpoint and figures -----------------------------------------------------------------
+
+    def _maybe_checkpoint(self) -> None:
+        if time.monotonic() - self._last_checkpoint >= self._checkpoint_interval_s:
+            self.write_checkpoint()
+
+    def write_checkpoint(self) -> None:
+        """Mirror the stores' offsets into the task's `.checkpoint` file (atomic)."""
+        offsets: dict[tuple[str, int], int] = {}
+        for name, store in self.stores.items():
+            if store.closed:
+                continue
+            o = store.offsets
+            if store.spec.logged and o.changelog_offset is not None:
+                offsets[(self.changelog_topic(name), self.partition)] = o.changelog_offset
+            for tp, pos in o.input_offsets.items():
+                if pos > 0:
+                    # .checkpoint holds "last record reflected" offsets; the store keeps positions.
+                    offsets[tp] = max(offsets.get(tp, -1), pos - 1)
+        self.task_dir.checkpoint.write(offsets)
+        self._last_checkpoint = time.monotonic()
+
+    def figures(self) -> TaskFigures:
+        """Picklable figures for the driver's metrics (drains the commit latencies)."""
+        by_store = {p.store: p for p in self._progress.stores}
+        out = []
+        for name, store in self.stores.items():
+            p = by_store.get(name)
+            size = store.size() if not store.closed else None
+            restoring = self.role == "active" and p is not None and not p.done
+            out.append(
+                StoreFigures(
+                    store=name,
+                    changelog_topic=self.changelog_topic(name) if store.spec.logged else None,
+                    changelog_partition=self.partition,
+                    changelog_offset=None if store.closed else store.offsets.changelog_offset,
+                    restored_records=self._restored_total.get(name, 0),
+                    restore_rate=p.rate if p is not None and restoring else 0.0,
+                    restore_remaining=p.remaining if p is not None and restoring else 0,
+                    restore_eta_s=p.eta_s if p is not None and restoring else None,
+                    standby_lag=(p.remaining if p is not None else 0) if self.role == "standby" else None,
+                    size_bytes=size.bytes if size else 0,
+                    keys=size.keys if size else 0,
+                )
+            )
+        lat, self._commit_latencies = tuple(self._commit_latencies), []
+        return TaskFigures(
+            app=self.app,
+            task_id=self.task_id,
+            role=self.role,
+            restoring=self.role == "active" and not self.restored,
+            stores=tuple(out),
+            commit_latencies_s=lat,
+            commits=self._commits,
+        )
+
+    # -- closing --------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self._ctx}: state manager is closed")
+
+    def close(self) -> None:
+        """Flush and close stores, write the checkpoint, close Kafka clients, release the lock."""
+        if self._closed:
+            return
+        try:
+            if self._standby is not None:
+                self._standby.stop()
+            if all(not s.closed for s in self.stores.values()):
+                for s in self.stores.values():
+                    s.flush()
+                self.write_checkpoint()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        self._closed = True
+        for s in self.stores.values():
+            try:
+                s.close()
+            except Exception:  # noqa: BLE001 - closing the rest matters more
+                log.exception("%s: closing store %s failed", self._ctx, s.spec.name)
+        if self._reader is not None:
+            with contextlib.suppress(Exception):
+                self._reader.close()
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        if self.committer is not None:
+            try:
+                self.committer.close()
+            except Exception:  # noqa: BLE001
+                log.exception("%s: closing the committer failed", self._ctx)
+            self.committer = None
+        self._lock.release()

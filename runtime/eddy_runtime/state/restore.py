@@ -1,0 +1,489 @@
+"""Restoring stores from their changelogs, in bounded chunks (Kafka Streams' StoreChangelogReader).
+
+`ProcessorStateManager` (manager.py) registers each logged store of a task here and calls
+`StoreChangelogReader.restore_chunk` until it reports done, so a caller can interleave restores
+with other work (unlike Quix Streams' stop-the-world recovery loop). Standbys (standby.py) use
+the same reader in *tail* mode, where there is no end and the figure of interest is the lag.
+
+A restore runs from the store's offset + 1 to the changelog's end as a ``read_committed``
+consumer sees it (the last stable offset, so records of open or aborted transactions never
+land). Offsets may jump over compacted records and transaction markers; the reader never
+counts on consecutive offsets: a partition is done when its position (next offset to read)
+reaches the end, which the consumer also reports as a partition EOF.
+
+Two ways to write what was read:
+
+- *batch*: each consumed batch becomes one RocksDB write batch, with the WAL off and one flush
+  at the end (the changelog covers a crash in between: the store's offsets are written in the
+  same batches, and data and offsets are flushed together);
+- *bulk* (a cold key-value store only): keep the last value per key in memory, sort, write an
+  SST file and ingest it; up to `bulk_max_keys` keys per SST file, so memory stays bounded.
+
+Which is faster is measured by bench/restore.py; `bulk="auto"` picks the measured winner.
+
+Edge cases: an empty changelog restores nothing; a store offset beyond the changelog's end
+(the topic was recreated) or below its start (records were deleted) means the local store
+cannot be trusted, so it is wiped and restored from scratch with a warning; a changelog that
+does not exist raises `ChangelogTopicMissing`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from eddy_runtime.commit import INPUT_OFFSETS_HEADER
+from eddy_runtime.state.changelog import ChangelogTopicMissing
+from eddy_runtime.state.store import KeyValueStore
+
+if TYPE_CHECKING:
+    from eddy_runtime.state.store import StateStore
+
+__all__ = [
+    "BulkMode",
+    "RestoreProgress",
+    "StoreChangelogReader",
+    "TaskRestoreProgress",
+    "restore_consumer_config",
+]
+
+log = logging.getLogger(__name__)
+
+BulkMode = Literal["auto", "always", "never"]
+
+#: Measured by bench/restore.py (see its output in the repository's notes): on a cold store the
+#: bulk path beats record batches, so "auto" uses it for cold key-value stores.
+AUTO_BULK_FOR_COLD_STORES = True
+
+_KAFKA_TIMEOUT_S = 30.0
+
+
+def restore_consumer_config(bootstrap: str, app: str, task_id: str, **overrides: str) -> dict[str, object]:
+    """Consumer settings for restoring and tailing changelogs: read_committed, big fetches.
+
+    The group id is never used for commits (partitions are assigned, not subscribed); the
+    client requires one.
+    """
+    conf: dict[str, object] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"{app}-restore",
+        "client.id": f"{app}-{task_id}-restore",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        # An offset out of range is reported, never silently reset: a restore from the wrong
+        # place corrupts the store, so the reader decides (wipe and restore from scratch).
+        "auto.offset.reset": "error",
+        # Restore throughput comes from large fetches queued ahead of the Python loop.
+        "fetch.max.bytes": 64 << 20,
+        "max.partition.fetch.bytes": 16 << 20,
+        "queued.min.messages": 500_000,
+        "queued.max.messages.kbytes": 256 << 10,
+        "fetch.wait.max.ms": 100,
+    }
+    conf.update(overrides)
+    return conf
+
+
+@dataclass(frozen=True)
+class RestoreProgress:
+    """One store's restore (or standby tail): where it is, how fast it goes."""
+
+    store: str
+    topic: str
+    partition: int
+    mode: str  # "batch", "bulk", "tail" or "none" (nothing to restore)
+    start_offset: int
+    end_offset: int
+    position: int
+    restored: int  # records applied (or, in bulk mode, read) so far
+    elapsed_s: float
+    done: bool
+
+    @property
+    def remaining(self) -> int:
+        """Offsets left to read: an upper bound on records (compaction and markers leave gaps)."""
+        return max(0, self.end_offset - self.position)
+
+    @property
+    def rate(self) -> float:
+        """Records per second since this restore started (wall clock, pauses included)."""
+        return self.restored / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.done or self.remaining == 0:
+            return 0.0
+        rate = self.rate
+        return self.remaining / rate if rate > 0 else None
+
+
+@dataclass(frozen=True)
+class TaskRestoreProgress:
+    """All stores of a task."""
+
+    stores: tuple[RestoreProgress, ...]
+
+    @property
+    def done(self) -> bool:
+        return all(p.done for p in self.stores)
+
+    @property
+    def restored(self) -> int:
+        return sum(p.restored for p in self.stores)
+
+    @property
+    def remaining(self) -> int:
+        return sum(p.remaining for p in self.stores)
+
+    @property
+    def rate(self) -> float:
+        elapsed = max((p.elapsed_s for p in self.stores), default=0.0)
+        return self.restored / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.done:
+            return 0.0
+        rate = self.rate
+        return self.remaining / rate if rate > 0 else None
+
+
+class _Target:
+    """Mutable restore state of one store's changelog partition."""
+
+    def __init__(self, store: StateStore, topic: str, partition: int) -> None:
+        self.store = store
+        self.topic = topic
+        self.partition = partition
+        self.mode = "none"
+        self.start = 0
+        self.end = 0
+        self.position = 0
+        self.restored = 0
+        self.started = time.monotonic()
+        self.done = True
+        self.assigned = False
+        self.bulk: dict[bytes, bytes | None] | None = None
+        self.bulk_sst_count = 0
+        self.last_offset: int | None = None  # last record read (bulk: not yet ingested)
+        self.inputs: dict[tuple[str, int], int] | None = None
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    def progress(self) -> RestoreProgress:
+        return RestoreProgress(
+            store=self.store.spec.name,
+            topic=self.topic,
+            partition=self.partition,
+            mode=self.mode,
+            start_offset=self.start,
+            end_offset=self.end,
+            position=self.position,
+            restored=self.restored,
+            elapsed_s=time.monotonic() - self.started,
+            done=self.done,
+        )
+
+
+def _input_offsets_of(msg: Message) -> dict[tuple[str, int], int] | None:
+    headers = msg.headers()
+    if not headers:
+        return None
+    for name, value in headers:
+        if name == INPUT_OFFSETS_HEADER and value:
+            return {(t, int(p)): int(o) for t, p, o in json.loads(value)}
+    return None
+
+
+class StoreChangelogReader:
+    """Reads a task's changelog partitions into its stores, chunk by chunk.
+
+    `wipe(store_name)` must close, delete and reopen the named store and return the new one
+    (the manager owns the stores); the reader calls it when a local store cannot be trusted.
+    """
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        *,
+        wipe: Callable[[str], StateStore],
+        bulk: BulkMode = "auto",
+        batch_size: int = 20_000,
+        bulk_max_keys: int = 2_000_000,
+        context: str = "",
+    ) -> None:
+        self._consumer = consumer
+        self._wipe = wipe
+        self._bulk = bulk
+        self._batch_size = batch_size
+        self._bulk_max_keys = bulk_max_keys
+        self._ctx = context
+        self._targets: dict[str, _Target] = {}  # by topic
+        self.tail = False
+
+    # -- registration and planning -----------------------------------------------------------
+
+    def register(self, store: StateStore, topic: str, partition: int) -> None:
+        self._targets[topic] = _Target(store, topic, partition)
+
+    def prepare(self, *, tail: bool = False) -> TaskRestoreProgress:
+        """Decide where each store starts (and, unless tailing, ends) and assign the partitions."""
+        self.tail = tail
+        self._unassign_all()
+        for t in self._targets.values():
+            self._plan(t)
+        to_assign = [TopicPartition(t.topic, t.partition, t.position) for t in self._targets.values()
+                     if not t.done or tail]
+        if to_assign:
+            self._consumer.incremental_assign(to_assign)
+            for t in self._targets.values():
+                if not t.done or tail:
+                    t.assigned = True
+        return self.progress()
+
+    def _watermarks(self, t: _Target) -> tuple[int, int]:
+        md = self._consumer.list_topics(topic=t.topic, timeout=_KAFKA_TIMEOUT_S)
+        tmd = md.topics.get(t.topic)
+        if tmd is None or tmd.error is not None or t.partition not in tmd.partitions:
+            raise ChangelogTopicMissing(
+                f"{self._ctx}: changelog {t.topic} partition {t.partition} of store {t.store.spec.name} "
+                f"does not exist; run the app's topic setup (ensure_changelog_topics) first"
+            )
+        low, high = self._consumer.get_watermark_offsets(t.tp, timeout=_KAFKA_TIMEOUT_S)
+        return low, high
+
+    def _plan(self, t: _Target) -> None:
+        low, high = self._watermarks(t)
+        local = t.store.offsets.changelog_offset
+        if local is not None and (local + 1 > high or local + 1 < low):
+            where = "beyond the changelog's end" if local + 1 > high else "below the changelog's start"
+            log.warning(
+                "%s: store %s has changelog offset %d %s (%s-%d holds [%d, %d)); wiping it and "
+                "restoring from scratch",
+                self._ctx, t.store.spec.name, local, where, t.topic, t.partition, low, high,
+            )
+            t.store = self._wipe(t.store.spec.name)
+            local = None
+        elif local is None and not t.store.is_empty():
+            # Data without offsets: written by a bulk ingest that a crash interrupted. A replay
+            # from the start is correct on top of it, but the bulk path needs an empty store.
+            log.info("%s: store %s has data but no offset; replaying its changelog from the start",
+                     self._ctx, t.store.spec.name)
+        start = low if local is None else local + 1
+        t.start = t.position = start
+        t.end = high
+        t.restored = 0
+        t.started = time.monotonic()
+        t.last_offset = None
+        t.inputs = None
+        t.bulk = None
+        t.bulk_sst_count = 0
+        if self.tail:
+            t.mode = "tail"
+            t.done = start >= high
+        elif start >= high:
+            t.mode, t.done = "none", True
+        else:
+            t.done = False
+            t.mode = "bulk" if self._use_bulk(t, local) else "batch"
+            if t.mode == "bulk":
+                t.bulk = {}
+        log.info("%s: store %s %s from %s-%d offset %d to %d (%s)", self._ctx, t.store.spec.name,
+                 "tails" if self.tail else "restores", t.topic, t.partition, start, high, t.mode)
+
+    def _use_bulk(self, t: _Target, local: int | None) -> bool:
+        if not isinstance(t.store, KeyValueStore) or local is not None:
+            return False
+        if self._bulk == "never":
+            return False
+        if not t.store.is_empty():
+            return False
+        return self._bulk == "always" or AUTO_BULK_FOR_COLD_STORES
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def progress(self) -> TaskRestoreProgress:
+        return TaskRestoreProgress(tuple(t.progress() for t in self._targets.values()))
+
+    @property
+    def done(self) -> bool:
+        return all(t.done for t in self._targets.values())
+
+    def restore_chunk(self, max_records: int = 1_000_000, max_seconds: float = 5.0) -> TaskRestoreProgress:
+        """Read and apply up to `max_records` records or for up to `max_seconds`, then return.
+
+        Restore mode returns early once every store reached its end. Tail mode (standbys)
+        returns once a poll finds nothing new, i.e. when the standby is caught up.
+        """
+        deadline = time.monotonic() + max_seconds
+        budget = max_records
+        consumer = self._consumer
+        if self.tail:
+            self.refresh_end_offsets()
+        while budget > 0:
+            if not self.tail and self.done:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            poll_s = min(left, 0.05 if self.tail else 0.5)
+            msgs = consumer.consume(min(budget, self._batch_size), timeout=poll_s)
+            if not msgs:
+                if self.tail:
+                    break
+                continue
+            budget -= self._dispatch(msgs)
+        self._finish_done_targets()
+        return self.progress()
+
+    def _dispatch(self, msgs: list[Message]) -> int:
+        """Apply one consumed batch; returns the number of data records in it."""
+        targets = self._targets
+        if len(targets) == 1:
+            (t,) = targets.values()
+            pairs: list[tuple[bytes, bytes | None]] = []
+            append = pairs.append
+            last: Message | None = None
+            for m in msgs:
+                if m.error() is None:
+                    append((m.key(), m.value()))
+                    last = m
+                else:
+                    self._on_event(m)
+            if last is not None:
+                self._apply(t, pairs, last)
+            return len(pairs)
+        by_topic: dict[str, tuple[list[tuple[bytes, bytes | None]], list[Message]]] = {}
+        for m in msgs:
+            if m.error() is None:
+                entry = by_topic.setdefault(m.topic(), ([], []))
+                entry[0].append((m.key(), m.value()))
+                entry[1].append(m)
+            else:
+                self._on_event(m)
+        n = 0
+        for topic, (pairs, ms) in by_topic.items():
+            self._apply(targets[topic], pairs, ms[-1])
+            n += len(pairs)
+        return n
+
+    def _apply(self, t: _Target, pairs: list[tuple[bytes, bytes | None]], last: Message) -> None:
+        last_offset = last.offset()
+        inputs = _input_offsets_of(last)
+        if t.mode == "bulk":
+            assert t.bulk is not None
+            t.bulk.update(pairs)
+            t.last_offset = last_offset
+            if inputs:
+                t.inputs = inputs
+            if len(t.bulk) >= self._bulk_max_keys:
+                self._ingest_bulk(t)
+        else:
+            t.store.write(pairs, changelog_offset=last_offset, input_offsets=inputs, disable_wal=True)
+        t.restored += len(pairs)
+        t.position = max(t.position, last_offset + 1)
+        self._check_done(t)
+
+    def _on_event(self, m: Message) -> None:
+        err = m.error()
+        code = err.code()
+        t = self._targets.get(m.topic())
+        if code == KafkaError._PARTITION_EOF:
+            if t is not None:
+                t.position = max(t.position, m.offset())
+                if self.tail:
+                    t.end = max(t.end, m.offset())
+                self._check_done(t)
+            return
+        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION):
+            raise ChangelogTopicMissing(f"{self._ctx}: changelog {m.topic()} disappeared while restoring: {err}")
+        if code in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET) and t is not None:
+            log.warning("%s: store %s: offset %d is out of range in %s-%d (%s); wiping and restoring from "
+                        "scratch", self._ctx, t.store.spec.name, t.position, t.topic, t.partition, err)
+            self._consumer.incremental_unassign([t.tp])
+            t.store = self._wipe(t.store.spec.name)
+            self._plan(t)
+            self._consumer.incremental_assign([TopicPartition(t.topic, t.partition, t.position)])
+            return
+        if err.retriable() or not err.fatal():
+            log.warning("%s: changelog consumer: %s", self._ctx, err)
+            return
+        raise RuntimeError(f"{self._ctx}: changelog consumer failed: {err}")
+
+    def _check_done(self, t: _Target) -> None:
+        if self.tail:
+            t.done = t.position >= t.end
+        elif not t.done and t.position >= t.end:
+            t.done = True
+
+    def _finish_done_targets(self) -> None:
+        if self.tail:
+            return
+        finished = [t for t in self._targets.values() if t.done and t.assigned]
+        for t in finished:
+            if t.mode == "bulk":
+                self._ingest_bulk(t)
+            t.store.flush()
+            t.assigned = False
+            log.info("%s: store %s restored %d records from %s-%d [%d, %d) in %.2fs (%s)", self._ctx,
+                     t.store.spec.name, t.restored, t.topic, t.partition, t.start, t.end,
+                     time.monotonic() - t.started, t.mode)
+        if finished:
+            self._consumer.incremental_unassign([t.tp for t in finished])
+
+    def _ingest_bulk(self, t: _Target) -> None:
+        if not t.bulk:
+            if t.last_offset is not None:
+                t.store.write((), changelog_offset=t.last_offset, input_offsets=t.inputs)
+            return
+        assert isinstance(t.store, KeyValueStore)
+        buf = t.bulk
+        keys = sorted(buf)
+        t.store.ingest_sorted(
+            ((k, buf[k]) for k in keys),
+            changelog_offset=t.last_offset,
+            input_offsets=t.inputs,
+            # The first file lands in an empty store: deletes there are no-ops.
+            keep_deletes=t.bulk_sst_count > 0,
+        )
+        t.bulk_sst_count += 1
+        t.bulk = {}
+
+    # -- tail mode (standbys) -----------------------------------------------------------------
+
+    def refresh_end_offsets(self) -> None:
+        """Tail mode: learn the changelog's current end (for the lag), from the consumer's cache
+        of fetch responses when it has one, else from the broker."""
+        for t in self._targets.values():
+            try:
+                _, high = self._consumer.get_watermark_offsets(t.tp, timeout=_KAFKA_TIMEOUT_S, cached=True)
+            except Exception:  # noqa: BLE001 - the cache may not know the partition yet
+                high = -1
+            if high < 0:
+                _, high = self._watermarks(t)
+            t.end = max(t.end, high)
+            t.done = t.position >= t.end
+
+    def flush_stores(self) -> None:
+        for t in self._targets.values():
+            t.store.flush()
+
+    def _unassign_all(self) -> None:
+        assigned = [t.tp for t in self._targets.values() if t.assigned]
+        if assigned:
+            self._consumer.incremental_unassign(assigned)
+        for t in self._targets.values():
+            t.assigned = False
+
+    def close(self) -> None:
+        self._unassign_all()

@@ -1,0 +1,291 @@
+"""Window stores: (key, window start) -> value with retention, for windowed aggregations.
+
+Windows live in time segments, one RocksDB column family per segment, with key-first keys
+(``serialised key + window start``, 8 bytes big-endian) so that one key's windows are one
+range scan per segment. A segment whose newest window is expired (window start <= stream time
+- retention, stream time being the newest window start written) is dropped as a whole with
+``drop_column_family``: expiring windows costs one metadata operation, not a delete per key
+(Kafka Streams' segmented window store, inside one RocksDB instance).
+
+The changelog record of a window has the same raw key as the store, so restore.py replays it
+through `WindowStore.write` like any other store. Writes and offsets share one write batch
+(store.py's `_RocksDBStore`); `ProcessorStateManager` opens these stores through
+`store.open_store` and processing reaches them through `WindowTransaction`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import rocksdict
+
+from eddy_runtime.state.store import (
+    _INT64,
+    InputOffsets,
+    StoreSpec,
+    _RocksDBStore,
+)
+
+__all__ = ["WindowStore", "WindowTransaction", "split_windowed_key", "windowed_key"]
+
+log = logging.getLogger(__name__)
+
+_SEGMENT_CF_PREFIX = "seg-"
+
+
+def windowed_key(key: bytes, window_start: int) -> bytes:
+    """The raw key of a window: serialised key + window start (8 bytes, big-endian)."""
+    return key + _INT64.pack(window_start)
+
+
+def split_windowed_key(raw: bytes) -> tuple[bytes, int]:
+    return raw[:-8], _INT64.unpack(raw[-8:])[0]
+
+
+class WindowStore(_RocksDBStore):
+    """Windows of (key, window start) -> value in time segments, with retention.
+
+    A window is expired when its start <= stream time - retention (stream time: the newest
+    window start written); expired windows are neither returned nor written, and segments
+    holding only expired windows are dropped.
+    """
+
+    def __init__(self, spec: StoreSpec, path: str | os.PathLike[str]) -> None:
+        super().__init__(spec, path)
+        self._interval = spec.segment_interval
+        self._retention = int(spec.retention_ms or 0)
+        self._segments: dict[int, rocksdict.Rdict] = {}
+        self._segment_handles: dict[int, Any] = {}
+        for name in self._opened_column_families:
+            if name.startswith(_SEGMENT_CF_PREFIX):
+                seg = int(name[len(_SEGMENT_CF_PREFIX):])
+                self._segments[seg] = self.db.get_column_family(name)
+                self._segment_handles[seg] = self.db.get_column_family_handle(name)
+        self._drop_expired_segments()
+
+    # -- segments ---------------------------------------------------------------------------
+
+    def _segment_id(self, window_start: int) -> int:
+        return window_start // self._interval
+
+    def _segment_cf(self, seg: int) -> Any:
+        if seg not in self._segment_handles:
+            name = f"{_SEGMENT_CF_PREFIX}{seg}"
+            self._segments[seg] = self.db.create_column_family(name, self._make_options())
+            self._segment_handles[seg] = self.db.get_column_family_handle(name)
+        return self._segment_handles[seg]
+
+    def _expiry_bound(self, stream_time: int | None) -> int | None:
+        """Windows starting at or before this are expired (None: nothing is)."""
+        if stream_time is None:
+            return None
+        return stream_time - self._retention
+
+    def _drop_expired_segments(self) -> None:
+        bound = self._expiry_bound(self._offsets.stream_time)
+        if bound is None:
+            return
+        for seg in sorted(self._segments):
+            newest_start = (seg + 1) * self._interval - 1
+            if newest_start <= bound:
+                del self._segments[seg]
+                del self._segment_handles[seg]
+                self.db.drop_column_family(f"{_SEGMENT_CF_PREFIX}{seg}")
+                log.debug("store %s: dropped expired segment %d", self.spec.name, seg)
+
+    def _data_families(self) -> list[rocksdict.Rdict]:
+        return [self._segments[s] for s in sorted(self._segments)]
+
+    def _drop_handles(self) -> None:
+        self._segments.clear()
+        self._segment_handles.clear()
+
+    @property
+    def stream_time(self) -> int | None:
+        return self._offsets.stream_time
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    # -- raw reads ------------------------------------------------------------------------------
+
+    def get_raw(self, key: bytes, window_start: int, stream_time: int | None = None) -> bytes | None:
+        bound = self._expiry_bound(stream_time if stream_time is not None else self.stream_time)
+        if bound is not None and window_start <= bound:
+            return None
+        cf = self._segments.get(self._segment_id(window_start))
+        return None if cf is None else cf.get(windowed_key(key, window_start))
+
+    def iter_key_raw(
+        self, key: bytes, time_from: int, time_to: int, stream_time: int | None = None
+    ) -> Iterator[tuple[int, bytes]]:
+        """(window start, value) of `key` with time_from <= start <= time_to, oldest first."""
+        bound = self._expiry_bound(stream_time if stream_time is not None else self.stream_time)
+        if bound is not None:
+            time_from = max(time_from, bound + 1)
+        if time_from > time_to:
+            return
+        lo = windowed_key(key, time_from)
+        hi = windowed_key(key, time_to)
+        want_len = len(key) + 8
+        for seg in sorted(self._segments):
+            if (seg + 1) * self._interval <= time_from or seg * self._interval > time_to:
+                continue
+            ro = rocksdict.ReadOptions()
+            ro.set_iterate_upper_bound(hi + b"\x00")
+            for k, v in self._segments[seg].items(from_key=lo, read_opt=ro):
+                # A longer key sharing this key's bytes as a prefix can sort in between.
+                if len(k) == want_len:
+                    yield _INT64.unpack(k[-8:])[0], v
+
+    def iter_all_raw(
+        self, time_from: int, time_to: int, stream_time: int | None = None
+    ) -> Iterator[tuple[bytes, int, bytes]]:
+        """(key, window start, value) of every window with time_from <= start <= time_to."""
+        bound = self._expiry_bound(stream_time if stream_time is not None else self.stream_time)
+        if bound is not None:
+            time_from = max(time_from, bound + 1)
+        for seg in sorted(self._segments):
+            if (seg + 1) * self._interval <= time_from or seg * self._interval > time_to:
+                continue
+            for k, v in self._segments[seg].items():
+                ws = _INT64.unpack(k[-8:])[0]
+                if time_from <= ws <= time_to:
+                    yield k[:-8], ws, v
+
+    # -- serde-aware reads ----------------------------------------------------------------------
+
+    def fetch(self, key: Any, window_start: int, default: Any = None) -> Any:
+        raw = self.get_raw(self._kser(key), window_start)
+        return default if raw is None else self._vde(raw)
+
+    def fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
+        vde = self._vde
+        for ws, v in self.iter_key_raw(self._kser(key), time_from, time_to):
+            yield ws, vde(v)
+
+    def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[tuple[Any, int], Any]]:
+        kde, vde = self._kde, self._vde
+        for k, ws, v in self.iter_all_raw(time_from, time_to):
+            yield (kde(k), ws), vde(v)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def begin(self) -> WindowTransaction:
+        return WindowTransaction(self)
+
+    def write(
+        self,
+        records: Iterable[tuple[bytes, bytes | None]],
+        *,
+        changelog_offset: int | None = None,
+        input_offsets: InputOffsets | None = None,
+        disable_wal: bool = False,
+    ) -> int:
+        """Apply raw changelog records (windowed key, value-or-None) and the offsets atomically."""
+        wb = rocksdict.WriteBatch(raw_mode=True)
+        stream_time = self.stream_time
+        unpack = _INT64.unpack
+        n = 0
+        for k, v in records:
+            ws = unpack(k[-8:])[0]
+            if stream_time is None or ws > stream_time:
+                stream_time = ws
+            bound = None if stream_time is None else stream_time - self._retention
+            if bound is not None and ws <= bound:
+                continue  # expired: a replay of old changelog records must not resurrect it
+            cf = self._segment_cf(self._segment_id(ws))
+            if v is None:
+                wb.delete(k, cf)
+            else:
+                wb.put(k, v, cf)
+            n += 1
+        self._commit_batch(wb, changelog_offset, input_offsets, stream_time, disable_wal)
+        self._drop_expired_segments()
+        return n
+
+
+class WindowTransaction:
+    """One batch's view of a window store; reads see this batch's writes first."""
+
+    def __init__(self, store: WindowStore) -> None:
+        self.store = store
+        self._writes: dict[bytes, bytes | None] = {}
+        self._kser, self._kde = store._kser, store._kde
+        self._vser, self._vde = store._vser, store._vde
+        self._stream_time = store.stream_time
+        self._applied = False
+
+    @property
+    def spec(self) -> StoreSpec:
+        return self.store.spec
+
+    @property
+    def stream_time(self) -> int | None:
+        return self._stream_time
+
+    def _expired(self, window_start: int) -> bool:
+        st = self._stream_time
+        return st is not None and window_start <= st - self.store._retention
+
+    def fetch(self, key: Any, window_start: int, default: Any = None) -> Any:
+        wk = windowed_key(self._kser(key), window_start)
+        if self._expired(window_start):
+            return default
+        raw = (
+            self._writes[wk] if wk in self._writes else self.store.get_raw(wk[:-8], window_start, self._stream_time)
+        )
+        return default if raw is None else self._vde(raw)
+
+    def fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
+        k = self._kser(key)
+        merged: dict[int, bytes | None] = dict(self.store.iter_key_raw(k, time_from, time_to, self._stream_time))
+        for wk, v in self._writes.items():
+            if len(wk) == len(k) + 8 and wk[:-8] == k:
+                ws = _INT64.unpack(wk[-8:])[0]
+                if time_from <= ws <= time_to and not self._expired(ws):
+                    merged[ws] = v
+        vde = self._vde
+        for ws in sorted(merged):
+            v = merged[ws]
+            if v is not None:
+                yield ws, vde(v)
+
+    def put(self, key: Any, window_start: int, value: Any) -> bool:
+        """Write a window; False (and nothing written) when the window is already expired."""
+        self._check_open()
+        if self._stream_time is None or window_start > self._stream_time:
+            self._stream_time = window_start
+        if self._expired(window_start):
+            return False
+        self._writes[windowed_key(self._kser(key), window_start)] = self._vser(value)
+        return True
+
+    def delete(self, key: Any, window_start: int) -> None:
+        self._check_open()
+        if not self._expired(window_start):
+            self._writes[windowed_key(self._kser(key), window_start)] = None
+
+    def _check_open(self) -> None:
+        if self._applied:
+            raise RuntimeError(f"transaction on store {self.spec.name} was already applied")
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._writes)
+
+    def changelog_records(self) -> list[tuple[bytes, bytes | None]]:
+        bound = None if self._stream_time is None else self._stream_time - self.store._retention
+        if bound is None:
+            return list(self._writes.items())
+        return [(k, v) for k, v in self._writes.items() if _INT64.unpack(k[-8:])[0] > bound]
+
+    def apply(self, changelog_offset: int | None, input_offsets: InputOffsets | None = None) -> None:
+        self._check_open()
+        self.store.write(self.changelog_records(), changelog_offset=changelog_offset, input_offsets=input_offsets)
+        self._applied = True
+        self._writes = {}

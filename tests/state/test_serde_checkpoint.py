@@ -1,0 +1,71 @@
+"""Serdes and the .checkpoint file format."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from eddy_runtime.state.checkpoint import CheckpointError, OffsetCheckpoint
+from eddy_runtime.state.serde import SerdeError, serde_for
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("bytes", b"\x00\xffabc"), ("string", "grüße"), ("json", {"b": [1, 2], "a": None}), ("int64", -(2**63))],
+)
+def test_serdes_round_trip(name: str, value: object) -> None:
+    serde = serde_for(name)
+    assert serde.deserialize(serde.serialize(value)) == value
+
+
+def test_int64_serde_writes_kafka_long_bytes() -> None:
+    assert serde_for("int64").serialize(5) == struct.pack(">q", 5)
+
+
+def test_json_serde_gives_equal_bytes_for_equal_objects() -> None:
+    json = serde_for("json")
+    assert json.serialize({"a": 1, "b": 2}) == json.serialize({"b": 2, "a": 1})
+
+
+@pytest.mark.parametrize(("name", "value"), [("int64", "1"), ("int64", True), ("string", b"x"), ("bytes", "x"),
+                                             ("int64", 2**64)])
+def test_serdes_reject_wrong_types_with_a_clear_error(name: str, value: object) -> None:
+    with pytest.raises(SerdeError, match=name):
+        serde_for(name).serialize(value)
+
+
+def test_unknown_serde_names_the_known_ones() -> None:
+    with pytest.raises(SerdeError, match="int64"):
+        serde_for("avro")
+
+
+def test_checkpoint_file_uses_kafka_streams_text_format(tmp_path) -> None:
+    cp = OffsetCheckpoint(tmp_path / ".checkpoint")
+    cp.write({("app-counts-changelog", 3): 41, ("app-sums-changelog", 3): 7})
+    assert (tmp_path / ".checkpoint").read_text() == (
+        "0\n2\napp-counts-changelog 3 41\napp-sums-changelog 3 7\n"
+    )
+    assert cp.read() == {("app-counts-changelog", 3): 41, ("app-sums-changelog", 3): 7}
+
+
+def test_checkpoint_write_replaces_atomically_and_leaves_no_temp_file(tmp_path) -> None:
+    cp = OffsetCheckpoint(tmp_path / ".checkpoint")
+    cp.write({("t", 0): 1})
+    cp.write({("t", 0): 2})
+    assert cp.read() == {("t", 0): 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".checkpoint"]
+
+
+def test_missing_checkpoint_reads_as_no_offsets(tmp_path) -> None:
+    assert OffsetCheckpoint(tmp_path / ".checkpoint").read() == {}
+
+
+@pytest.mark.parametrize("text", ["0\n", "1\n0\n", "0\n2\nt 0 1\n", "0\n1\nt x 1\n", "0\n1\nt 0\n"])
+def test_corrupt_checkpoint_is_reported_with_the_file_name(tmp_path, text: str) -> None:
+    path = tmp_path / ".checkpoint"
+    path.write_text(text)
+    with pytest.raises(CheckpointError, match=".checkpoint"):
+        OffsetCheckpoint(path).read()

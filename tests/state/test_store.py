@@ -1,0 +1,142 @@
+"""Key-value stores and their per-batch transactions, on real RocksDB."""
+
+from __future__ import annotations
+
+import pytest
+
+from eddy_runtime.state.store import KeyValueStore, StoreSpec, open_store, prefix_successor
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def counts(tmp_path):
+    store = open_store(StoreSpec.key_value("counts", key_serde="string", value_serde="int64"), tmp_path / "counts")
+    yield store
+    store.close()
+
+
+def test_transaction_reads_its_own_writes_before_they_are_applied(counts: KeyValueStore) -> None:
+    tx = counts.begin()
+    tx.put("a", 1)
+    assert tx.get("a") == 1
+    assert counts.get("a") is None
+    tx.delete("a")
+    assert tx.get("a", default=-1) == -1
+
+
+def test_applied_transaction_writes_data_and_offsets_together(counts: KeyValueStore) -> None:
+    tx = counts.begin()
+    tx.put_many(["a", "b"], [1, 2])
+    tx.apply(changelog_offset=17, input_offsets={("words", 0): 100})
+    assert counts.get_many(["a", "b", "c"], default=0) == [1, 2, 0]
+    assert counts.offsets.changelog_offset == 17
+    assert dict(counts.offsets.input_offsets) == {("words", 0): 100}
+
+
+def test_offsets_survive_reopening(tmp_path) -> None:
+    spec = StoreSpec.key_value("s")
+    store = open_store(spec, tmp_path / "s")
+    store.write([(b"k", b"v")], changelog_offset=5, input_offsets={("in", 2): 9})
+    store.close()
+    again = open_store(spec, tmp_path / "s")
+    try:
+        assert again.offsets.changelog_offset == 5
+        assert dict(again.offsets.input_offsets) == {("in", 2): 9}
+        assert again.get(b"k") == b"v"
+    finally:
+        again.close()
+
+
+def test_get_many_mixes_batch_writes_and_committed_values(counts: KeyValueStore) -> None:
+    first = counts.begin()
+    first.put_many(["a", "b"], [1, 2])
+    first.apply(changelog_offset=0)
+    tx = counts.begin()
+    tx.put("b", 20)
+    tx.delete("a")
+    assert tx.get_many(["a", "b", "c"], default=0) == [0, 20, 0]
+
+
+def test_changelog_records_hold_the_last_write_per_key(counts: KeyValueStore) -> None:
+    tx = counts.begin()
+    tx.put("a", 1)
+    tx.put("b", 1)
+    tx.put("a", 2)
+    tx.delete("b")
+    records = dict(tx.changelog_records())
+    assert records == {b"a": (2).to_bytes(8, "big"), b"b": None}
+
+
+def test_range_and_prefix_merge_batch_writes_over_committed_data(counts: KeyValueStore) -> None:
+    base = counts.begin()
+    base.put_many(["apple", "apricot", "banana", "cherry"], [1, 2, 3, 4])
+    base.apply(changelog_offset=3)
+    tx = counts.begin()
+    tx.delete("apricot")
+    tx.put("avocado", 5)
+    tx.put("banana", 30)
+    assert list(tx.prefix("a")) == [("apple", 1), ("avocado", 5)]
+    assert list(tx.range("avocado", "cherry")) == [("avocado", 5), ("banana", 30)]
+    assert list(counts.prefix("ap")) == [("apple", 1), ("apricot", 2)]
+    assert [k for k, _ in counts.range()] == ["apple", "apricot", "banana", "cherry"]
+
+
+def test_prefix_successor_handles_ff_bytes() -> None:
+    assert prefix_successor(b"ab") == b"ac"
+    assert prefix_successor(b"a\xff") == b"b"
+    assert prefix_successor(b"\xff\xff") is None
+
+
+def test_a_transaction_cannot_be_applied_twice(counts: KeyValueStore) -> None:
+    tx = counts.begin()
+    tx.put("a", 1)
+    tx.apply(changelog_offset=0)
+    with pytest.raises(RuntimeError, match="already applied"):
+        tx.put("a", 2)
+
+
+def test_bulk_ingest_lands_sorted_records_and_offsets(tmp_path) -> None:
+    store = open_store(StoreSpec.key_value("bulk"), tmp_path / "bulk")
+    try:
+        records = [(b"k%05d" % i, b"v%d" % i) for i in range(10_000)]
+        assert store.ingest_sorted(records, changelog_offset=19_999, keep_deletes=False) == 10_000
+        assert store.get(b"k00042") == b"v42"
+        assert store.offsets.changelog_offset == 19_999
+        # A second file may delete what the first wrote.
+        store.ingest_sorted([(b"k00042", None), (b"zz", b"1")], changelog_offset=20_001)
+        assert store.get(b"k00042") is None
+        assert store.get(b"zz") == b"1"
+        assert not list(tmp_path.glob("bulk/*.sst.tmp"))
+    finally:
+        store.close()
+
+
+def test_writes_without_wal_are_flushed_before_a_logged_write(tmp_path) -> None:
+    store = open_store(StoreSpec.key_value("s"), tmp_path / "s")
+    store.write([(b"a", b"1")], changelog_offset=0, disable_wal=True)
+    assert store._unflushed_without_wal
+    store.write([(b"b", b"2")], changelog_offset=1)
+    assert not store._unflushed_without_wal
+    store.close()
+
+
+def test_size_estimate_grows_with_data(tmp_path) -> None:
+    store = open_store(StoreSpec.key_value("s"), tmp_path / "s")
+    try:
+        empty = store.size()
+        store.write(((b"%08d" % i, b"x" * 100) for i in range(20_000)), changelog_offset=0)
+        store.flush()
+        size = store.size()
+        assert size.bytes > empty.bytes
+        assert size.keys > 10_000
+        assert not store.is_empty()
+    finally:
+        store.close()
+
+
+def test_store_spec_rejects_bad_names_and_window_settings() -> None:
+    with pytest.raises(ValueError, match="folder name"):
+        StoreSpec.key_value("a/b")
+    with pytest.raises(ValueError, match="retention"):
+        StoreSpec.window("w", window_size_ms=1000, retention_ms=10)

@@ -1,0 +1,86 @@
+"""Window stores: windowed keys, retention, segments dropped whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from eddy_runtime.state.store import StoreSpec, open_store
+from eddy_runtime.state.window_store import WindowStore, split_windowed_key, windowed_key
+
+pytestmark = pytest.mark.unit
+
+MIN = 60_000
+
+
+@pytest.fixture
+def spec() -> StoreSpec:
+    return StoreSpec.window("clicks", window_size_ms=MIN, retention_ms=10 * MIN, key_serde="string",
+                            value_serde="int64", segment_interval_ms=5 * MIN)
+
+
+def test_windows_are_fetched_by_key_and_time_range(tmp_path, spec: StoreSpec) -> None:
+    store = open_store(spec, tmp_path / "w")
+    assert isinstance(store, WindowStore)
+    tx = store.begin()
+    for minute in range(5):
+        tx.put("alice", minute * MIN, minute)
+    tx.put("alicex", 2 * MIN, 99)  # shares alice's bytes as a prefix
+    tx.put("bob", 2 * MIN, 7)
+    assert tx.fetch("alice", 2 * MIN) == 2
+    tx.apply(changelog_offset=6)
+    assert store.fetch("alice", 3 * MIN) == 3
+    assert list(store.fetch_range("alice", MIN, 3 * MIN)) == [(MIN, 1), (2 * MIN, 2), (3 * MIN, 3)]
+    assert sorted(store.fetch_all(2 * MIN, 2 * MIN)) == [(("alice", 2 * MIN), 2), (("alicex", 2 * MIN), 99),
+                                                         (("bob", 2 * MIN), 7)]
+    store.close()
+
+
+def test_expired_windows_are_hidden_refused_and_their_segments_dropped(tmp_path, spec: StoreSpec) -> None:
+    store = open_store(spec, tmp_path / "w")
+    tx = store.begin()
+    tx.put("k", 0, 1)
+    tx.put("k", 6 * MIN, 2)
+    tx.apply(changelog_offset=1)
+    assert store.segment_count == 2
+    tx = store.begin()
+    tx.put("k", 30 * MIN, 3)  # stream time 30 min: windows <= 20 min are expired
+    assert tx.fetch("k", 6 * MIN) is None
+    assert tx.put("k", 12 * MIN, 4) is False
+    tx.apply(changelog_offset=2)
+    assert store.fetch("k", 0) is None
+    assert list(store.fetch_range("k", 0, 40 * MIN)) == [(30 * MIN, 3)]
+    assert store.segment_count == 1
+    store.close()
+    again = open_store(spec, tmp_path / "w")
+    assert again.stream_time == 30 * MIN
+    assert list(again.fetch_range("k", 0, 40 * MIN)) == [(30 * MIN, 3)]
+    again.close()
+
+
+def test_window_transaction_merges_its_writes_into_range_fetches(tmp_path, spec: StoreSpec) -> None:
+    store = open_store(spec, tmp_path / "w")
+    tx = store.begin()
+    tx.put("k", MIN, 1)
+    tx.put("k", 2 * MIN, 2)
+    tx.apply(changelog_offset=0)
+    tx = store.begin()
+    tx.delete("k", MIN)
+    tx.put("k", 3 * MIN, 3)
+    assert list(tx.fetch_range("k", 0, 10 * MIN)) == [(2 * MIN, 2), (3 * MIN, 3)]
+    records = dict(tx.changelog_records())
+    assert records[windowed_key(b"k", MIN)] is None
+    assert split_windowed_key(windowed_key(b"k", 3 * MIN)) == (b"k", 3 * MIN)
+    store.close()
+
+
+def test_changelog_replay_does_not_resurrect_expired_windows(tmp_path, spec: StoreSpec) -> None:
+    store = open_store(spec, tmp_path / "w")
+    records = [
+        (windowed_key(b"k", 0), b"\x00" * 8),
+        (windowed_key(b"k", 30 * MIN), b"\x00" * 8),
+        (windowed_key(b"k", MIN), b"\x00" * 8),  # arrives after stream time moved past it
+    ]
+    store.write(records, changelog_offset=2, disable_wal=True)
+    store.flush()
+    assert [ws for ws, _ in store.fetch_range(b"k".decode(), 0, 40 * MIN)] == [30 * MIN]
+    store.close()
