@@ -265,7 +265,11 @@ class _Assignor:
             if t in active:
                 continue
             p = self.prev_active(t)
-            best = min(self.live, key=lambda e, t=t, p=p: (self.lag[(e, t)], e != p, load[e], e))
+
+            def freshest(e: str, t: str = t, p: str | None = p) -> tuple[int, bool, int, str]:
+                return (self.lag[(e, t)], e != p, load[e], e)
+
+            best = min(self.live, key=freshest)
             active[t] = best
             load[best] += 1
         return active, sticky
@@ -349,18 +353,21 @@ class _Assignor:
             used_zones = {self.zone[active[t]]}
             for _ in range(wanted):
                 candidates = [e for e in self.live if e != active[t] and e not in chosen]
-                best = min(
-                    candidates,
-                    key=lambda e, t=t, used_zones=used_zones: (
-                        self.zone[e] in used_zones,
+
+                def preference(
+                    e: str, t: str = t, used: set[str | None] = used_zones
+                ) -> tuple[bool, bool, bool, bool, int, int, str]:
+                    return (
+                        self.zone[e] in used,
                         e != destination.get(t),
                         not self.caught_up(e, t),
                         not self.was_copy(e, t),
                         self.lag[(e, t)],
                         standby_load[e],
                         e,
-                    ),
-                )
+                    )
+
+                best = min(candidates, key=preference)
                 chosen.append(best)
                 used_zones.add(self.zone[best])
                 standby_load[best] += 1

@@ -351,12 +351,12 @@ def _kafka_secret_env(spec: StreamAppSpec) -> list[dict[str, Any]]:
             env.append({"name": var, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
     tls = spec.kafka.security.tls
     if tls is not None:
-        for var, ref, file in (
+        for var, tls_ref, file in (
             ("EDDY_KAFKA_SSL_CA_LOCATION", tls.ca, "ca.crt"),
             ("EDDY_KAFKA_SSL_CERTIFICATE_LOCATION", tls.cert, "client.crt"),
             ("EDDY_KAFKA_SSL_KEY_LOCATION", tls.key, "client.key"),
         ):
-            if ref is not None:
+            if tls_ref is not None:
                 env.append({"name": var, "value": f"{KAFKA_TLS_DIR}/{file}"})
     return env
 

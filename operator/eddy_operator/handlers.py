@@ -1,0 +1,210 @@
+"""The kopf handlers: thin glue from Kubernetes events to reconcile, assignment and status.
+
+Run with `kopf run -m eddy_operator.handlers --all-namespaces` (or `eddy-operator`). The work
+happens in `reconcile` (objects), `assignment` (assignor, failover, events, status) and
+`status`; the handlers only gather what kopf's indexes hold and pass it on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+import kopf
+
+from eddy_operator import builders, channel, metrics
+from eddy_operator.assignment import Orchestrator, Snapshot, pod_info, zone_of
+from eddy_operator.kube import Kube
+from eddy_operator.reconcile import clean_up, reconcile
+from eddy_operator.spec import GROUP, KIND, PLURAL, VERSION, SpecError
+
+log = logging.getLogger(__name__)
+
+APP_PODS = {builders.APP_LABEL: kopf.PRESENT}
+CHANNELS = {channel.LABEL_CHANNEL: kopf.PRESENT, builders.APP_LABEL: kopf.PRESENT}
+RESYNC_SECONDS = float(os.environ.get("EDDY_OPERATOR_RESYNC_SECONDS", "30"))
+
+
+def _post_event(body: Any, type_: str, reason: str, message: str) -> None:
+    kopf.event(body, type=type_, reason=reason, message=message)
+
+
+@kopf.on.startup()
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # Progress and diff-base in annotations: the status schema is ours, not kopf's.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    memo.kube = Kube()
+    memo.orchestrator = Orchestrator(memo.kube, post_event=_post_event)
+    port = int(os.environ.get("EDDY_OPERATOR_METRICS_PORT", "8080"))
+    memo.metrics_server = (
+        metrics.serve(os.environ.get("EDDY_OPERATOR_METRICS_ADDRESS", "0.0.0.0"), port) if port >= 0 else None
+    )
+
+
+@kopf.on.cleanup()
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    server = memo.get("metrics_server")
+    if server is not None:
+        await asyncio.to_thread(server.shutdown)
+        server.server_close()
+
+
+# --- indexes: the operator's view of the cluster, kept current by kopf's watches -------------
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def streamapps_idx(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    assert namespace is not None
+    return {
+        (namespace, name): {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": body.metadata.uid,
+                "generation": body.metadata.get("generation"),
+            },
+            "spec": dict(body.spec),
+            "status": dict(body.status),
+        }
+    }
+
+
+@kopf.index("v1", "pods", labels=APP_PODS)
+def pods_idx(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    assert namespace is not None
+    return {(namespace, labels[builders.APP_LABEL]): pod_info(body)}
+
+
+@kopf.index("v1", "nodes")
+def nodes_idx(name: str, labels: kopf.Labels, **_: Any) -> dict[Any, Any]:
+    return {name: dict(labels)}
+
+
+@kopf.index("v1", "configmaps", labels=CHANNELS)
+def channels_idx(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    assert namespace is not None
+    key = (namespace, labels[builders.APP_LABEL], labels[channel.LABEL_CHANNEL])
+    return {key: dict(body.get("data") or {})}
+
+
+def _one(index: kopf.Index[Any, Any], key: Any) -> Any:
+    for value in index.get(key, ()):
+        return value
+    return None
+
+
+def snapshot(namespace: str | None, app: str, indexes: dict[str, kopf.Index[Any, Any]]) -> Snapshot | None:
+    streamapp = _one(indexes["streamapps_idx"], (namespace, app))
+    if streamapp is None:
+        return None
+    return Snapshot(
+        streamapp=streamapp,
+        pods=tuple(indexes["pods_idx"].get((namespace, app), ())),
+        nodes={name: _one(indexes["nodes_idx"], name) or {} for name in indexes["nodes_idx"]},
+        runtime_data=_one(indexes["channels_idx"], (namespace, app, "runtime-state")),
+        assignment_data=_one(indexes["channels_idx"], (namespace, app, "assignment")),
+    )
+
+
+async def _sync(memo: kopf.Memo, namespace: str | None, app: str, cause: str, started: float, **indexes: Any) -> None:
+    snap = snapshot(namespace, app, indexes)
+    if snap is not None:
+        await memo.orchestrator.sync(snap, cause, started)
+
+
+# --- the StreamApp ------------------------------------------------------------------------
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL)
+async def reconcile_streamapp(
+    body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, reason: str, **kwargs: Any
+) -> None:
+    started = time.monotonic()
+    try:
+        result = await asyncio.to_thread(reconcile, memo.kube, body)
+    except SpecError as err:
+        metrics.RECONCILES.labels("error").inc()
+        metrics.RECONCILE_ERRORS.inc()
+        kopf.warn(body, reason="InvalidSpec", message=str(err))
+        await _sync(memo, namespace, name, f"{reason}: invalid spec", started, **_indexes(kwargs))
+        raise kopf.PermanentError(str(err)) from err
+    except Exception:
+        metrics.RECONCILES.labels("error").inc()
+        metrics.RECONCILE_ERRORS.inc()
+        raise
+    finally:
+        metrics.RECONCILE_DURATION.observe(time.monotonic() - started)
+    metrics.RECONCILES.labels("success").inc()
+    if reason != "resume":
+        kopf.info(body, reason="Reconciled", message=f"{len(result.applied)} objects applied ({reason})")
+    await _sync(memo, namespace, name, reason, started, **_indexes(kwargs))
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def delete_streamapp(body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    deleted = await asyncio.to_thread(clean_up, memo.kube, body)
+    if deleted:
+        log.info("%s/%s: deleted state volumes %s", namespace, name, deleted)
+    memo.orchestrator.forget(namespace, name)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS, idle=None)
+async def resync_streamapp(namespace: str | None, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
+    """A safety net for events missed while the operator was away or a watch restarted."""
+    await _sync(memo, namespace, name, "resync", time.monotonic(), **_indexes(kwargs))
+
+
+# --- executor and driver pods, runtime state ------------------------------------------------
+
+
+@kopf.on.event("v1", "pods", labels=APP_PODS)
+async def app_pod_event(
+    event: kopf.RawEvent,
+    body: kopf.Body,
+    namespace: str | None,
+    name: str,
+    labels: kopf.Labels,
+    memo: kopf.Memo,
+    **kwargs: Any,
+) -> None:
+    started = time.monotonic()
+    app = labels[builders.APP_LABEL]
+    indexes = _indexes(kwargs)
+    await _sync(memo, namespace, app, f"pod {name} {str(event.get('type') or 'listed').lower()}", started, **indexes)
+    if event.get("type") != "DELETED":
+        await _label_zone(memo, namespace, app, body, indexes)
+
+
+async def _label_zone(
+    memo: kopf.Memo, namespace: str | None, app: str, body: kopf.Body, indexes: dict[str, Any]
+) -> None:
+    """Show an executor's zone on its pod (the template cannot know it before scheduling)."""
+    info = pod_info(body)
+    streamapp = _one(indexes["streamapps_idx"], (namespace, app))
+    if info.role != "executor" or info.node is None or streamapp is None or info.deleting:
+        return
+    zone_key = ((streamapp["spec"].get("executors") or {}).get("zoneTopologyKey")) or "topology.kubernetes.io/zone"
+    zone = zone_of(info.node, {info.node: _one(indexes["nodes_idx"], info.node) or {}}, zone_key)
+    if zone is not None and info.zone_label != zone:
+        await asyncio.to_thread(memo.kube.label_pod, namespace, info.name, {builders.ZONE_LABEL: zone})
+
+
+@kopf.on.event("v1", "configmaps", labels={channel.LABEL_CHANNEL: "runtime-state", builders.APP_LABEL: kopf.PRESENT})
+async def runtime_state_event(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **kwargs: Any) -> None:
+    await _sync(memo, namespace, labels[builders.APP_LABEL], "runtime state", time.monotonic(), **_indexes(kwargs))
+
+
+def _indexes(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: kwargs[k] for k in ("streamapps_idx", "pods_idx", "nodes_idx", "channels_idx")}

@@ -1,0 +1,136 @@
+"""The operator's only door to the apiserver: apply, scale, delete, patch status.
+
+Synchronous calls through the official client (the handlers run them in a thread). Everything
+the operator writes goes through server-side apply with one field manager, so re-applying the
+same objects is a no-op and fields other writers own (the driver's runtime-state data, Spark's
+labels) are left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from eddy_operator.spec import GROUP, PLURAL, VERSION
+
+FIELD_MANAGER = "eddy-operator"
+DEFAULT_CLASS_ANNOTATIONS = (
+    "storageclass.kubernetes.io/is-default-class",
+    "storageclass.beta.kubernetes.io/is-default-class",
+)
+
+log = logging.getLogger(__name__)
+
+
+def load_config() -> client.ApiClient:
+    """In-cluster credentials when running in a pod, otherwise $KUBECONFIG (tests, laptops)."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        config.load_incluster_config()
+        return client.ApiClient()
+    return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
+
+
+class Kube:
+    """Typed helpers over one ApiClient; safe to share between threads."""
+
+    def __init__(self, api_client: client.ApiClient | None = None) -> None:
+        self.api = api_client or load_config()
+        self.core = client.CoreV1Api(self.api)
+        self.apps = client.AppsV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.storage = client.StorageV1Api(self.api)
+        self._dynamic: DynamicClient | None = None
+        self._dynamic_lock = threading.Lock()
+
+    @property
+    def dynamic(self) -> DynamicClient:
+        with self._dynamic_lock:
+            if self._dynamic is None:
+                self._dynamic = DynamicClient(self.api)
+            return self._dynamic
+
+    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply (forced: the operator is the owner of what it builds)."""
+        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        result = self.dynamic.server_side_apply(
+            resource,
+            body=dict(obj),
+            namespace=obj["metadata"].get("namespace"),
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+        )
+        return result.to_dict()
+
+    def create_if_missing(self, obj: Mapping[str, Any]) -> bool:
+        """Create unless it exists (for objects another writer fills in, like the runtime state)."""
+        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        try:
+            self.dynamic.create(
+                resource, body=dict(obj), namespace=obj["metadata"].get("namespace"), field_manager=FIELD_MANAGER
+            )
+            return True
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            raise
+
+    def default_storage_class(self) -> str | None:
+        for sc in self.storage.list_storage_class().items:
+            meta = sc.metadata
+            assert meta is not None
+            if any((meta.annotations or {}).get(a) == "true" for a in DEFAULT_CLASS_ANNOTATIONS):
+                return str(meta.name)
+        return None
+
+    def scale_statefulset(self, namespace: str, name: str, replicas: int) -> bool:
+        """Set replicas on a StatefulSet if it exists; False when it does not (yet)."""
+        try:
+            self.apps.patch_namespaced_stateful_set_scale(name, namespace, {"spec": {"replicas": replicas}})
+            return True
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+
+    def delete_claims(self, namespace: str, label_selector: str) -> list[str]:
+        claims = self.core.list_namespaced_persistent_volume_claim(namespace, label_selector=label_selector).items
+        names = [str(c.metadata.name) for c in claims if c.metadata is not None]
+        for name in names:
+            try:
+                self.core.delete_namespaced_persistent_volume_claim(name, namespace)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+        return names
+
+    def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)}
+            )
+        except ApiException as err:
+            if err.status != 404:  # the app is being deleted
+                raise
+
+    def label_pod(self, namespace: str, name: str, labels: Mapping[str, str]) -> None:
+        try:
+            self.core.patch_namespaced_pod(name, namespace, {"metadata": {"labels": dict(labels)}})
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def read_configmap_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        try:
+            cm = self.core.read_namespaced_config_map(name, namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return dict(cm.data or {})

@@ -1,0 +1,68 @@
+"""The operator's Prometheus metrics, served on `/metrics` (prometheus-client).
+
+Names follow `eddy_operator_<what>_<unit>`; per-app series carry `namespace` and `app` labels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+log = logging.getLogger(__name__)
+
+RECONCILES = Counter("eddy_operator_reconciles_total", "StreamApp reconciles, by result (success|error)", ["result"])
+RECONCILE_ERRORS = Counter("eddy_operator_reconcile_errors_total", "StreamApp reconciles that failed")
+RECONCILE_DURATION = Histogram(
+    "eddy_operator_reconcile_duration_seconds",
+    "Time to reconcile one StreamApp into its objects",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+ASSIGNMENT_GENERATION = Gauge(
+    "eddy_operator_assignment_generation", "Generation of the last published assignment", ["namespace", "app"]
+)
+ASSIGNMENTS_PUBLISHED = Counter(
+    "eddy_operator_assignments_published_total", "Assignments published to the driver", ["namespace", "app"]
+)
+FAILOVERS = Counter(
+    "eddy_operator_failovers_total", "Executors lost whose active tasks moved to standbys", ["namespace", "app"]
+)
+FAILOVER_DURATION = Histogram(
+    "eddy_operator_failover_duration_seconds",
+    "From the executor pod event to the new assignment being published",
+    ["namespace", "app"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+TASKS = Gauge("eddy_operator_tasks", "Tasks by state (running|restoring|standby|warmup)", ["namespace", "app", "state"])
+EXECUTORS = Gauge("eddy_operator_executors", "Executors by state (desired|ready)", ["namespace", "app", "state"])
+
+
+def set_app_gauges(namespace: str, app: str, status: dict[str, Any]) -> None:
+    tasks = status.get("tasks", {})
+    for state in ("running", "restoring", "standby", "warmup"):
+        TASKS.labels(namespace, app, state).set(tasks.get(state, 0))
+    executors = status.get("executors", {})
+    for state in ("desired", "ready"):
+        EXECUTORS.labels(namespace, app, state).set(executors.get(state, 0))
+    if "assignmentGeneration" in status:
+        ASSIGNMENT_GENERATION.labels(namespace, app).set(status["assignmentGeneration"])
+
+
+def forget_app(namespace: str, app: str) -> None:
+    """Drop a deleted app's series, so dashboards do not show ghosts."""
+    for gauge, states in ((TASKS, ("running", "restoring", "standby", "warmup")), (EXECUTORS, ("desired", "ready"))):
+        for state in states:
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, app, state)
+    for metric in (ASSIGNMENT_GENERATION, ASSIGNMENTS_PUBLISHED, FAILOVERS, FAILOVER_DURATION):
+        with contextlib.suppress(KeyError):
+            metric.remove(namespace, app)
+
+
+def serve(address: str, port: int) -> Any:
+    """Start the /metrics HTTP server; returns the server (call `.shutdown()` to stop)."""
+    server, _thread = start_http_server(port, addr=address)
+    log.info("metrics on http://%s:%d/metrics", address, server.server_port)
+    return server
