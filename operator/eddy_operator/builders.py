@@ -572,8 +572,8 @@ def build_driver_statefulset(spec: StreamAppSpec, owner: Owner, conf_hash: str) 
                             "name": DRIVER_CONTAINER,
                             "image": spec.image,
                             "imagePullPolicy": spec.image_pull_policy,
-                            "command": ["eddy"],
-                            "args": ["driver", "--streamapp", f"{CONF_DIR}/{STREAMAPP_KEY}"],
+                            # No command: the image's entrypoint (tini) runs these args as given.
+                            "args": ["eddy", "driver", "--streamapp", f"{CONF_DIR}/{STREAMAPP_KEY}"],
                             "env": env,
                             "ports": [
                                 {"name": "driver-rpc", "containerPort": DRIVER_PORT},
