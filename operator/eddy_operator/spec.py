@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
@@ -265,7 +265,7 @@ class StreamAppSpec:
     # None: commit at the end of every micro-batch.
     commit_interval_s: float | None = None
     bad_record_policy: BadRecordPolicy = BadRecordPolicy.FAIL
-    # Set exactly when the policy is dead-letter (defaults to `<applicationId>-dead-letter`).
+    # Set exactly when the policy is dead-letter (defaults to `<applicationId>-dlq`).
     dead_letter_topic: str | None = None
     executors: ExecutorsSpec = field(default_factory=ExecutorsSpec)
     driver: DriverSpec = field(default_factory=DriverSpec)
@@ -278,6 +278,10 @@ class StreamAppSpec:
     def effective_standby_replicas(self) -> int:
         """Standbys that can actually be placed: one copy per executor at most."""
         return min(self.state.standby_replicas, max(self.executors.replicas - 1, 0))
+
+    def with_bootstrap_servers(self, servers: str) -> StreamAppSpec:
+        """The same app against other brokers (local mode points the example at its own broker)."""
+        return replace(self, kafka=replace(self.kafka, bootstrap_servers=servers))
 
     @classmethod
     def from_manifest(cls, manifest: Mapping[str, Any]) -> StreamAppSpec:
@@ -473,7 +477,7 @@ def _parse_manifest(manifest: Mapping[str, Any]) -> StreamAppSpec:
     policy = s.enum("badRecordPolicy", BadRecordPolicy)
     dlq = s.str_("deadLetterTopic", pattern=_TOPIC_RE, max_len=249)
     if policy is BadRecordPolicy.DEAD_LETTER:
-        dlq = dlq or f"{application_id}-dead-letter"
+        dlq = dlq or f"{application_id}-dlq"
     elif dlq is not None:
         raise SpecError("spec.deadLetterTopic", "only allowed when badRecordPolicy is dead-letter")
 

@@ -98,7 +98,7 @@ def test_full_manifest_is_a_fixed_point_of_crd_defaulting():
 
 def test_dead_letter_policy_defaults_its_topic_from_the_application_id():
     spec = StreamAppSpec.from_manifest(minimal(badRecordPolicy="dead-letter"))
-    assert spec.dead_letter_topic == "wordcount-dead-letter"
+    assert spec.dead_letter_topic == "wordcount-dlq"
 
 
 def test_spec_is_frozen():
@@ -227,3 +227,15 @@ def test_crd_names_do_not_collide_with_builtin_short_names():
     assert names["shortNames"] == ["sapp"]
     assert not set(names["shortNames"]) & builtin_short
     assert CRD_PATH.exists()
+
+
+def test_local_mode_can_point_an_app_at_another_broker():
+    spec = StreamAppSpec.from_manifest(minimal()).with_bootstrap_servers("127.0.0.1:9092")
+    assert spec.kafka.bootstrap_servers == "127.0.0.1:9092"
+    assert spec.kafka.security == StreamAppSpec.from_manifest(minimal()).kafka.security
+
+
+def test_the_wordcount_example_is_a_valid_streamapp():
+    spec = load_streamapp_file(CRD_PATH.parent.parent / "examples" / "wordcount" / "streamapp.yaml")
+    assert spec.name == "wordcount"
+    assert spec.executors.replicas == 3 and spec.state.standby_replicas == 1
