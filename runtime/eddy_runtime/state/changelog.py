@@ -11,10 +11,11 @@ error, never silently used, because restoring a task from the wrong partition co
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 __all__ = [
@@ -123,21 +124,14 @@ def ensure_changelog_topics(
 
 
 def _validate(admin: AdminClient, specs: list[ChangelogTopicSpec]) -> None:
-    configs = admin.describe_configs(
-        [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in specs], request_timeout=_TIMEOUT_S
-    )
-    by_name = {res.name: fut for res, fut in configs.items()}
     problems: list[str] = []
     for spec in specs:
-        partitions = topic_partition_count(admin, spec.name)
+        partitions, policy = _describe(admin, spec.name)
         if partitions != spec.partitions:
             problems.append(
                 f"changelog topic {spec.name!r} has {partitions} partitions but the store needs "
                 f"{spec.partitions} (one per input partition); delete it or fix the input topic"
             )
-        entries: Mapping[str, object] = by_name[spec.name].result(_TIMEOUT_S)
-        policy_entry = entries.get("cleanup.policy")
-        policy = getattr(policy_entry, "value", None) or "delete"
         if _normalise_policy(policy) != _normalise_policy(spec.cleanup_policy):
             problems.append(
                 f"changelog topic {spec.name!r} has cleanup.policy={policy} but the store needs "
@@ -145,3 +139,25 @@ def _validate(admin: AdminClient, specs: list[ChangelogTopicSpec]) -> None:
             )
     if problems:
         raise ChangelogTopicMismatch("; ".join(problems))
+
+
+def _describe(admin: AdminClient, topic: str) -> tuple[int, str]:
+    """(partition count, cleanup.policy) of an existing topic.
+
+    A topic created a moment ago (by us or another driver) may not be known to the broker's
+    metadata cache yet, so "unknown topic" is retried for a few seconds.
+    """
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            partitions = topic_partition_count(admin, topic)
+            fut = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)],
+                                         request_timeout=_TIMEOUT_S)
+            entries = next(iter(fut.values())).result(_TIMEOUT_S)
+            entry = entries.get("cleanup.policy")
+            return partitions, (getattr(entry, "value", None) or "delete")
+        except (KafkaException, ChangelogTopicMissing) as e:
+            unknown = isinstance(e, ChangelogTopicMissing) or e.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            if not unknown or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)

@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 Role = Literal["active", "standby"]
 
+_READ_AT_ONCE_OFFSETS = 16
+
 
 class TaskTransaction:
     """One batch of one task: a transaction per store, applied together after the Kafka commit."""
@@ -241,6 +243,11 @@ class ProcessorStateManager:
             )
         if self._reader is not None:
             self._plan(tail=False)
+            if not self._progress.done and self._progress.remaining <= _READ_AT_ONCE_OFFSETS:
+                # Usually just the commit marker after the store's last record: read it now, so
+                # a caught-up task is restored when open() or promote() returns.
+                self._progress = self._reader.restore_chunk(max_seconds=1.0)
+                self._count_restored()
             if self._progress.done:
                 self._on_restored()
 

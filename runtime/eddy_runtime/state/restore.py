@@ -323,28 +323,36 @@ class StoreChangelogReader:
         """Read and apply up to `max_records` records or for up to `max_seconds`, then return.
 
         Restore mode returns early once every store reached its end. Tail mode (standbys)
-        returns once a poll finds nothing new, i.e. when the standby is caught up.
+        returns once the standby is caught up with the changelogs' ends it knows of.
         """
         deadline = time.monotonic() + max_seconds
         budget = max_records
-        consumer = self._consumer
+        consume = self._consumer.consume
         if self.tail:
             self.refresh_end_offsets()
         while budget > 0:
-            if not self.tail and self.done:
+            if self.done:
                 break
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            poll_s = min(left, 0.05 if self.tail else 0.5)
-            msgs = consumer.consume(min(budget, self._batch_size), timeout=poll_s)
-            if not msgs:
-                if self.tail:
-                    break
-                continue
-            budget -= self._dispatch(msgs)
+            # consume() waits until it has num_messages or the timeout passes, so near the end
+            # ask for no more than may be left (offsets left, plus the end-of-partition event):
+            # a delta that is only a transaction marker then returns at once, not after a timeout.
+            near = self._offsets_left()
+            if near >= self._batch_size:
+                msgs = consume(min(budget, self._batch_size), timeout=min(left, 0.5))
+            else:
+                msgs = consume(max(1, min(budget, near)), timeout=min(left, 0.05))
+            if msgs:
+                budget -= self._dispatch(msgs)
+            elif self.tail:
+                break  # nothing readable yet (e.g. the active's transaction is still open)
         self._finish_done_targets()
         return self.progress()
+
+    def _offsets_left(self) -> int:
+        return sum(max(0, t.end - t.position) for t in self._targets.values() if not t.done)
 
     def _dispatch(self, msgs: list[Message]) -> int:
         """Apply one consumed batch; returns the number of data records in it."""
@@ -462,15 +470,10 @@ class StoreChangelogReader:
     # -- tail mode (standbys) -----------------------------------------------------------------
 
     def refresh_end_offsets(self) -> None:
-        """Tail mode: learn the changelog's current end (for the lag), from the consumer's cache
-        of fetch responses when it has one, else from the broker."""
+        """Tail mode: ask the broker for the changelogs' current ends (last stable offsets, so
+        an open transaction of the active does not count as lag it could not read anyway)."""
         for t in self._targets.values():
-            try:
-                _, high = self._consumer.get_watermark_offsets(t.tp, timeout=_KAFKA_TIMEOUT_S, cached=True)
-            except Exception:  # noqa: BLE001 - the cache may not know the partition yet
-                high = -1
-            if high < 0:
-                _, high = self._watermarks(t)
+            _, high = self._watermarks(t)
             t.end = max(t.end, high)
             t.done = t.position >= t.end
 

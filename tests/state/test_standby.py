@@ -1,0 +1,102 @@
+"""Standbys tail the changelog, report their lag, and take over with zero or a small restore."""
+
+from __future__ import annotations
+
+import pytest
+
+from eddy_runtime.state import ProcessorStateManager
+from tests.state.conftest import COUNTS, StateApp
+
+pytestmark = pytest.mark.integration
+
+
+def count_batch(mgr: ProcessorStateManager, words: list[str], input_topic: str, position: int) -> None:
+    tx = mgr.transaction()
+    counts = tx.key_value("counts")
+    uniq = sorted(set(words))
+    counts.put_many(uniq, [c + words.count(w) for c, w in zip(counts.get_many(uniq, default=0), uniq, strict=True)])
+    mgr.commit(tx, input_offsets={(input_topic, 1): position})
+
+
+def open_pair(app: StateApp):
+    """The active on one 'volume' and a standby of the same task on another."""
+    active = ProcessorStateManager.open(app.name, "0_1", [COUNTS], app.state_dir / "a", app.bootstrap)
+    standby = ProcessorStateManager.open(app.name, "0_1", [COUNTS], app.state_dir / "b", app.bootstrap,
+                                         role="standby")
+    return active, standby
+
+
+def test_standby_tails_the_changelog_and_reports_its_lag(state_app: StateApp) -> None:
+    state_app.ensure_changelogs()
+    active, standby = open_pair(state_app)
+    with active, standby:
+        for i in range(5):
+            count_batch(active, ["a", "b", "a"], state_app.input_topic, i + 1)
+        assert standby.standby_chunk(max_records=1, max_seconds=2).remaining > 0
+        assert standby.standby_lag > 0
+        for _ in range(10):
+            standby.standby_chunk()
+            if standby.standby_lag == 0:
+                break
+        assert standby.standby_lag == 0
+        assert dict(standby.store("counts").items()) == {"a": 10, "b": 5}
+        assert standby.figures().stores[0].standby_lag == 0
+        with pytest.raises(RuntimeError, match="not restored"):
+            standby.transaction()
+
+
+def test_standby_promotion_with_zero_lag_restores_nothing(state_app: StateApp) -> None:
+    state_app.ensure_changelogs()
+    active, standby = open_pair(state_app)
+    with standby:
+        with active:
+            for i in range(3):
+                count_batch(active, ["x", "y"], state_app.input_topic, i + 1)
+        while standby.standby_chunk().remaining:
+            pass
+        applied_as_standby = standby.figures().stores[0].restored_records
+        progress = standby.promote()
+        assert standby.restored, "a caught-up standby is active at once"
+        assert progress.restored == 0
+        assert standby.figures().stores[0].restored_records == applied_as_standby
+        count_batch(standby, ["x"], state_app.input_topic, 4)
+        assert dict(standby.store("counts").items()) == {"x": 4, "y": 3}
+
+
+def test_standby_promotion_with_some_lag_restores_only_the_delta(state_app: StateApp) -> None:
+    state_app.ensure_changelogs()
+    active, standby = open_pair(state_app)
+    with standby:
+        with active:
+            count_batch(active, [f"w{i}" for i in range(100)], state_app.input_topic, 1)
+            while standby.standby_chunk().remaining:
+                pass
+            # The active moves on while the standby's executor is busy elsewhere.
+            count_batch(active, ["w1", "w2", "late"], state_app.input_topic, 2)
+        progress = standby.promote()
+        while not standby.restored:
+            progress = standby.restore_chunk()
+        assert progress.restored == 3, "only the three records the standby had not applied"
+        counts = standby.store("counts")
+        assert (counts.get("w1"), counts.get("w2"), counts.get("late"), counts.get("w3")) == (2, 2, 1, 1)
+
+
+def test_standby_survives_a_restart_and_continues_from_its_offset(state_app: StateApp) -> None:
+    state_app.ensure_changelogs()
+    active, standby = open_pair(state_app)
+    with active:
+        count_batch(active, ["a"], state_app.input_topic, 1)
+        with standby:
+            while standby.standby_chunk().remaining:
+                pass
+        count_batch(active, ["a", "b"], state_app.input_topic, 2)
+    with ProcessorStateManager.open(state_app.name, "0_1", [COUNTS], state_app.state_dir / "b",
+                                    state_app.bootstrap, role="standby") as again:
+        total = 0
+        while True:
+            p = again.standby_chunk()
+            total += p.restored
+            if not p.remaining:
+                break
+        assert dict(again.store("counts").items()) == {"a": 2, "b": 1}
+        assert again.progress.stores[0].start_offset > 0
