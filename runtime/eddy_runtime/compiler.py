@@ -1,0 +1,391 @@
+"""Compile a pipeline (pipeline.py's graph) into sub-topologies, stores, topics and tasks.
+
+Pure: takes the graph, the app id and the partition counts of the source topics, returns
+frozen values. The driver calls `compile_topology` once at start; the sub-topologies travel to
+the executors (without their DataFrame steps, which only the driver applies).
+
+A sub-topology is one chain, Kafka Streams' way::
+
+    source topic (or repartition topic)
+      -> DataFrame steps (transform; run in Spark, on the task's executor)
+      -> at most one stateful step (count / reduce / aggregate, windowed or not, or a
+         stream-table join), run vectorized in the executor's task runner
+      -> sinks: output topics, and at most one repartition topic that feeds the next sub-topology
+
+Task ``S_P`` is sub-topology ``S`` on partition ``P`` of its source topic; each stateful store
+has a changelog with one partition per task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from eddy_runtime.pipeline import (
+    Aggregate,
+    GroupBy,
+    Join,
+    Node,
+    PipelineError,
+    Source,
+    TimeWindows,
+    Topology,
+    ToStream,
+    ToTopic,
+    Transform,
+)
+from eddy_runtime.state import ChangelogTopicSpec, StoreSpec, changelog_topic_name
+
+__all__ = [
+    "CompiledApp",
+    "RepartitionSink",
+    "SourceSpec",
+    "StatefulSpec",
+    "SubTopology",
+    "TableSpec",
+    "TopicSink",
+    "compile_topology",
+    "repartition_topic_name",
+    "GROUP_KEY_COLUMN",
+]
+
+#: the column a group_by expression is computed into before the repartition sink
+GROUP_KEY_COLUMN = "__eddy_group_key"
+#: columns the runtime adds when it reads a topic; never written into repartition values
+METADATA_COLUMNS = ("topic", "partition", "offset", "timestamp")
+
+
+def repartition_topic_name(app: str, name: str) -> str:
+    """Kafka Streams' name for a repartition topic: ``<app>-<name>-repartition``."""
+    return f"{app}-{name}-repartition"
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where a sub-topology reads: a user topic, or a repartition topic written by another one."""
+
+    topic: str
+    key_serde: str
+    value_serde: str
+    #: a repartition topic: values are the upstream rows (JSON objects of their columns), or,
+    #: when `combined` is set, per-key partial results of that aggregation (int64/JSON)
+    repartition: bool = False
+    combined: Literal["count", "sum", "min", "max"] | None = None
+    combined_column: str | None = None
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table materialized from a compacted topic into a key-value store (raw bytes inside)."""
+
+    topic: str
+    key_serde: str
+    value_serde: str
+    store: StoreSpec
+
+
+@dataclass(frozen=True)
+class StatefulSpec:
+    """The one stateful step of a sub-topology."""
+
+    kind: Literal["count", "reduce", "aggregate", "join"]
+    #: the aggregation's store (None for a join, whose store is the table's)
+    store: StoreSpec | None
+    key_serde: str
+    windows: TimeWindows | None = None
+    reducer: str | Callable[[Any, Any], Any] | None = None
+    column: str | None = None
+    initializer: Callable[[], Any] | None = None
+    adder: Callable[..., Any] | None = None
+    how: Literal["inner", "left"] = "inner"
+    right_name: str = "table_value"
+
+
+@dataclass(frozen=True)
+class TopicSink:
+    """Write rows to a topic: `key_column` and `value_columns` (one column, or a JSON object)."""
+
+    topic: str
+    key_serde: str | None
+    value_serde: str | None
+    key_column: str
+    value_columns: str | tuple[str, ...]
+    #: the rows are a windowed table's updates: the key gets the window start appended
+    windowed: bool = False
+
+
+@dataclass(frozen=True)
+class RepartitionSink:
+    """Re-key rows by `key_column` into the repartition topic that feeds sub-topology `target`."""
+
+    topic: str
+    key_column: str
+    key_serde: str
+    target: int
+    #: pre-aggregate per key before sending (the downstream aggregation is associative)
+    combine: Literal["count", "sum", "min", "max"] | None = None
+    combine_column: str | None = None
+
+
+Sink = TopicSink | RepartitionSink
+
+
+@dataclass(frozen=True)
+class SubTopology:
+    id: int
+    source: SourceSpec
+    partitions: int
+    #: DataFrame -> DataFrame functions (driver side only; `for_executor` drops them)
+    steps: tuple[Callable[[Any], Any], ...] = ()
+    stateful: StatefulSpec | None = None
+    table: TableSpec | None = None
+    sinks: tuple[Sink, ...] = ()
+    #: how many DataFrame steps the user wrote (kept when `for_executor` drops `steps`)
+    uses_dataframe: bool = False
+
+    @property
+    def task_ids(self) -> tuple[str, ...]:
+        return tuple(f"{self.id}_{p}" for p in range(self.partitions))
+
+    @property
+    def stores(self) -> tuple[StoreSpec, ...]:
+        out = []
+        if self.stateful is not None and self.stateful.store is not None:
+            out.append(self.stateful.store)
+        if self.table is not None:
+            out.append(self.table.store)
+        return tuple(out)
+
+    @property
+    def input_topics(self) -> tuple[str, ...]:
+        return (self.source.topic,) + ((self.table.topic,) if self.table else ())
+
+    @property
+    def stateful_task(self) -> bool:
+        return bool(self.stores)
+
+    def for_executor(self) -> SubTopology:
+        """The part executors need: everything but the DataFrame steps."""
+        return replace(self, steps=())
+
+
+@dataclass(frozen=True)
+class CompiledApp:
+    app: str
+    subtopologies: tuple[SubTopology, ...]
+    #: repartition topic -> partitions
+    repartition_topics: Mapping[str, int] = field(default_factory=dict)
+    output_topics: tuple[str, ...] = ()
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return tuple(t for s in self.subtopologies for t in s.task_ids)
+
+    @property
+    def source_topics(self) -> tuple[str, ...]:
+        """User topics the app reads (streams and tables)."""
+        out: list[str] = []
+        for s in self.subtopologies:
+            for t in s.input_topics:
+                if t not in self.repartition_topics and t not in out:
+                    out.append(t)
+        return tuple(out)
+
+    def subtopology_of(self, task_id: str) -> SubTopology:
+        return self.subtopologies[int(task_id.split("_")[0])]
+
+    def stateful_tasks(self) -> tuple[str, ...]:
+        return tuple(t for s in self.subtopologies if s.stateful_task for t in s.task_ids)
+
+    def changelog_topics(self) -> list[ChangelogTopicSpec]:
+        out = []
+        for s in self.subtopologies:
+            for store in s.stores:
+                if store.kind == "window":
+                    out.append(ChangelogTopicSpec(changelog_topic_name(self.app, store.name), s.partitions,
+                                                  cleanup_policy="compact,delete",
+                                                  retention_ms=(store.retention_ms or 0) + 86_400_000))
+                else:
+                    out.append(ChangelogTopicSpec(changelog_topic_name(self.app, store.name), s.partitions))
+        return out
+
+    def fingerprint(self) -> str:
+        """Changes when the tasks, topics or stores change (not when a function's body does)."""
+        parts = [self.app]
+        for s in self.subtopologies:
+            parts.append(f"{s.id}:{s.source.topic}:{s.partitions}:{[st.name for st in s.stores]}:"
+                         f"{[getattr(k, 'topic', '') for k in s.sinks]}")
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+# -- compiling ------------------------------------------------------------------------------------
+
+
+def _chain(node: Node) -> list[Node]:
+    out: list[Node] = []
+    n: Node | None = node
+    while n is not None:
+        out.append(n)
+        n = n.parent
+    return out[::-1]
+
+
+def _is_repartition(node: Node) -> bool:
+    return isinstance(node, GroupBy) and node.key is not None
+
+
+def compile_topology(topology: Topology, app: str, source_partitions: Mapping[str, int]) -> CompiledApp:
+    """Sub-topologies, stores and topics of `topology` for app `app`.
+
+    `source_partitions` gives the partition count of every topic the pipeline reads with
+    `stream` or `table`. Raises `PipelineError` saying what to change.
+    """
+    if not topology.sinks:
+        raise PipelineError("the pipeline writes nothing: end it with to(topic)")
+    # Every node that leads to a sink, with its children (the user's graph, reversed).
+    children: dict[int, list[Node]] = {}
+    nodes: dict[int, Node] = {}
+    for sink in topology.sinks:
+        prev: Node | None = None
+        for n in reversed(_chain(sink)):
+            nodes[id(n)] = n
+            if prev is not None and prev not in children.setdefault(id(n), []):
+                children[id(n)].append(prev)
+            prev = n
+    roots = [n for n in nodes.values() if isinstance(n, Source)]
+    # Sub-topologies in the order Kafka Streams numbers them: sources in the order declared,
+    # then each repartition's downstream after its upstream.
+    roots.sort(key=lambda n: topology.sources.index(n) if n in topology.sources else len(topology.sources))
+    subs: list[SubTopology] = []
+    repartitions: dict[str, int] = {}
+    outputs: list[str] = []
+    pending: list[tuple[Node, SourceSpec, int]] = []
+    for root in roots:
+        assert isinstance(root, Source)
+        if root.topic not in source_partitions:
+            raise PipelineError(f"topic {root.topic!r} does not exist (or its partition count is unknown)")
+        pending.append((root, SourceSpec(root.topic, root.key_serde, root.value_serde),
+                        source_partitions[root.topic]))
+    while pending:
+        start, source, partitions = pending.pop(0)
+        sub_id = len(subs)
+        steps: list[Callable[[Any], Any]] = []
+        stateful: StatefulSpec | None = None
+        table: TableSpec | None = None
+        sinks: list[Sink] = []
+        windowed_output = False
+        node = start
+        while True:
+            kids = children.get(id(node), [])
+            ends = [k for k in kids if isinstance(k, ToTopic) or _is_repartition(k)]
+            chain = [k for k in kids if k not in ends]
+            if len(chain) > 1:
+                raise PipelineError(
+                    "a stream feeds several chains of steps; one chain per sub-topology is supported "
+                    "(write the stream to a topic with to() and read it twice with topology.stream())"
+                )
+            for end in ends:
+                if isinstance(end, ToTopic):
+                    sinks.append(TopicSink(end.topic, end.key_serde, end.value_serde, end.key, end.value,
+                                           windowed=windowed_output))
+                    outputs.append(end.topic)
+                else:
+                    assert isinstance(end, GroupBy)
+                    if stateful is not None and stateful.kind != "join" and not isinstance(node, ToStream):
+                        raise PipelineError("group_by after an aggregation needs to_stream() first")
+                    if isinstance(end.key, str):
+                        key_column = end.key
+                    else:
+                        if stateful is not None:
+                            raise PipelineError("after a stateful step, group_by takes a column name")
+                        expr = end.key
+                        steps.append(lambda df, expr=expr: df.withColumn(GROUP_KEY_COLUMN, expr))
+                        key_column = GROUP_KEY_COLUMN
+                    topic = repartition_topic_name(app, end.name)
+                    if topic in repartitions:
+                        raise PipelineError(f"repartition topic {topic} is used twice")
+                    n_parts = end.partitions or partitions
+                    repartitions[topic] = n_parts
+                    downstream = len(subs) + 1 + len(pending)
+                    combine, combine_column = _combinable(children.get(id(end), []))
+                    sinks.append(RepartitionSink(topic, key_column, end.key_serde, downstream, combine, combine_column))
+                    pending.append((end, SourceSpec(topic, end.key_serde, "json", repartition=True,
+                                                    combined=combine, combined_column=combine_column), n_parts))
+            if not chain:
+                break
+            node = chain[0]
+            if isinstance(node, Transform):
+                if stateful is not None:
+                    raise PipelineError("transform after a stateful step is not supported in the same sub-topology")
+                steps.append(node.fn)
+            elif isinstance(node, GroupBy):  # group_by_key: no repartition, the aggregation follows
+                continue
+            elif isinstance(node, Aggregate):
+                if stateful is not None:
+                    raise PipelineError("one stateful step per sub-topology: group_by between them")
+                stateful = _stateful(node)
+                windowed_output = node.windows is not None
+            elif isinstance(node, Join):
+                if stateful is not None:
+                    raise PipelineError("one stateful step per sub-topology: group_by between them")
+                t = node.table
+                if t.topic not in source_partitions:
+                    raise PipelineError(f"table topic {t.topic!r} does not exist")
+                if source_partitions[t.topic] != partitions:
+                    raise PipelineError(
+                        f"table topic {t.topic!r} has {source_partitions[t.topic]} partitions but the stream "
+                        f"joined with it ({source.topic!r}) has {partitions}: they must be co-partitioned"
+                    )
+                table = TableSpec(t.topic, t.key_serde, t.value_serde, StoreSpec.key_value(t.store, "bytes", "bytes"))
+                stateful = StatefulSpec("join", None, t.key_serde, how=node.how, right_name=node.right_name)
+            elif isinstance(node, ToStream):
+                continue
+            else:  # pragma: no cover - every node type is handled above
+                raise PipelineError(f"unexpected step {type(node).__name__}")
+        if not sinks:
+            raise PipelineError(f"sub-topology {sub_id} (reading {source.topic}) writes nothing")
+        subs.append(SubTopology(sub_id, source, partitions, tuple(steps), stateful, table, tuple(sinks),
+                                uses_dataframe=bool(steps)))
+    # Pending order assigned downstream ids in creation order; check they line up.
+    for s in subs:
+        for sink in s.sinks:
+            if isinstance(sink, RepartitionSink):
+                assert subs[sink.target].source.topic == sink.topic
+    return CompiledApp(app, tuple(subs), dict(repartitions), tuple(dict.fromkeys(outputs)))
+
+
+def _stateful(node: Aggregate) -> StatefulSpec:
+    group = node.parent
+    while group is not None and not isinstance(group, GroupBy):
+        group = group.parent
+    assert isinstance(group, GroupBy)
+    key_serde = group.key_serde
+    if node.windows is not None:
+        w = node.windows
+        store = StoreSpec.window(node.store, w.size_ms, w.retention_ms, key_serde=key_serde,
+                                 value_serde=node.value_serde)
+    else:
+        store = StoreSpec.key_value(node.store, key_serde=key_serde, value_serde=node.value_serde)
+    return StatefulSpec(node.kind, store, key_serde, node.windows, node.reducer, node.column,
+                        node.initializer, node.adder)
+
+
+def _combinable(after_group: list[Node]) -> tuple[Any, str | None]:
+    """Whether the repartition may carry per-key partial results instead of rows.
+
+    Only for an un-windowed count or a named reduce: they are associative, so the downstream
+    adds partial counts (sums, mins, maxes) exactly as it would add the rows. Windowed
+    aggregations need each row's timestamp (late records), general aggregates each row.
+    """
+    if len(after_group) != 1 or not isinstance(after_group[0], Aggregate):
+        return None, None
+    agg = after_group[0]
+    if agg.windows is not None:
+        return None, None
+    if agg.kind == "count":
+        return "count", None
+    if agg.kind == "reduce" and isinstance(agg.reducer, str):
+        return agg.reducer, agg.column
+    return None, None

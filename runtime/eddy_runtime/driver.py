@@ -1,0 +1,815 @@
+"""The Spark driver of a stream app: the micro-batch loop with pinned placement.
+
+One batch (DESIGN.md, "One micro-batch"):
+
+1. read the assignment: from the operator (a file or the ``<app>-assignment`` ConfigMap) or, in
+   local mode, from the same assignor (`eddy_operator.assignor.assign`) run here, fed by what
+   each executor's volume holds;
+2. read committed input offsets and last stable offsets, and plan work items on live executors
+   only: per task ``[committed, end)`` for a running active (capped), a restore chunk for an
+   active still catching up, a changelog tail for each standby and warmup;
+3. run them as one Spark job: one pinned partition per task of a sub-topology with DataFrame
+   steps (read -> the user's steps -> the task runner), plus one pinned partition per executor
+   for everything else; `BatchWatch` cancels the job when one of its executors dies, and the
+   next batch re-plans without it;
+4. gather each item's figures: metrics, progress, the runtime state for the operator.
+
+Stopping (SIGTERM, Ctrl-C, `request_stop`): the running batch finishes (it is cancelled if it
+outlives the grace period; a cancelled batch leaves no partial commit), then every executor's
+task runner closes its stores, which writes their checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import logging
+import os
+import pickle
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from eddy_operator.assignor import Assignment, AssignorSettings, Executor, assign, diff
+from eddy_operator.spec import StreamAppSpec
+from eddy_runtime.compiler import CompiledApp, SubTopology, compile_topology
+from eddy_runtime.metrics import DriverMetrics
+from eddy_runtime.pipeline import PipelineError, Topology
+from eddy_runtime.placement import BatchWatch, ExecutorRef, PinnedSlots, current_executor_id, live_executors
+from eddy_runtime.records import decode_source, range_reader, spark_source_schema
+from eddy_runtime.state import ChangelogTopicSpec, changelog_topic_name, ensure_changelog_topics
+from eddy_runtime.work import BatchSettings, InputRange, ItemResult, SlotWork, WorkItem
+
+__all__ = ["BatchReport", "Driver", "DriverError", "DriverOptions", "load_pipeline"]
+
+log = logging.getLogger("eddy.driver")
+
+RESULT_DDL = "result binary"
+
+
+class DriverError(RuntimeError):
+    """The app cannot go on (a bad record under policy fail, a pipeline error...)."""
+
+
+@dataclass(frozen=True)
+class DriverOptions:
+    """How the driver runs, beyond what the StreamApp spec says."""
+
+    state_dir: str
+    #: local mode: executors share one disk, each gets ``<state_dir>/executor-<id>``
+    per_executor_state_dirs: bool = False
+    #: records per task and batch at most (bounds a batch's duration and memory)
+    max_batch_records: int = 200_000
+    metrics_port: int | None = None
+    metrics_addr: str = "0.0.0.0"
+    #: operator mode: the assignment document (the mounted ``<app>-assignment`` ConfigMap)
+    assignment_file: str | None = None
+    #: where to write the runtime state for the operator (None: nowhere)
+    runtime_state_file: str | None = None
+    create_output_topics: bool = True
+    #: how long a stop waits for the running batch before cancelling it
+    stop_grace_s: float = 30.0
+    #: consecutive failed batches before the driver gives up
+    max_failed_batches: int = 5
+    topic_replication_factor: int = 1
+
+
+@dataclass
+class BatchReport:
+    """What one batch did, for progress output and tests."""
+
+    batch_id: int
+    outcome: str  # "ok", "cancelled" (an executor died), "failed"
+    duration_s: float
+    generation: int
+    results: list[ItemResult] = field(default_factory=list)
+    lost_executor: str | None = None
+    error: str | None = None
+    moves: tuple[Any, ...] = ()
+    #: seconds spent planning (offsets, assignment, plans) and in the Spark job
+    plan_s: float = 0.0
+    job_s: float = 0.0
+
+    @property
+    def records_in(self) -> int:
+        return sum(r.records_in for r in self.results)
+
+    @property
+    def records_out(self) -> int:
+        return sum(r.records_out for r in self.results)
+
+    def by_status(self, status: str) -> list[ItemResult]:
+        return [r for r in self.results if r.status == status]
+
+
+def load_pipeline(spec: StreamAppSpec, search_path: Sequence[str] = ()) -> tuple[Topology, Any]:
+    """Import the user's module and call its build function on a fresh `Topology`."""
+    for p in search_path:
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    module = importlib.import_module(spec.pipeline.module)
+    build = getattr(module, spec.pipeline.function, None)
+    if not callable(build):
+        raise PipelineError(f"{spec.pipeline.module}.{spec.pipeline.function} is not a function")
+    topology = Topology()
+    result = build(topology, **dict(spec.pipeline.args))
+    if isinstance(result, Topology):
+        topology = result
+    return topology, module
+
+
+@dataclass
+class _Layout:
+    """Pinned partitions for one assignment generation on one set of executors."""
+
+    key: tuple[Any, ...]
+    dataframe_slots: dict[int, list[tuple[str, ExecutorRef]]]
+    dataframe_bases: dict[int, Any]
+    executor_slots: list[ExecutorRef]
+    executor_base: Any
+
+
+class Driver:
+    """Runs one stream app's micro-batches on a SparkSession."""
+
+    def __init__(self, spark: Any, spec: StreamAppSpec, options: DriverOptions,
+                 topology: Topology | None = None, pipeline_module: Any = None) -> None:
+        self.spark = spark
+        self.sc = spark.sparkContext
+        self.spec = spec
+        self.app = spec.application_id
+        self.options = options
+        self.bootstrap = spec.kafka.bootstrap_servers
+        self.kafka_config = dict(spec.kafka.config)
+        if topology is None:
+            topology, pipeline_module = load_pipeline(spec)
+        self.topology = topology
+        if pipeline_module is not None:
+            # The user's functions travel by value: executors need not import the module.
+            from pyspark import cloudpickle
+
+            with contextlib.suppress(ValueError):
+                cloudpickle.register_pickle_by_value(pipeline_module)
+        self.metrics = DriverMetrics(self.app)
+        self.compiled: CompiledApp | None = None
+        self.assignment: Assignment | None = None
+        self.batch_id = 0
+        self._program: bytes = b""
+        self._program_id = ""
+        self._layout: _Layout | None = None
+        #: per executor, per task: the next changelog offset its volume holds (summed over stores)
+        self._held: dict[str, dict[str, int]] = {}
+        self._held_stores: dict[str, dict[str, dict[str, int]]] = {}
+        self._restoring: dict[str, str] = {}
+        self._known_executors: set[str] = set()
+        self._earliest: dict[tuple[str, int], int] = {}
+        self._stop = threading.Event()
+        self._watch: BatchWatch | None = None
+        self._failed_batches = 0
+        self._last_batch_end = time.monotonic()
+        self.last_lag: dict[str, int] = {}
+        self._admin: Any = None
+        self._offsets_consumer: Any = None
+
+    # -- setup ----------------------------------------------------------------------------------
+
+    @property
+    def admin(self) -> Any:
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.kafka_config})
+        return self._admin
+
+    def prepare(self) -> CompiledApp:
+        """Compile the pipeline against the topics and create the topics the app needs."""
+        from pyspark import cloudpickle
+
+        sources = self._source_topics()
+        meta = self.admin.list_topics(timeout=30).topics
+        partitions = {t: len(meta[t].partitions) for t in sources if t in meta and meta[t].error is None}
+        missing = [t for t in sources if t not in partitions]
+        if missing:
+            raise DriverError(f"input topics do not exist: {missing} (create them, or check spec.kafka)")
+        compiled = compile_topology(self.topology, self.app, partitions)
+        self._check_dataframe_steps(compiled)
+        self._create_topics(compiled, meta)
+        self.compiled = compiled
+        self._program = cloudpickle.dumps([s.for_executor() for s in compiled.subtopologies])
+        import hashlib
+
+        self._program_id = hashlib.sha256(self._program).hexdigest()[:20]
+        subs = ", ".join(
+            f"{s.id}: {s.source.topic} -> {len(s.steps)} step(s)"
+            + (f" -> {s.stateful.kind}" if s.stateful else "")
+            + f" -> {', '.join(getattr(k, 'topic', '?') for k in s.sinks)} ({s.partitions} tasks)"
+            for s in compiled.subtopologies
+        )
+        log.info("app %s: sub-topologies %s", self.app, subs)
+        return compiled
+
+    def _source_topics(self) -> list[str]:
+        from eddy_runtime.pipeline import Join, Node
+
+        out: list[str] = [s.topic for s in self.topology.sources]
+        seen: set[int] = set()
+        for sink in self.topology.sinks:
+            n: Node | None = sink
+            while n is not None and id(n) not in seen:
+                seen.add(id(n))
+                if isinstance(n, Join) and n.table.topic not in out:
+                    out.append(n.table.topic)
+                n = n.parent
+        return out
+
+    def _create_topics(self, compiled: CompiledApp, meta: Mapping[str, Any]) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        rf = self.options.topic_replication_factor
+        wanted: dict[str, tuple[int, dict[str, str]]] = {
+            t: (n, {"cleanup.policy": "delete"}) for t, n in compiled.repartition_topics.items()
+        }
+        if self.spec.dead_letter_topic:
+            wanted[self.spec.dead_letter_topic] = (1, {})
+        if self.options.create_output_topics:
+            for s in compiled.subtopologies:
+                for sink in s.sinks:
+                    topic = getattr(sink, "topic", None)
+                    if topic and topic not in compiled.repartition_topics:
+                        wanted.setdefault(topic, (s.partitions, {}))
+        new = [NewTopic(t, n, rf, config=c) for t, (n, c) in wanted.items() if t not in meta]
+        if new:
+            for topic, fut in self.admin.create_topics(new).items():
+                with contextlib.suppress(Exception):  # created meanwhile by another driver
+                    fut.result(30)
+                log.info("created topic %s", topic)
+        for t, (n, _) in wanted.items():
+            if t in compiled.repartition_topics and t in meta and len(meta[t].partitions) != n:
+                raise DriverError(f"repartition topic {t} has {len(meta[t].partitions)} partitions, the app needs {n}")
+        specs: list[ChangelogTopicSpec] = [replace(c, replication_factor=rf) for c in compiled.changelog_topics()]
+        if specs:
+            ensure_changelog_topics(self.admin, specs)
+
+    def _check_dataframe_steps(self, compiled: CompiledApp) -> None:
+        """Reject DataFrame steps that shuffle: they would move records off their task's executor."""
+        for sub in compiled.subtopologies:
+            if not sub.steps:
+                continue
+            base = self.spark.createDataFrame(self.sc.parallelize([(0,)], 1), "slot int")
+            df = base.mapInArrow(lambda it: it, spark_source_schema(sub.source.key_serde, sub.source.value_serde))
+            for step in sub.steps:
+                df = step(df)
+                if df is None or not hasattr(df, "_jdf"):
+                    raise PipelineError(f"a transform step of sub-topology {sub.id} did not return a DataFrame")
+            plan = df._jdf.queryExecution().executedPlan().toString()
+            reasons = [line.strip() for line in plan.splitlines()
+                       if ("Exchange" in line and "BroadcastExchange" not in line) or "Coalesce" in line]
+            if reasons:
+                raise PipelineError(
+                    f"a transform step of sub-topology {sub.id} (reading {sub.source.topic}) shuffles or merges "
+                    f"partitions ({reasons[0][:120]}): a task's records must stay on its executor. Re-key with "
+                    "group_by(...) instead of groupBy/join/orderBy/repartition/distinct in transform()"
+                )
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    def _input_partitions(self) -> list[tuple[str, int]]:
+        assert self.compiled is not None
+        return [(t, p) for s in self.compiled.subtopologies for t in s.input_topics for p in range(s.partitions)]
+
+    def _changelog_partitions(self) -> dict[str, list[tuple[str, int]]]:
+        assert self.compiled is not None
+        out: dict[str, list[tuple[str, int]]] = {}
+        for s in self.compiled.subtopologies:
+            for p in range(s.partitions):
+                out[f"{s.id}_{p}"] = [(changelog_topic_name(self.app, st.name), p) for st in s.stores]
+        return out
+
+    def _list_offsets(self, tps: Sequence[tuple[str, int]], spec: str) -> dict[tuple[str, int], int]:
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        if not tps:
+            return {}
+        which = OffsetSpec.latest() if spec == "latest" else OffsetSpec.earliest()
+        request = {TopicPartition(t, p): which for t, p in tps}
+        futures = self.admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30)
+        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+
+    def _committed(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        if self._offsets_consumer is None:
+            self._offsets_consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.app,
+                                               "enable.auto.commit": False, **self.kafka_config})
+        found = self._offsets_consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=30)
+        out = {}
+        missing = []
+        for tp in found:
+            if tp.offset >= 0:
+                out[(tp.topic, tp.partition)] = tp.offset
+            else:
+                missing.append((tp.topic, tp.partition))
+        need = [tp for tp in missing if tp not in self._earliest]
+        if need:
+            self._earliest.update(self._list_offsets(need, "earliest"))
+        for tp in missing:
+            out[tp] = self._earliest[tp]
+        return out
+
+    # -- assignment -----------------------------------------------------------------------------
+
+    def _next_assignment(self, live: Sequence[ExecutorRef], changelog_ends: Mapping[str, int]) -> Assignment:
+        if self.options.assignment_file:
+            return self._assignment_from_file()
+        assert self.compiled is not None
+        settings = AssignorSettings(
+            standby_replicas=self.spec.state.standby_replicas,
+            acceptable_recovery_lag=self.spec.state.acceptable_recovery_lag,
+            max_warmup_replicas=self.spec.state.max_warmup_replicas,
+        )
+        live_ids = {e.id for e in live}
+        held = {e: tasks for e, tasks in self._held.items() if e in live_ids}
+        return assign([Executor(id=e.id) for e in live], changelog_ends, held, self.assignment, settings)
+
+    def _assignment_from_file(self) -> Assignment:
+        from eddy_operator.channel import ASSIGNMENT_KEY, decode_assignment
+
+        assert self.options.assignment_file is not None
+        path = Path(self.options.assignment_file)
+        text = path.read_text() if path.is_file() else (path / ASSIGNMENT_KEY).read_text()
+        return decode_assignment({ASSIGNMENT_KEY: text}).assignment
+
+    def _probe_inventories(self, executors: Sequence[ExecutorRef]) -> None:
+        """What the volumes of executors new to this driver hold, before placing tasks on them."""
+        if not executors:
+            return
+        settings = self._settings()
+        app = self.app
+
+        def inventory(slot: int) -> Iterator[tuple[str, Any]]:
+            from eddy_runtime.state import StateDirectory
+
+            me = current_executor_id() or ""
+            yield me, StateDirectory(settings.state_dir_for(me)).inventory(app)
+
+        try:
+            found = PinnedSlots(self.sc, executors).run(inventory)
+        except Exception as e:  # noqa: BLE001 - placement still works without it, just less sticky
+            log.warning("could not read the state inventories of %s: %s", [e.id for e in executors], e)
+            return
+        for executor, tasks in found:
+            self._held[executor], self._held_stores[executor] = _held_offsets(tasks)
+
+    # -- layout -----------------------------------------------------------------------------------
+
+    def _layout_for(self, assignment: Assignment, live: Sequence[ExecutorRef]) -> _Layout:
+        assert self.compiled is not None
+        by_id = {e.id: e for e in live}
+        key = (assignment.generation, tuple(sorted(assignment.tasks.items())), tuple(live))
+        if self._layout is not None and self._layout.key == key:
+            return self._layout
+        dataframe_slots: dict[int, list[tuple[str, ExecutorRef]]] = {}
+        for sub in self.compiled.subtopologies:
+            if not sub.uses_dataframe:
+                continue
+            slots = [(t, by_id[assignment.tasks[t].active]) for t in sub.task_ids
+                     if t in assignment.tasks and assignment.tasks[t].active in by_id]
+            if slots:
+                dataframe_slots[sub.id] = slots
+        bases = {sid: PinnedSlots(self.sc, [e for _, e in slots]).dataframe(self.spark)
+                 for sid, slots in dataframe_slots.items()}
+        executor_slots = list(live)
+        self._layout = _Layout(key, dataframe_slots, bases, executor_slots,
+                               PinnedSlots(self.sc, executor_slots).dataframe(self.spark))
+        return self._layout
+
+    # -- one batch ------------------------------------------------------------------------------
+
+    def _settings(self) -> BatchSettings:
+        return BatchSettings(
+            app=self.app,
+            batch_id=self.batch_id,
+            generation=self.assignment.generation if self.assignment else 0,
+            bootstrap=self.bootstrap,
+            guarantee=self.spec.processing_guarantee.value,  # type: ignore[arg-type]
+            bad_record_policy=self.spec.bad_record_policy.value,  # type: ignore[arg-type]
+            dead_letter_topic=self.spec.dead_letter_topic,
+            state_dir=self.options.state_dir,
+            per_executor_state_dirs=self.options.per_executor_state_dirs,
+            kafka_config=self.kafka_config,
+        )
+
+    def run_batch(self) -> BatchReport:
+        """Plan, run and account for one micro-batch."""
+        if self.compiled is None:
+            self.prepare()
+        assert self.compiled is not None
+        self.batch_id += 1
+        started = time.monotonic()
+        live = live_executors(self.sc)
+        if not live:
+            time.sleep(1)
+            return BatchReport(self.batch_id, "failed", 0.0, 0, error="no live executor")
+        new = [e for e in live if e.id not in self._known_executors]
+        if new and not self.options.assignment_file:
+            self._probe_inventories(new)
+        self._known_executors = {e.id for e in live}
+        inputs = self._input_partitions()
+        changelogs = self._changelog_partitions()
+        all_changelog = [tp for tps in changelogs.values() for tp in tps]
+        committed = self._committed(inputs)
+        ends = self._list_offsets(inputs + all_changelog, "latest")
+        changelog_ends = {t: sum(ends[tp] for tp in tps) for t, tps in changelogs.items()}
+        previous = self.assignment
+        assignment = self._next_assignment(live, changelog_ends)
+        moves = diff(previous, assignment) if previous is None or assignment.generation != previous.generation else ()
+        self.assignment = assignment
+        for m in moves:
+            log.info("assignment %d: task %s %s %s -> %s", assignment.generation, m.task, m.kind, m.source, m.target)
+        settings = self._settings()
+        layout = self._layout_for(assignment, live)
+        lag: dict[str, int] = {}
+        for sub in self.compiled.subtopologies:
+            for p, task in enumerate(sub.task_ids):
+                lag[task] = max(ends[(sub.source.topic, p)] - committed[(sub.source.topic, p)], 0)
+        self.last_lag = lag
+        frames, total_slots = self._frames(settings, assignment, layout, committed, ends)
+        results: list[ItemResult] = []
+        report = BatchReport(self.batch_id, "ok", 0.0, assignment.generation, moves=moves)
+        group = f"eddy-{self.app}-batch-{self.batch_id}"
+        report.plan_s = time.monotonic() - started
+        try:
+            with BatchWatch(self.sc, group, [e.id for e in live],
+                            description=f"eddy {self.app} batch {self.batch_id}") as watch:
+                self._watch = watch
+                union = functools.reduce(lambda a, b: a.union(b), frames)
+                rows = union.collect()
+            results = [pickle.loads(r.result) for r in rows]
+            for r in results:
+                if r.inventory is not None:
+                    self._held[r.executor], self._held_stores[r.executor] = _held_offsets(r.inventory)
+            results = [r for r in results if r.inventory is None]
+        except Exception as e:  # noqa: BLE001 - classified below; the next batch re-plans
+            if self._watch is not None and self._watch.lost is not None:
+                report.outcome = "cancelled"
+                report.lost_executor = self._watch.lost
+                self.metrics.failovers.labels(self.app).inc()
+                log.warning("batch %d cancelled: executor %s died; re-planning on the live executors",
+                            self.batch_id, self._watch.lost)
+            elif self._watch is not None and self._watch.cancelled_reason:
+                report.outcome = "cancelled"
+                report.error = self._watch.cancelled_reason
+            else:
+                report.outcome = "failed"
+                report.error = _short_error(e)
+                log.error("batch %d failed: %s", self.batch_id, report.error)
+        finally:
+            self._watch = None
+        report.results = results
+        report.duration_s = time.monotonic() - started
+        report.job_s = report.duration_s - report.plan_s
+        wall = time.monotonic() - self._last_batch_end
+        self._last_batch_end = time.monotonic()
+        self._account(report, wall, assignment, live, lag)
+        del total_slots
+        return report
+
+    def _frames(self, settings: BatchSettings, assignment: Assignment, layout: _Layout,
+                committed: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int]) -> tuple[list[Any], int]:
+        assert self.compiled is not None
+        live_ids = {e.id for e in layout.executor_slots}
+        cap = self.options.max_batch_records
+
+        def ranges(sub: SubTopology, task: str) -> tuple[InputRange, ...]:
+            p = int(task.split("_")[1])
+            out = []
+            for topic in sub.input_topics:
+                start = committed[(topic, p)]
+                end = max(start, min(ends[(topic, p)], start + cap))
+                out.append(InputRange(topic, p, start, end))
+            return tuple(out)
+
+        per_executor: dict[str, list[WorkItem]] = {e: [] for e in live_ids}
+        held: dict[str, list[tuple[str, str]]] = {e: [] for e in live_ids}
+        dataframe_items: dict[str, WorkItem] = {}
+        for sub in self.compiled.subtopologies:
+            for task in sub.task_ids:
+                placement = assignment.tasks.get(task)
+                if placement is None:
+                    continue
+                if placement.active in live_ids:
+                    held[placement.active].append((task, "active"))
+                    restoring = self._restoring.get(task) == placement.active
+                    item = WorkItem(task, "active", ranges(sub, task), restore_only=restoring)
+                    if sub.uses_dataframe:
+                        dataframe_items[task] = item
+                    else:
+                        per_executor[placement.active].append(item)
+                if not sub.stateful_task:
+                    continue
+                for e in (*placement.standbys, *placement.warmups):
+                    if e in live_ids:
+                        held[e].append((task, "standby"))
+                        per_executor[e].append(WorkItem(task, "standby"))
+        frames = []
+        offset = 0
+        program = (self._program_id, self._program)
+        for sub_id, slots in layout.dataframe_slots.items():
+            sub = self.compiled.subtopologies[sub_id]
+            works = [SlotWork(e.id, (dataframe_items[t],) if t in dataframe_items else (), dataframe_task=t)
+                     for t, e in slots]
+            df = layout.dataframe_bases[sub_id].mapInArrow(
+                _read_step(settings, sub, works, offset), spark_source_schema(sub.source.key_serde,
+                                                                             sub.source.value_serde))
+            for step in sub.steps:
+                df = step(df)
+            frames.append(df.mapInArrow(_sink_step(settings, program, works, offset), RESULT_DDL))
+            offset += len(slots)
+        works = [SlotWork(e.id, tuple(per_executor[e.id]), held=tuple(held[e.id]))  # type: ignore[arg-type]
+                 for e in layout.executor_slots]
+        frames.append(layout.executor_base.mapInArrow(_executor_step(settings, program, works, offset), RESULT_DDL))
+        return frames, offset + len(works)
+
+    def _account(self, report: BatchReport, wall: float, assignment: Assignment, live: Sequence[ExecutorRef],
+                 lag: Mapping[str, int]) -> None:
+        live_ids = {e.id for e in live}
+        for r in report.results:
+            if r.figures is not None:
+                stores = {s.store: s.changelog_offset + 1 for s in r.figures.stores if s.changelog_offset is not None}
+                if stores:
+                    self._held.setdefault(r.executor, {})[r.task] = sum(stores.values())
+                    self._held_stores.setdefault(r.executor, {})[r.task] = stores
+            if r.role == "active":
+                if r.status == "restoring":
+                    self._restoring[r.task] = r.executor
+                elif r.status == "processed":
+                    self._restoring.pop(r.task, None)
+        for e in list(self._held):
+            if e not in live_ids:
+                del self._held[e]
+                self._held_stores.pop(e, None)
+        restoring = sum(1 for r in report.results if r.role == "active" and r.status == "restoring")
+        assert self.compiled is not None
+        standbys = sum(len(a.standbys) + len(a.warmups) for t, a in assignment.tasks.items()
+                       if self.compiled.subtopology_of(t).stateful_task)
+        self.metrics.observe_batch(report.outcome, report.duration_s, report.results, wall)
+        self.metrics.observe_tasks(lag, restoring, standbys, len(live), assignment.generation)
+        if report.outcome == "ok" and not report.by_status("failed"):
+            self._failed_batches = 0
+        else:
+            self._failed_batches += 1
+        for r in report.by_status("bad-record"):
+            raise DriverError(f"task {r.task}: {r.message} (badRecordPolicy: fail)")
+        for r in report.by_status("failed"):
+            log.error("task %s on executor %s failed: %s", r.task, r.executor, r.message)
+            if r.message.startswith("pipeline error"):
+                raise DriverError(f"task {r.task}: {r.message}")
+        for r in report.results:
+            for b in r.bad_records:
+                log.warning("app %s task %s: bad record %s (%s)", self.app, r.task, b,
+                            "dead-lettered" if r.dead_lettered else "skipped")
+        if self._failed_batches >= self.options.max_failed_batches:
+            raise DriverError(f"{self._failed_batches} batches in a row failed; last error: "
+                              f"{report.error or [r.message for r in report.by_status('failed')][:1]}")
+        if self.options.runtime_state_file:
+            self._publish_runtime_state(report, lag, live)
+
+    def _publish_runtime_state(self, report: BatchReport, lag: Mapping[str, int],
+                               live: Sequence[ExecutorRef]) -> None:
+        from datetime import UTC, datetime
+
+        from eddy_operator.channel import ExecutorInventory, RestoreProgress, RuntimeState, encode_runtime_state
+
+        assert self.options.runtime_state_file is not None and self.compiled is not None
+        ends = self._list_offsets([tp for tps in self._changelog_partitions().values() for tp in tps], "latest")
+        per_task = {
+            f"{s.id}_{p}": {st.name: ends[(changelog_topic_name(self.app, st.name), p)] for st in s.stores}
+            for s in self.compiled.subtopologies for p in range(s.partitions)
+        }
+        executors = {
+            e.id: ExecutorInventory(e.id, host=e.host, stores=self._held_stores.get(e.id, {})) for e in live
+        }
+        restores = tuple(
+            RestoreProgress(r.task, r.executor, r.role, r.restored, r.restored + r.restore_remaining)
+            for r in report.results if r.status == "restoring"
+        )
+        state = RuntimeState(self.app, datetime.now(UTC).isoformat(), report.generation, per_task, executors,
+                             restores, dict(lag), report.batch_id)
+        path = Path(self.options.runtime_state_file)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(encode_runtime_state(state)["state.json"])
+        tmp.replace(path)
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop after the running batch (SIGTERM and Ctrl-C call this)."""
+        self._stop.set()
+        watch = self._watch
+        if watch is not None:
+            def cancel_late() -> None:
+                if self._watch is watch:
+                    watch.cancel("stop requested and the batch outlived the grace period")
+
+            timer = threading.Timer(self.options.stop_grace_s, cancel_late)
+            timer.daemon = True
+            timer.start()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self, on_batch: Callable[[BatchReport], None] | None = None, max_batches: int | None = None,
+            until: Callable[[BatchReport], bool] | None = None) -> None:
+        """Run batches every trigger interval until stopped (or `until` says so)."""
+        if self.compiled is None:
+            self.prepare()
+        if self.options.metrics_port:
+            self.metrics.serve(self.options.metrics_port, self.options.metrics_addr)
+            log.info("metrics on http://%s:%d/metrics", self.options.metrics_addr, self.options.metrics_port)
+        interval = self.spec.trigger_interval_s
+        n = 0
+        try:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                report = self.run_batch()
+                n += 1
+                if on_batch is not None:
+                    on_batch(report)
+                if until is not None and until(report):
+                    break
+                if max_batches is not None and n >= max_batches:
+                    break
+                full = any(r.records_in >= self.options.max_batch_records for r in report.results)
+                if not full:
+                    self._stop.wait(max(0.0, interval - (time.monotonic() - started)))
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close every executor's tasks (stores flushed, checkpoints written), then the clients."""
+        try:
+            self.close_tasks()
+        finally:
+            self.metrics.close()
+            if self._offsets_consumer is not None:
+                self._offsets_consumer.close()
+                self._offsets_consumer = None
+
+    def close_tasks(self) -> None:
+        live = live_executors(self.sc)
+        if not live:
+            return
+        settings = self._settings()
+
+        def close(slot: int) -> Iterator[tuple[str, str]]:
+            from eddy_runtime.runner import RunnerClient
+
+            me = current_executor_id() or ""
+            client = RunnerClient(settings.state_dir_for(me), me)
+            try:
+                yield me, str(client.call(("close", None), timeout_s=60))
+            except Exception as e:  # noqa: BLE001
+                yield me, f"close failed: {e}"
+
+        try:
+            for executor, outcome in PinnedSlots(self.sc, live).run(close):
+                log.info("executor %s closed its tasks: %s", executor, outcome)
+        except Exception as e:  # noqa: BLE001 - stopping anyway; the runners exit with their executors
+            log.warning("closing the tasks failed: %s", _short_error(e))
+
+
+def _held_offsets(inventory: Sequence[Any]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """Per task, the next changelog offset its volume holds: summed over stores, and per store."""
+    totals: dict[str, int] = {}
+    per_store: dict[str, dict[str, int]] = {}
+    for t in inventory:
+        stores = {s.name: s.changelog_offset + 1 for s in t.stores if s.changelog_offset is not None}
+        if stores:
+            totals[t.task_id] = sum(stores.values())
+            per_store[t.task_id] = stores
+    return totals, per_store
+
+
+def _short_error(e: BaseException) -> str:
+    """The gist of a Spark/py4j error: its message lines without the JVM stack."""
+    lines = [ln for ln in str(e).splitlines() if ln.strip() and not ln.strip().startswith("at ")]
+    return " | ".join(lines[:6])[:1500]
+
+
+# -- what runs on the executors ---------------------------------------------------------------------
+# Factories return closures; cloudpickle ships them with the batch's work (and the module is
+# imported by reference on the executors).
+
+
+def _misplaced(work: SlotWork, here: str | None) -> list[ItemResult]:
+    return [ItemResult(i.task, work.executor, i.role, "misplaced",
+                       message=f"planned for executor {work.executor}, ran on executor {here}") for i in work.items]
+
+
+def _call_runner(settings: BatchSettings, program: tuple[str, bytes], work: SlotWork, data: Any) -> list[ItemResult]:
+    from eddy_runtime.runner import RunnerClient
+
+    here = current_executor_id()
+    if here != work.executor:
+        return _misplaced(work, here)
+    program_id, program_bytes = program
+    client = RunnerClient(settings.state_dir_for(work.executor), work.executor)
+    try:
+        reply = client.call(("run", program_id, None, settings, work, data))
+        if reply == "need-program":
+            reply = client.call(("run", program_id, program_bytes, settings, work, data))
+    except Exception as e:  # noqa: BLE001 - other items of the batch still count
+        return [ItemResult(i.task, work.executor, i.role, "failed", message=f"task runner: {type(e).__name__}: {e}")
+                for i in work.items]
+    return list(reply)
+
+
+def _result_batch(results: Sequence[ItemResult]) -> Any:
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_pydict({"result": pa.array([pickle.dumps(r) for r in results], pa.binary())})
+
+
+def _slots(batches: Any) -> list[int]:
+    out: list[int] = []
+    for b in batches:  # drain: a partly read iterator stops Spark from reusing the worker
+        out.extend(b.column(0).to_pylist())
+    return out
+
+
+def _check_partition(offset: int, slot: int) -> None:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is not None and ctx.partitionId() != offset + slot:
+        raise RuntimeError(f"slot {slot} runs in partition {ctx.partitionId()}, expected {offset + slot}")
+
+
+def _read_step(settings: BatchSettings, sub: SubTopology, works: list[SlotWork], offset: int) -> Callable[..., Any]:
+    key_serde, value_serde = sub.source.key_serde, sub.source.value_serde
+
+    def read(batches: Any) -> Iterator[Any]:
+        from eddy_runtime.runner import RunnerClient
+
+        for slot in _slots(batches):
+            _check_partition(offset, slot)
+            work = works[slot]
+            if not work.items or current_executor_id() != work.executor:
+                continue
+            item = work.items[0]
+            if item.restore_only or item.ranges[0].empty:
+                continue
+            raw = range_reader(settings.bootstrap, settings.kafka_config).read(item.ranges[0], settings.read_timeout_s)
+            table, bad = decode_source(raw, key_serde, value_serde)
+            if bad:
+                client = RunnerClient(settings.state_dir_for(work.executor), work.executor)
+                client.call(("stash", settings.batch_id, item.task, bad))
+                if settings.bad_record_policy == "fail":
+                    continue
+            yield from table.to_batches(max_chunksize=65_536)
+
+    return read
+
+
+def _sink_step(settings: BatchSettings, program: tuple[str, bytes], works: list[SlotWork],
+               offset: int) -> Callable[..., Any]:
+    def sink(batches: Any) -> Iterator[Any]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        received = list(batches)
+        ctx = TaskContext.get()
+        slot = ctx.partitionId() - offset if ctx is not None else 0
+        work = works[slot]
+        data = pa.Table.from_batches(received) if received else pa.table({})
+        yield _result_batch(_call_runner(settings, program, work, data))
+
+    return sink
+
+
+def _executor_step(settings: BatchSettings, program: tuple[str, bytes], works: list[SlotWork],
+                   offset: int) -> Callable[..., Any]:
+    def run(batches: Any) -> Iterator[Any]:
+        from eddy_runtime.state import StateDirectory
+
+        for slot in _slots(batches):
+            _check_partition(offset, slot)
+            work = works[slot]
+            results = _call_runner(settings, program, work, None) if work.items or work.held is not None else []
+            if current_executor_id() == work.executor:
+                inventory = tuple(StateDirectory(settings.state_dir_for(work.executor)).inventory(settings.app))
+                results = [*results, ItemResult("", work.executor, "active", "processed", inventory=inventory)]
+            yield _result_batch(results)
+
+    return run
+
+
+def default_state_dir() -> str:
+    return os.environ.get("EDDY_STATE_DIR", str(Path.cwd() / ".cache" / "eddy-state"))

@@ -1,0 +1,391 @@
+"""The stateful steps and sinks of a sub-topology, vectorized over one batch of one task.
+
+`process_batch` runs in the executor's task runner (runner.py) on a `pyarrow.Table` of rows:
+a stateful step first pre-aggregates the batch per key (or per key and window) with Arrow's
+group-by, then does one read-modify-write per distinct key through the task's store
+transaction (state/manager.py's `TaskTransaction`); the sinks turn the resulting rows into
+output and repartition records. Nothing here talks to Kafka: the runner commits what this
+returns.
+
+User functions (a reduce function, an aggregate's initializer/adder) run once per key and
+batch; if one raises, that key's rows become bad records and the app's policy decides.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eddy_runtime.commit import OutputRecord
+from eddy_runtime.compiler import (
+    GROUP_KEY_COLUMN,
+    METADATA_COLUMNS,
+    RepartitionSink,
+    StatefulSpec,
+    SubTopology,
+    TableSpec,
+    TopicSink,
+)
+from eddy_runtime.records import (
+    _INT64,
+    TS_TYPE,
+    RawRecords,
+    arrow_type,
+    decode_column,
+    encode_column,
+    encode_rows,
+    output_records,
+    timestamps_ms,
+)
+
+__all__ = ["BatchOutput", "PipelineRuntimeError", "TaskState", "apply_table_updates", "process_batch"]
+
+
+class PipelineRuntimeError(RuntimeError):
+    """The pipeline does not fit its data (a missing column, a wrong type): stop and say so."""
+
+
+@dataclass
+class TaskState:
+    """What a task keeps between batches besides its stores (lives in the task runner)."""
+
+    #: newest record timestamp seen by a windowed aggregation (Kafka Streams' stream time)
+    stream_time: int | None = None
+
+
+@dataclass
+class BatchOutput:
+    """What a batch of one task produces."""
+
+    outputs: list[OutputRecord] = field(default_factory=list)
+    #: row indices (into the input table) whose user function failed, with the error
+    failed_rows: dict[int, str] = field(default_factory=dict)
+    #: rows ignored as Kafka Streams ignores them (null keys, late for their window)
+    dropped: int = 0
+    #: timestamps (ms) of the records written to output topics: the end-to-end latency sample
+    output_timestamps: list[np.ndarray] = field(default_factory=list)
+
+
+def _ts_array(ms: np.ndarray) -> pa.Array:
+    return pa.array(ms.astype(np.int64) * 1000, pa.int64()).cast(TS_TYPE)
+
+
+def _key_column(rows: pa.Table, serde: str) -> pa.ChunkedArray:
+    if "key" not in rows.column_names:
+        raise PipelineRuntimeError(f"an aggregation needs a 'key' column; the rows have {rows.column_names}")
+    col = rows.column("key")
+    want = arrow_type(serde)
+    if serde != "json" and col.type != want:
+        try:
+            col = pc.cast(col, want)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise PipelineRuntimeError(f"key column of type {col.type} does not fit key serde {serde}: {e}") from e
+    return col
+
+
+def process_batch(sub: SubTopology, rows: pa.Table, tx: Any, state: TaskState) -> BatchOutput:
+    """Run `sub`'s stateful step (if any) and sinks over `rows`; returns the records to commit."""
+    out = BatchOutput()
+    result = rows
+    if sub.stateful is not None:
+        if sub.stateful.kind == "join":
+            assert sub.table is not None
+            result = _join(sub.stateful, sub.table, rows, tx, out)
+        else:
+            result = _aggregate(sub.stateful, rows, tx, state, out)
+    for sink in sub.sinks:
+        if isinstance(sink, TopicSink):
+            _to_topic(sink, result, out)
+        else:
+            _repartition(sink, result, out)
+    return out
+
+
+# -- aggregations ---------------------------------------------------------------------------------
+
+
+def _aggregate(spec: StatefulSpec, rows: pa.Table, tx: Any, state: TaskState, out: BatchOutput) -> pa.Table:
+    assert spec.store is not None
+    n = rows.num_rows
+    keys = _key_column(rows, spec.key_serde)
+    stamps = timestamps_ms(rows)
+    if stamps is None:  # no timestamp column left after the user's steps: the time of processing
+        stamps = np.full(n, int(time.time() * 1000), dtype=np.int64)
+    index = np.arange(n, dtype=np.int64)
+    valid = pc.is_valid(keys).to_numpy(zero_copy_only=False)
+    out.dropped += int(n - valid.sum())
+    cols: dict[str, Any] = {"__k": keys, "__ts": pa.array(stamps), "__i": pa.array(index)}
+    group_cols = ["__k"]
+    windows = spec.windows
+    if windows is not None:
+        # Every (record, window) pair; a record is late for a window whose end + grace is at or
+        # before the stream time when the record arrives (stream time includes the record).
+        base = state.stream_time if state.stream_time is not None else np.iinfo(np.int64).min
+        stream_time = np.maximum.accumulate(np.concatenate([[base], stamps]))[1:] if n else stamps
+        if n:
+            state.stream_time = int(stream_time[-1])
+        first = stamps - stamps % windows.advance_ms
+        hops = -(-windows.size_ms // windows.advance_ms)
+        starts = np.concatenate([first - j * windows.advance_ms for j in range(hops)])
+        rec = np.tile(index, hops)
+        inside = (starts > stamps[rec] - windows.size_ms) & (starts >= 0)
+        on_time = starts + windows.size_ms + windows.grace_ms > stream_time[rec]
+        keep = inside & on_time & valid[rec]
+        late_records = np.setdiff1d(index[valid], rec[inside & on_time & valid[rec]])
+        out.dropped += int(len(late_records))
+        rec, starts = rec[keep], starts[keep]
+        table = pa.table(cols).take(pa.array(rec)).append_column("__w", pa.array(starts))
+        group_cols.append("__w")
+        for name in rows.column_names:
+            if name not in ("key", *METADATA_COLUMNS):
+                table = table.append_column(name, rows.column(name).take(pa.array(rec)))
+    else:
+        table = pa.table(cols)
+        for name in rows.column_names:
+            if name not in ("key", *METADATA_COLUMNS):
+                table = table.append_column(name, rows.column(name))
+        if not valid.all():
+            table = table.filter(pa.array(valid))
+    if table.num_rows == 0:
+        return _result_schema_empty(spec)
+    if spec.kind == "count" or (spec.kind == "reduce" and isinstance(spec.reducer, str)):
+        return _fold_vectorized(spec, table, group_cols, tx, out)
+    return _fold_per_key(spec, table, group_cols, tx, out, rows)
+
+
+def _result_schema_empty(spec: StatefulSpec) -> pa.Table:
+    cols = {"key": pa.array([], arrow_type(spec.key_serde)), "value": pa.array([], pa.null())}
+    if spec.windows is not None:
+        cols["window_start"] = pa.array([], pa.int64())
+        cols["window_end"] = pa.array([], pa.int64())
+    cols["timestamp"] = pa.array([], TS_TYPE)
+    return pa.table(cols)
+
+
+def _store_ops(spec: StatefulSpec, tx: Any) -> tuple[Callable[[list[Any], list[Any]], list[Any]],
+                                                       Callable[[list[Any], list[Any], list[Any]], list[bool]]]:
+    """get(keys, windows) and put(keys, windows, values) over the task's store transaction."""
+    assert spec.store is not None
+    if spec.windows is None:
+        kv = tx.key_value(spec.store.name)
+
+        def get(keys: list[Any], _w: list[Any]) -> list[Any]:
+            return kv.get_many(keys)
+
+        def put(keys: list[Any], _w: list[Any], values: list[Any]) -> list[bool]:
+            kv.put_many(keys, values)
+            return [True] * len(keys)
+
+        return get, put
+    win = tx.window(spec.store.name)
+
+    def wget(keys: list[Any], starts: list[Any]) -> list[Any]:
+        return [win.fetch(k, s) for k, s in zip(keys, starts, strict=True)]
+
+    def wput(keys: list[Any], starts: list[Any], values: list[Any]) -> list[bool]:
+        return [win.put(k, s, v) for k, s, v in zip(keys, starts, values, strict=True)]
+
+    return wget, wput
+
+
+def _result(spec: StatefulSpec, keys: pa.Array, starts: list[int] | None, values: list[Any],
+            stamps: np.ndarray, written: list[bool]) -> pa.Table:
+    mask = np.asarray(written, dtype=bool)
+    cols: dict[str, Any] = {"key": keys, "value": pa.array(values)}
+    if starts is not None and spec.windows is not None:
+        s = np.asarray(starts, dtype=np.int64)
+        cols["window_start"] = pa.array(s)
+        cols["window_end"] = pa.array(s + spec.windows.size_ms)
+    cols["timestamp"] = _ts_array(stamps)
+    table = pa.table(cols)
+    return table if mask.all() else table.filter(pa.array(mask))
+
+
+def _fold_vectorized(spec: StatefulSpec, table: pa.Table, group_cols: list[str], tx: Any,
+                     out: BatchOutput) -> pa.Table:
+    """count / sum / min / max: Arrow pre-aggregates, one store read and write per distinct key."""
+    if spec.kind == "count":
+        if "__partial" in table.column_names:  # combined upstream: partial counts per key
+            table = table.append_column("__n", pc.cast(table.column("__partial"), pa.int64()))
+        else:
+            table = table.append_column("__n", pa.array(np.ones(table.num_rows, dtype=np.int64)))
+        column, op = "__n", "sum"
+    else:
+        op = str(spec.reducer)
+        column = "__partial" if "__partial" in table.column_names else (spec.column or "value")
+        if column not in table.column_names:
+            raise PipelineRuntimeError(f"reduce column {column!r} is not among the rows' columns "
+                                       f"{[c for c in table.column_names if not c.startswith('__')]}")
+    grouped = table.group_by(group_cols, use_threads=False).aggregate([(column, op), ("__ts", "max")])
+    keys = grouped.column("__k").to_pylist()
+    starts = grouped.column("__w").to_pylist() if "__w" in grouped.column_names else [None] * len(keys)
+    batch = grouped.column(f"{column}_{op}").to_pylist()
+    get, put = _store_ops(spec, tx)
+    old = get(keys, starts)
+    if spec.kind == "count" or op == "sum":
+        new = [b if o is None else o + b for o, b in zip(old, batch, strict=True)]
+    elif op == "min":
+        new = [b if o is None else min(o, b) for o, b in zip(old, batch, strict=True)]
+    else:
+        new = [b if o is None else max(o, b) for o, b in zip(old, batch, strict=True)]
+    written = put(keys, starts, new)
+    return _result(spec, grouped.column("__k").combine_chunks(), None if spec.windows is None else starts, new,
+                   grouped.column("__ts_max").to_numpy(), written)
+
+
+def _fold_per_key(spec: StatefulSpec, table: pa.Table, group_cols: list[str], tx: Any,
+                  out: BatchOutput, rows: pa.Table) -> pa.Table:
+    """reduce with a function / aggregate: one user call per key (and window) and batch."""
+    value_cols = [c for c in table.column_names if not c.startswith("__")]
+    aggs = [(c, "list") for c in value_cols] + [("__i", "list"), ("__ts", "max")]
+    grouped = table.group_by(group_cols, use_threads=False).aggregate(aggs)
+    keys = grouped.column("__k").to_pylist()
+    starts = grouped.column("__w").to_pylist() if "__w" in grouped.column_names else [None] * len(keys)
+    lists = {c: grouped.column(f"{c}_list").to_pylist() for c in value_cols}
+    row_ids = grouped.column("__i_list").to_pylist()
+    get, put = _store_ops(spec, tx)
+    old = get(keys, starts)
+    new: list[Any] = []
+    ok: list[bool] = []
+    for i, key in enumerate(keys):
+        try:
+            if spec.kind == "aggregate":
+                assert spec.adder is not None and spec.initializer is not None
+                current = old[i] if old[i] is not None else spec.initializer()
+                new.append(spec.adder(key, {c: lists[c][i] for c in value_cols}, current))
+            else:
+                column = spec.column or "value"
+                if column not in lists:
+                    raise PipelineRuntimeError(f"reduce column {column!r} is not among the rows' columns {value_cols}")
+                values = lists[column][i]
+                reducer = spec.reducer
+                assert callable(reducer)
+                new.append(functools.reduce(reducer, values, old[i]) if old[i] is not None
+                           else functools.reduce(reducer, values))
+            ok.append(True)
+        except PipelineRuntimeError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a user function failed: the policy decides
+            err = f"{spec.kind} function failed for key {key!r}: {type(e).__name__}: {e}"
+            for r in row_ids[i]:
+                out.failed_rows.setdefault(int(r), err)
+            new.append(None)
+            ok.append(False)
+    good = [i for i, flag in enumerate(ok) if flag]
+    good_keys = [keys[i] for i in good]
+    good_starts = [starts[i] for i in good]
+    written = put(good_keys, good_starts, [new[i] for i in good]) if good else []
+    stamps = grouped.column("__ts_max").to_numpy()[good] if good else np.zeros(0, dtype=np.int64)
+    return _result(spec, grouped.column("__k").combine_chunks().take(pa.array(good, pa.int64())),
+                   None if spec.windows is None else good_starts, [new[i] for i in good], stamps, written)
+
+
+# -- joins ----------------------------------------------------------------------------------------
+
+
+def apply_table_updates(table: TableSpec, raw: RawRecords, tx: Any) -> list[tuple[int, str]]:
+    """Write a table topic's new records into the table's store (tombstones delete).
+
+    Returns the records whose key or value does not fit the table's serdes (not applied)."""
+    store = tx.key_value(table.store.name)
+    _, bad_k = decode_column(raw.keys, table.key_serde)
+    _, bad_v = decode_column([v for v in raw.values], table.value_serde)
+    bad = {**bad_v, **bad_k}
+    for i, (k, v) in enumerate(zip(raw.keys, raw.values, strict=True)):
+        if i in bad or k is None:
+            continue
+        if v is None:
+            store.delete(k)
+        else:
+            store.put(k, v)
+    return [(raw.offsets[i], err) for i, err in sorted(bad.items())]
+
+
+def _join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, tx: Any, out: BatchOutput) -> pa.Table:
+    keys = _key_column(rows, table.key_serde)
+    raw_keys = encode_column(keys, table.key_serde)
+    store = tx.key_value(table.store.name)
+    present = [k for k in raw_keys if k is not None]
+    found = dict(zip(present, store.get_many(present), strict=True)) if present else {}
+    right_raw = [None if k is None else found.get(k) for k in raw_keys]
+    right, _ = decode_column(right_raw, table.value_serde)
+    joined = rows.append_column(spec.right_name, right)
+    if spec.how == "inner":
+        mask = pc.is_valid(right)
+        out.dropped += int(rows.num_rows - pc.sum(mask).as_py() if rows.num_rows else 0)
+        joined = joined.filter(mask)
+    return joined
+
+
+# -- sinks ----------------------------------------------------------------------------------------
+
+
+def _column(rows: pa.Table, name: str, sink: str) -> pa.ChunkedArray:
+    if name not in rows.column_names:
+        shown = [c for c in rows.column_names if not c.startswith("__")]
+        raise PipelineRuntimeError(f"{sink}: column {name!r} is not among the rows' columns {shown}")
+    return rows.column(name)
+
+
+def _to_topic(sink: TopicSink, rows: pa.Table, out: BatchOutput) -> None:
+    if rows.num_rows == 0:
+        return
+    keys = encode_column(_column(rows, sink.key_column, f"to({sink.topic})"), sink.key_serde)
+    if sink.windowed:
+        starts = _column(rows, "window_start", f"to({sink.topic})").to_pylist()
+        pack = _INT64.pack
+        keys = [None if k is None else k + pack(s) for k, s in zip(keys, starts, strict=True)]
+    if isinstance(sink.value_columns, str):
+        values = encode_column(_column(rows, sink.value_columns, f"to({sink.topic})"), sink.value_serde)
+    else:
+        for c in sink.value_columns:
+            _column(rows, c, f"to({sink.topic})")
+        values = encode_rows(rows, sink.value_columns)
+    stamps = timestamps_ms(rows)
+    out.outputs.extend(output_records(sink.topic, keys, values, stamps))
+    if stamps is not None:
+        out.output_timestamps.append(stamps)
+
+
+def _repartition(sink: RepartitionSink, rows: pa.Table, out: BatchOutput) -> None:
+    if rows.num_rows == 0:
+        return
+    keys = _column(rows, sink.key_column, "group_by")
+    valid = pc.is_valid(keys)
+    if not pc.all(valid).as_py():
+        # Kafka Streams drops records whose new key is null on a repartition.
+        out.dropped += int(rows.num_rows - pc.sum(valid).as_py())
+        rows = rows.filter(valid)
+        keys = rows.column(sink.key_column)
+    stamps = timestamps_ms(rows)
+    if sink.combine is not None:
+        # Pre-aggregate per key: the downstream aggregation adds partial results.
+        k = pc.cast(keys, arrow_type(sink.key_serde)) if sink.key_serde != "json" else keys
+        cols: dict[str, Any] = {"k": k, "ts": pa.array(stamps if stamps is not None
+                                                          else np.zeros(rows.num_rows, dtype=np.int64))}
+        if sink.combine == "count":
+            cols["n"] = pa.array(np.ones(rows.num_rows, dtype=np.int64))
+            grouped = pa.table(cols).group_by("k", use_threads=False).aggregate([("n", "sum"), ("ts", "max")])
+            values = encode_column(grouped.column("n_sum"), "int64")
+        else:
+            column = sink.combine_column or "value"
+            cols["v"] = _column(rows, column, "reduce")
+            grouped = pa.table(cols).group_by("k", use_threads=False).aggregate([("v", sink.combine), ("ts", "max")])
+            values = encode_rows(grouped.rename_columns(["k", column, "ts"]), [column])
+        key_bytes = encode_column(grouped.column("k"), sink.key_serde)
+        group_stamps = grouped.column("ts_max").to_numpy()
+        out.outputs.extend(output_records(sink.topic, key_bytes, values,
+                                          group_stamps if stamps is not None else None))
+        return
+    key_bytes = encode_column(keys, sink.key_serde)
+    skip = {sink.key_column, GROUP_KEY_COLUMN, *METADATA_COLUMNS}
+    value_cols = [c for c in rows.column_names if c not in skip]
+    values = encode_rows(rows, value_cols)
+    out.outputs.extend(output_records(sink.topic, key_bytes, values, stamps))

@@ -1,0 +1,417 @@
+"""The pipeline API: what a user's ``build(topology)`` calls to describe a stream app.
+
+Kafka Streams' vocabulary over PySpark DataFrames::
+
+    from pyspark.sql import functions as F
+
+    def build(topology):
+        lines = topology.stream("text", value_serde="string")
+        words = lines.transform(
+            lambda df: df.select(F.explode(F.split(F.lower("value"), r"\\W+")).alias("word"), "timestamp")
+                         .where("word != ''"))
+        words.group_by("word").count(name="counts").to("word-counts")
+
+- `Topology.stream` reads a topic; its DataFrame has the columns ``key``, ``value``,
+  ``topic``, ``partition``, ``offset``, ``timestamp`` (the record's timestamp).
+- `Stream.transform` applies a DataFrame -> DataFrame function. It runs on the task's executor,
+  so it must not shuffle (no groupBy, join of two streams, orderBy, repartition...): re-keying is
+  `group_by`, which ends the sub-topology and goes through ``<app>-<name>-repartition``.
+- `GroupedStream.count` / `reduce` / `aggregate`, windowed with `windowed_by(tumbling(...))` or
+  `hopping(...)`, keep their state in RocksDB stores with changelogs; they return a `Table` whose
+  `to(topic)` writes each key's new value once per batch (Kafka Streams' ``toStream()`` with
+  its record cache).
+- `Stream.join(table)` joins a stream with a `Topology.table` materialized from a compacted
+  topic with the same partitioning.
+
+This module only records what the user asked for (a graph of frozen nodes); compiler.py turns
+it into sub-topologies and tasks, and the runtime executes those.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
+
+__all__ = [
+    "Aggregate",
+    "GroupBy",
+    "GroupedStream",
+    "Join",
+    "PipelineError",
+    "Source",
+    "Stream",
+    "Table",
+    "TableSource",
+    "TimeWindows",
+    "ToStream",
+    "ToTopic",
+    "Topology",
+    "Transform",
+    "WindowedStream",
+    "duration_ms",
+    "hopping",
+    "tumbling",
+]
+
+KEY_SERDES = ("string", "bytes", "int64", "json")
+VALUE_SERDES = ("string", "bytes", "int64", "json")
+REDUCE_OPS = ("sum", "min", "max")
+
+
+class PipelineError(ValueError):
+    """The pipeline is not valid; the message says what to change."""
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def duration_ms(value: int | float | str | timedelta, what: str = "duration") -> int:
+    """Milliseconds from ``500`` (ms), ``timedelta(seconds=5)`` or ``"5s"`` / ``"1m"`` / ``"1h"``."""
+    if isinstance(value, timedelta):
+        ms = int(value.total_seconds() * 1000)
+    elif isinstance(value, bool):
+        raise PipelineError(f"{what}: {value!r} is not a duration")
+    elif isinstance(value, int | float):
+        ms = int(value)
+    elif isinstance(value, str) and (m := _DURATION.match(value.strip())):
+        ms = int(float(m.group(1)) * _UNIT_MS[m.group(2)])
+    else:
+        raise PipelineError(f"{what}: {value!r} is not a duration (use ms, a timedelta, or '5s', '1m', '1h', '1d')")
+    if ms < 0:
+        raise PipelineError(f"{what} must not be negative, got {value!r}")
+    return ms
+
+
+@dataclass(frozen=True)
+class TimeWindows:
+    """Time windows of `size_ms`, starting every `advance_ms` (tumbling when they are equal).
+
+    A record with timestamp ``t`` belongs to every window ``[start, start + size)`` holding
+    ``t``, starts aligned to the epoch. A record is dropped as late when ``window end + grace <=
+    stream time`` (the newest record timestamp the task has seen), as in Kafka Streams; windows
+    are kept for `retention_ms` (at least size + grace).
+    """
+
+    size_ms: int
+    advance_ms: int
+    grace_ms: int = 0
+    retention_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.size_ms <= 0:
+            raise PipelineError(f"window size must be positive, got {self.size_ms} ms")
+        if not 0 < self.advance_ms <= self.size_ms:
+            raise PipelineError(
+                f"window advance must be in (0, size], got {self.advance_ms} ms for size {self.size_ms} ms"
+            )
+        if self.retention_ms < self.size_ms + self.grace_ms:
+            raise PipelineError(
+                f"window retention ({self.retention_ms} ms) must be at least size + grace "
+                f"({self.size_ms + self.grace_ms} ms)"
+            )
+
+    @property
+    def tumbling(self) -> bool:
+        return self.advance_ms == self.size_ms
+
+
+def tumbling(
+    size: int | str | timedelta, grace: int | str | timedelta = 0, retention: int | str | timedelta | None = None
+) -> TimeWindows:
+    """Non-overlapping windows of `size` (Kafka Streams' ``TimeWindows.ofSizeAndGrace``)."""
+    return hopping(size, size, grace, retention)
+
+
+def hopping(
+    size: int | str | timedelta,
+    advance: int | str | timedelta,
+    grace: int | str | timedelta = 0,
+    retention: int | str | timedelta | None = None,
+) -> TimeWindows:
+    """Overlapping windows of `size` starting every `advance`."""
+    size_ms = duration_ms(size, "window size")
+    grace_ms = duration_ms(grace, "window grace")
+    retention_ms = size_ms + grace_ms if retention is None else duration_ms(retention, "window retention")
+    return TimeWindows(size_ms, duration_ms(advance, "window advance"), grace_ms, retention_ms)
+
+
+# -- the graph: one frozen node per call ---------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """A step of the pipeline; `parent` is the step it reads from (None for a source)."""
+
+    parent: Node | None
+
+
+@dataclass(frozen=True, eq=False)
+class Source(Node):
+    topic: str
+    key_serde: str
+    value_serde: str
+
+
+@dataclass(frozen=True, eq=False)
+class TableSource(Node):
+    topic: str
+    key_serde: str
+    value_serde: str
+    store: str
+
+
+@dataclass(frozen=True, eq=False)
+class Transform(Node):
+    fn: Callable[[Any], Any]
+    name: str
+
+
+@dataclass(frozen=True, eq=False)
+class GroupBy(Node):
+    #: a column name, a pyspark Column, or None for `group_by_key` (the ``key`` column, no repartition)
+    key: Any
+    name: str
+    key_serde: str
+    partitions: int | None
+
+
+@dataclass(frozen=True, eq=False)
+class Aggregate(Node):
+    kind: Literal["count", "reduce", "aggregate"]
+    store: str
+    value_serde: str
+    windows: TimeWindows | None = None
+    #: reduce: "sum" / "min" / "max" or a callable (a, b) -> c; aggregate: (key, values, agg) -> agg
+    reducer: str | Callable[[Any, Any], Any] | None = None
+    column: str | None = None
+    initializer: Callable[[], Any] | None = None
+    adder: Callable[[Any, dict[str, list[Any]], Any], Any] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Join(Node):
+    table: TableSource
+    how: Literal["inner", "left"]
+    right_name: str
+
+
+@dataclass(frozen=True, eq=False)
+class ToStream(Node):
+    pass
+
+
+@dataclass(frozen=True, eq=False)
+class ToTopic(Node):
+    topic: str
+    key_serde: str | None
+    value_serde: str | None
+    key: str
+    value: str | tuple[str, ...]
+
+
+def _check_serde(serde: str, allowed: Sequence[str], what: str) -> str:
+    if serde not in allowed:
+        raise PipelineError(f"{what} {serde!r} is not one of {', '.join(allowed)}")
+    return serde
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,100}$")
+
+
+def _check_name(name: str, what: str) -> str:
+    if not _NAME.match(name):
+        raise PipelineError(f"{what} name {name!r} must be letters, digits, '.', '_' or '-' (it names topics)")
+    return name
+
+
+@dataclass
+class Topology:
+    """The builder a user's ``build(topology)`` receives."""
+
+    sources: list[Source] = field(default_factory=list)
+    sinks: list[ToTopic] = field(default_factory=list)
+    _names: set[str] = field(default_factory=set)
+    _counter: int = 0
+
+    def _name(self, given: str | None, prefix: str) -> str:
+        if given is None:
+            while f"{prefix}-{self._counter}" in self._names:
+                self._counter += 1
+            given = f"{prefix}-{self._counter}"
+            self._counter += 1
+        _check_name(given, prefix)
+        if given in self._names:
+            raise PipelineError(f"the name {given!r} is used twice; names of stores and repartition topics are unique")
+        self._names.add(given)
+        return given
+
+    def stream(self, topic: str, *, key_serde: str = "string", value_serde: str = "string") -> Stream:
+        """Records of `topic` as a stream; serdes: string, bytes, int64, json (text, checked)."""
+        source = Source(None, topic, _check_serde(key_serde, KEY_SERDES, "key serde"),
+                        _check_serde(value_serde, VALUE_SERDES, "value serde"))
+        self.sources.append(source)
+        return Stream(self, source)
+
+    def table(self, topic: str, *, key_serde: str = "string", value_serde: str = "string",
+              name: str | None = None) -> Table:
+        """A table materialized from a (compacted) topic, for stream-table joins.
+
+        The topic must have as many partitions as the stream joined with it, keyed the same way.
+        """
+        node = TableSource(None, topic, _check_serde(key_serde, KEY_SERDES, "key serde"),
+                           _check_serde(value_serde, VALUE_SERDES, "value serde"), self._name(name, "table"))
+        return Table(self, node, key_serde, value_serde)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A stream of records (a DataFrame per batch and task)."""
+
+    topology: Topology
+    node: Node
+
+    def _after_stateful(self) -> bool:
+        n: Node | None = self.node
+        while n is not None:
+            if isinstance(n, Aggregate | Join | ToStream):
+                return True
+            n = n.parent
+        return False
+
+    def transform(self, fn: Callable[[Any], Any], name: str | None = None) -> Stream:
+        """Apply ``fn(DataFrame) -> DataFrame``; it must not shuffle (use `group_by` to re-key)."""
+        if not callable(fn):
+            raise PipelineError(f"transform needs a function DataFrame -> DataFrame, got {fn!r}")
+        if self._after_stateful():
+            raise PipelineError(
+                "transform after a stateful step (count, aggregate, join...) is not supported in the same "
+                "sub-topology: write the result to a topic with to() and read it with topology.stream()"
+            )
+        return Stream(self.topology, Transform(self.node, fn, name or getattr(fn, "__name__", "transform")))
+
+    def group_by(self, key: Any, *, name: str | None = None, key_serde: str = "string",
+                 partitions: int | None = None) -> GroupedStream:
+        """Re-key by a column (name or pyspark Column) through ``<app>-<name>-repartition``."""
+        if key is None:
+            raise PipelineError("group_by needs a column; use group_by_key() to keep the current key")
+        if self._after_stateful() and not isinstance(key, str):
+            raise PipelineError("after a stateful step, group_by takes a column name, not an expression")
+        node = GroupBy(self.node, key, self.topology._name(name, "group-by"),
+                       _check_serde(key_serde, KEY_SERDES, "key serde"), partitions)
+        return GroupedStream(self.topology, node, key_serde)
+
+    def group_by_key(self, *, key_serde: str = "string") -> GroupedStream:
+        """Group by the ``key`` column as it is: no repartition (the input is already keyed by it)."""
+        node = GroupBy(self.node, None, "", _check_serde(key_serde, KEY_SERDES, "key serde"), None)
+        return GroupedStream(self.topology, node, key_serde)
+
+    def join(self, table: Table, *, how: Literal["inner", "left"] = "inner",
+             right_name: str = "table_value") -> Stream:
+        """Join each record with the table's value for its ``key`` (column `right_name`).
+
+        inner drops records whose key the table lacks; left keeps them with a null value.
+        """
+        if not isinstance(table.node, TableSource):
+            raise PipelineError("join takes a table from topology.table(topic)")
+        if how not in ("inner", "left"):
+            raise PipelineError(f"join how must be 'inner' or 'left', got {how!r}")
+        if self._after_stateful():
+            raise PipelineError("one stateful step per sub-topology: group_by before joining again")
+        return Stream(self.topology, Join(self.node, table.node, how, right_name))
+
+    def to(self, topic: str, *, key_serde: str | None = "string", value_serde: str | None = "string",
+           key: str = "key", value: str | Sequence[str] = "value") -> None:
+        """Write records to `topic`: column `key`, and column `value` (or several, as a JSON object)."""
+        value_cols = value if isinstance(value, str) else tuple(value)
+        if key_serde is not None:
+            _check_serde(key_serde, KEY_SERDES, "key serde")
+        if value_serde is not None:
+            _check_serde(value_serde, VALUE_SERDES, "value serde")
+        if not isinstance(value_cols, str) and value_serde not in (None, "json"):
+            raise PipelineError("several value columns are written as a JSON object: use value_serde='json'")
+        sink = ToTopic(self.node, topic, key_serde, value_serde, key, value_cols)
+        self.topology.sinks.append(sink)
+
+
+@dataclass(frozen=True)
+class GroupedStream:
+    """A stream grouped by key, ready for an aggregation."""
+
+    topology: Topology
+    node: Node
+    key_serde: str
+    windows: TimeWindows | None = None
+
+    def windowed_by(self, windows: TimeWindows) -> WindowedStream:
+        if not isinstance(windows, TimeWindows):
+            raise PipelineError("windowed_by takes tumbling(...) or hopping(...)")
+        return WindowedStream(self.topology, self.node, self.key_serde, windows)
+
+    def _aggregate(self, **kw: Any) -> Table:
+        store = self.topology._name(kw.pop("name"), kw["kind"])
+        node = Aggregate(self.node, store=store, windows=self.windows, **kw)
+        return Table(self.topology, node, self.key_serde, node.value_serde, windowed=self.windows is not None)
+
+    def count(self, *, name: str | None = None) -> Table:
+        """Records per key (int64)."""
+        return self._aggregate(kind="count", name=name, value_serde="int64")
+
+    def reduce(self, reducer: str | Callable[[Any, Any], Any], *, column: str = "value", name: str | None = None,
+               value_serde: str = "json") -> Table:
+        """Combine `column` per key: "sum", "min", "max" (vectorized) or a function (a, b) -> c."""
+        if isinstance(reducer, str) and reducer not in REDUCE_OPS:
+            raise PipelineError(f"reduce op {reducer!r} is not one of {', '.join(REDUCE_OPS)} (or a function)")
+        if not isinstance(reducer, str) and not callable(reducer):
+            raise PipelineError("reduce takes 'sum', 'min', 'max' or a function (a, b) -> c")
+        serde = _check_serde(value_serde, VALUE_SERDES, "value serde")
+        return self._aggregate(kind="reduce", name=name, value_serde=serde, reducer=reducer, column=column)
+
+    def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, dict[str, list[Any]], Any], Any], *,
+                  name: str | None = None, value_serde: str = "json") -> Table:
+        """Fold each key's records of a batch into its aggregate, one call per key and batch.
+
+        ``adder(key, values, aggregate)`` gets the key, ``values`` (column name -> the list of
+        that key's values in this batch, in offset order) and the current aggregate (from
+        ``initializer()`` for a new key), and returns the new aggregate.
+        """
+        if not callable(initializer) or not callable(adder):
+            raise PipelineError("aggregate takes initializer() -> agg and adder(key, values, agg) -> agg")
+        return self._aggregate(kind="aggregate", name=name,
+                               value_serde=_check_serde(value_serde, VALUE_SERDES, "value serde"),
+                               initializer=initializer, adder=adder)
+
+
+@dataclass(frozen=True)
+class WindowedStream(GroupedStream):
+    """A grouped stream with time windows: `count`, `reduce` and `aggregate` per key and window."""
+
+
+@dataclass(frozen=True)
+class Table:
+    """A changelog stream of per-key values (the result of an aggregation, or a source table)."""
+
+    topology: Topology
+    node: Node
+    key_serde: str
+    value_serde: str
+    windowed: bool = False
+
+    def to(self, topic: str, *, key_serde: str | None = None, value_serde: str | None = None) -> None:
+        """Write each updated key's new value to `topic`, once per key and batch.
+
+        A windowed table's record key is the key followed by the window start (8 bytes,
+        big-endian), as Kafka Streams' ``TimeWindowedSerializer`` writes it.
+        """
+        if isinstance(self.node, TableSource):
+            raise PipelineError("a source table is already a topic; join it with a stream")
+        self.to_stream().to(topic, key_serde=key_serde or self.key_serde, value_serde=value_serde or self.value_serde)
+
+    def to_stream(self) -> Stream:
+        """The table's updates as a stream of (key, value) records (then `to` or `group_by`)."""
+        if isinstance(self.node, TableSource):
+            raise PipelineError("a source table is already a topic; stream the topic instead")
+        return Stream(self.topology, ToStream(self.node))
