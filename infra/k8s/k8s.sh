@@ -14,7 +14,12 @@
 #
 # Each component logs to <dir>/<component>.log and records its PID in
 # <dir>/<component>.pid. Versions come from infra/k8s/go.mod and infra/etcd/go.mod
-# (binaries) and the *_VERSION variables below (go-installed tools).
+# (binaries) and the *_VERSION variables below (go-installed tools). Go's own
+# caches (GOMODCACHE, GOCACHE) are used, so a fresh clone rebuilds quickly.
+#
+# Environment: EDDY_CACHE (default <repo>/.cache), EDDY_K8S_READY_TIMEOUT (s, 90),
+# EDDY_K8S_STOP_TIMEOUT (s before SIGKILL, 10), EDDY_K8S_APISERVER_ARGS (extra
+# kube-apiserver flags, e.g. --feature-gates=...).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -102,8 +107,7 @@ go_install() {
     stamp_matches "$name" "$stamp" && return 0
     log "installing $pkg"
     # Outside any module, so that the tool's own go.mod decides its dependencies.
-    (cd / && CGO_ENABLED=0 GOBIN="$BIN" GOFLAGS=-buildvcs=false \
-        go install -trimpath -ldflags "$ldflags" "$pkg")
+    (cd / && CGO_ENABLED=0 GOBIN="$BIN" go install -trimpath -ldflags "$ldflags" "$pkg")
     write_stamp "$name" "$stamp"
 }
 
