@@ -30,8 +30,9 @@
 #       earliest offset, until N records reached the count store and their
 #       updates were emitted. Creates the output topic (input's partition count)
 #       if missing. Use a new APPID per run: committed offsets of an old one
-#       would skip the input. Prints "kstreams-wordcount: RUNNING" on stderr
-#       when processing can start (for a live producer).
+#       would skip the input. Prints each state change on stderr, e.g.
+#       "kstreams-wordcount: 2.345 s: REBALANCING -> RUNNING" when processing
+#       can start (a live producer may wait for "-> RUNNING").
 #       seconds: first input record read -> last count update emitted.
 #       p50_ms/p99_ms: over every emitted count update, wall clock now minus the
 #       record timestamp (the input's producer timestamp, which Kafka Streams
@@ -77,6 +78,9 @@ build() {
         touch "$tmp/ok"
         rm -rf "$dir"
         mv "$tmp" "$dir"
+        # Builds of older sources are never used again.
+        find "$cache_root" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended -regex '.*/[0-9a-f]{16}' \
+            ! -path "$dir" -exec rm -rf {} +
         echo "kstreams: built in $((SECONDS - start)) s" >&2
     fi
     flock -u 9

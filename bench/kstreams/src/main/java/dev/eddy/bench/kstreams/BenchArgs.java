@@ -13,17 +13,15 @@ import java.util.Set;
  * rebuild.
  */
 final class BenchArgs {
-    private final String program;
     private final Map<String, String> options = new HashMap<>();
     private final Map<String, String> configs = new LinkedHashMap<>();
 
-    private BenchArgs(String program) {
-        this.program = program;
+    private BenchArgs() {
     }
 
     /** Parses {@code args}; rejects names outside {@code known} so a typo is not silently ignored. */
-    static BenchArgs parse(String program, String[] args, Set<String> known) {
-        BenchArgs parsed = new BenchArgs(program);
+    static BenchArgs parse(String[] args, Set<String> known) {
+        BenchArgs parsed = new BenchArgs();
         for (int i = 0; i < args.length; i++) {
             String name = args[i];
             if (!name.startsWith("--") || i + 1 >= args.length) {
@@ -76,6 +74,6 @@ final class BenchArgs {
     }
 
     IllegalArgumentException usage(String reason) {
-        return new IllegalArgumentException(program + ": " + reason);
+        return new IllegalArgumentException(reason);
     }
 }

@@ -49,7 +49,7 @@ public final class RestoreBench {
     public static void main(String[] argv) throws Exception {
         int status;
         try {
-            status = run(BenchArgs.parse(PROGRAM, argv, Set.of("bootstrap", "changelog-topic", "app-id", "state-dir", "timeout-s")));
+            status = run(BenchArgs.parse(argv, Set.of("bootstrap", "changelog-topic", "app-id", "state-dir", "timeout-s")));
         } catch (IllegalArgumentException e) {
             Results.fail(PROGRAM, e.getMessage());
             status = 64;

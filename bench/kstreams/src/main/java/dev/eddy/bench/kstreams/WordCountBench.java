@@ -59,7 +59,9 @@ public final class WordCountBench {
     /** Time from the first input record read to the last update the count emitted. */
     private static final AtomicLong firstInputNanos = new AtomicLong();
     private static final LongAdder inputRecords = new LongAdder();
-    private static final LongAdder countedRecords = new LongAdder();
+    private static final AtomicLong countedRecords = new AtomicLong();
+    /** When the expected-th record reached the count, set by the stream thread that counted it. */
+    private static volatile long allCountedNanos;
     private static volatile long lastOutputNanos;
     /** One sample array per probe instance (one per task), merged at the end. */
     private static final List<LatencyProbe> probes = new CopyOnWriteArrayList<>();
@@ -70,7 +72,7 @@ public final class WordCountBench {
     public static void main(String[] argv) throws Exception {
         int status;
         try {
-            status = run(BenchArgs.parse(PROGRAM, argv, Set.of(
+            status = run(BenchArgs.parse(argv, Set.of(
                 "bootstrap", "input", "output", "app-id", "expected-records", "threads", "state-dir", "timeout-s")));
         } catch (IllegalArgumentException e) {
             Results.fail(PROGRAM, e.getMessage());
@@ -118,7 +120,11 @@ public final class WordCountBench {
             })
             .selectKey((key, word) -> word)
             .repartition(Repartitioned.with(Serdes.String(), Serdes.String()).withName("words"))
-            .peek((word, same) -> countedRecords.increment())
+            .peek((word, same) -> {
+                if (countedRecords.incrementAndGet() == expected) {
+                    allCountedNanos = System.nanoTime();
+                }
+            })
             .groupByKey()
             .count(Materialized.as("counts"))
             .toStream()
@@ -144,28 +150,25 @@ public final class WordCountBench {
             failure.compareAndSet(null, e);
             return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
         });
-        streams.setStateListener((now, before) -> {
-            if (now == KafkaStreams.State.RUNNING) {
-                // A live producer may start once this line is on stderr.
-                System.err.println(PROGRAM + ": RUNNING");
-            }
-        });
+        long createdNanos = System.nanoTime();
+        // A live producer may start once "-> RUNNING" is on stderr; a later rebalance shows up
+        // here too, which explains a stall in the latencies.
+        streams.setStateListener((now, before) -> System.err.printf("%s: %.3f s: %s -> %s%n",
+            PROGRAM, (System.nanoTime() - createdNanos) / 1e9, before, now));
 
-        // Once every expected record was counted, the counts it changed are emitted at the
-        // next commit; the run is over when emissions have been quiet for two commit intervals.
+        // The update of the expected-th count is emitted right after it (no record cache) or at
+        // the next commit (record cache); the run is over once an emission followed it and
+        // emissions have then been quiet for two commit intervals (the cache's last flush).
         long quietNanos = Duration.ofMillis(Math.max(200, 2 * commitMs)).toNanos();
         long deadline = System.nanoTime() + Duration.ofSeconds(timeoutS).toNanos();
-        long allCountedAt = 0;
         boolean finished = false;
         streams.start();
         try {
             while (failure.get() == null && System.nanoTime() < deadline) {
                 long now = System.nanoTime();
-                if (allCountedAt == 0 && countedRecords.sum() >= expected) {
-                    allCountedAt = now;
-                }
+                long countedAt = allCountedNanos;
                 long lastOut = lastOutputNanos;
-                if (allCountedAt != 0 && lastOut > allCountedAt && now - lastOut > quietNanos) {
+                if (countedAt != 0 && lastOut > countedAt && now - lastOut > quietNanos) {
                     finished = true;
                     break;
                 }
@@ -183,14 +186,14 @@ public final class WordCountBench {
         }
         if (!finished) {
             Results.fail(PROGRAM, "did not count " + expected + " records within " + timeoutS + " s: read "
-                + inputRecords.sum() + ", counted " + countedRecords.sum());
+                + inputRecords.sum() + ", counted " + countedRecords.get());
             return 2;
         }
 
         long[] latencies = probes.stream().flatMapToLong(LatencyProbe::samples).toArray();
         Arrays.sort(latencies);
         double seconds = (lastOutputNanos - firstInputNanos.get()) / 1e9;
-        long counted = countedRecords.sum();
+        long counted = countedRecords.get();
         Map<String, Number> result = new LinkedHashMap<>();
         result.put("records", counted);
         result.put("seconds", seconds);
