@@ -37,6 +37,7 @@ from typing import Any
 
 from eddy_operator.assignor import Assignment, AssignorSettings, Executor, assign, diff
 from eddy_operator.spec import StreamAppSpec
+from eddy_runtime.channel_io import ChannelLocation, read_assignment, write_runtime_state
 from eddy_runtime.compiler import CompiledApp, SubTopology, compile_topology
 from eddy_runtime.metrics import DriverMetrics
 from eddy_runtime.pipeline import PipelineError, Topology
@@ -67,10 +68,10 @@ class DriverOptions:
     max_batch_records: int = 200_000
     metrics_port: int | None = None
     metrics_addr: str = "0.0.0.0"
-    #: operator mode: the assignment document (the mounted ``<app>-assignment`` ConfigMap)
-    assignment_file: str | None = None
-    #: where to write the runtime state for the operator (None: nowhere)
-    runtime_state_file: str | None = None
+    #: operator mode: where the operator publishes the assignment (None: the local assignor)
+    assignment_source: ChannelLocation | None = None
+    #: where to publish the runtime state for the operator (None: nowhere)
+    runtime_state_target: ChannelLocation | None = None
     create_output_topics: bool = True
     #: how long a stop waits for the running batch before cancelling it
     stop_grace_s: float = 30.0
@@ -105,6 +106,28 @@ class BatchReport:
 
     def by_status(self, status: str) -> list[ItemResult]:
         return [r for r in self.results if r.status == status]
+
+
+def kafka_client_config(spec: StreamAppSpec, env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """librdkafka settings for the app's clients: spec.kafka.config plus security.
+
+    Credentials come from the environment the operator sets from Secrets
+    (``EDDY_KAFKA_SASL_USERNAME`` / ``_PASSWORD``, ``EDDY_KAFKA_SSL_*_LOCATION``).
+    """
+    conf = dict(spec.kafka.config)
+    security = spec.kafka.security
+    if security.protocol.value != "PLAINTEXT":
+        conf["security.protocol"] = security.protocol.value
+    if security.sasl is not None:
+        conf["sasl.mechanism"] = security.sasl.mechanism.value
+        conf["sasl.username"] = env.get("EDDY_KAFKA_SASL_USERNAME", "")
+        conf["sasl.password"] = env.get("EDDY_KAFKA_SASL_PASSWORD", "")
+    for var, key in (("EDDY_KAFKA_SSL_CA_LOCATION", "ssl.ca.location"),
+                     ("EDDY_KAFKA_SSL_CERTIFICATE_LOCATION", "ssl.certificate.location"),
+                     ("EDDY_KAFKA_SSL_KEY_LOCATION", "ssl.key.location")):
+        if env.get(var):
+            conf[key] = env[var]
+    return conf
 
 
 def load_pipeline(spec: StreamAppSpec, search_path: Sequence[str] = ()) -> tuple[Topology, Any]:
@@ -145,7 +168,7 @@ class Driver:
         self.app = spec.application_id
         self.options = options
         self.bootstrap = spec.kafka.bootstrap_servers
-        self.kafka_config = dict(spec.kafka.config)
+        self.kafka_config = kafka_client_config(spec)
         if topology is None:
             topology, pipeline_module = load_pipeline(spec)
         self.topology = topology
@@ -324,9 +347,9 @@ class Driver:
 
     # -- assignment -----------------------------------------------------------------------------
 
-    def _next_assignment(self, live: Sequence[ExecutorRef], changelog_ends: Mapping[str, int]) -> Assignment:
-        if self.options.assignment_file:
-            return self._assignment_from_file()
+    def _next_assignment(self, live: Sequence[ExecutorRef], changelog_ends: Mapping[str, int]) -> Assignment | None:
+        if self.options.assignment_source is not None:
+            return read_assignment(self.options.assignment_source)
         assert self.compiled is not None
         settings = AssignorSettings(
             standby_replicas=self.spec.state.standby_replicas,
@@ -336,14 +359,6 @@ class Driver:
         live_ids = {e.id for e in live}
         held = {e: tasks for e, tasks in self._held.items() if e in live_ids}
         return assign([Executor(id=e.id) for e in live], changelog_ends, held, self.assignment, settings)
-
-    def _assignment_from_file(self) -> Assignment:
-        from eddy_operator.channel import ASSIGNMENT_KEY, decode_assignment
-
-        assert self.options.assignment_file is not None
-        path = Path(self.options.assignment_file)
-        text = path.read_text() if path.is_file() else (path / ASSIGNMENT_KEY).read_text()
-        return decode_assignment({ASSIGNMENT_KEY: text}).assignment
 
     def _probe_inventories(self, executors: Sequence[ExecutorRef]) -> None:
         """What the volumes of executors new to this driver hold, before placing tasks on them."""
@@ -417,7 +432,7 @@ class Driver:
             time.sleep(1)
             return BatchReport(self.batch_id, "failed", 0.0, 0, error="no live executor")
         new = [e for e in live if e.id not in self._known_executors]
-        if new and not self.options.assignment_file:
+        if new and self.options.assignment_source is None:
             self._probe_inventories(new)
         self._known_executors = {e.id for e in live}
         inputs = self._input_partitions()
@@ -428,6 +443,10 @@ class Driver:
         changelog_ends = {t: sum(ends[tp] for tp in tps) for t, tps in changelogs.items()}
         previous = self.assignment
         assignment = self._next_assignment(live, changelog_ends)
+        if assignment is None:
+            log.info("waiting for the operator's first assignment")
+            time.sleep(1)
+            return BatchReport(self.batch_id, "failed", 0.0, 0, error="no assignment yet")
         moves = diff(previous, assignment) if previous is None or assignment.generation != previous.generation else ()
         self.assignment = assignment
         for m in moves:
@@ -577,16 +596,19 @@ class Driver:
         if self._failed_batches >= self.options.max_failed_batches:
             raise DriverError(f"{self._failed_batches} batches in a row failed; last error: "
                               f"{report.error or [r.message for r in report.by_status('failed')][:1]}")
-        if self.options.runtime_state_file:
-            self._publish_runtime_state(report, lag, live)
+        if self.options.runtime_state_target is not None:
+            try:
+                self._publish_runtime_state(report, lag, live)
+            except Exception as e:  # noqa: BLE001 - the operator reads it again next batch
+                log.warning("could not publish the runtime state: %s", e)
 
     def _publish_runtime_state(self, report: BatchReport, lag: Mapping[str, int],
                                live: Sequence[ExecutorRef]) -> None:
         from datetime import UTC, datetime
 
-        from eddy_operator.channel import ExecutorInventory, RestoreProgress, RuntimeState, encode_runtime_state
+        from eddy_operator.channel import ExecutorInventory, RestoreProgress, RuntimeState
 
-        assert self.options.runtime_state_file is not None and self.compiled is not None
+        assert self.options.runtime_state_target is not None and self.compiled is not None
         ends = self._list_offsets([tp for tps in self._changelog_partitions().values() for tp in tps], "latest")
         per_task = {
             f"{s.id}_{p}": {st.name: ends[(changelog_topic_name(self.app, st.name), p)] for st in s.stores}
@@ -601,10 +623,7 @@ class Driver:
         )
         state = RuntimeState(self.app, datetime.now(UTC).isoformat(), report.generation, per_task, executors,
                              restores, dict(lag), report.batch_id)
-        path = Path(self.options.runtime_state_file)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(encode_runtime_state(state)["state.json"])
-        tmp.replace(path)
+        write_runtime_state(self.options.runtime_state_target, state)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -768,11 +787,12 @@ def _read_step(settings: BatchSettings, sub: SubTopology, works: list[SlotWork],
                 continue
             raw = range_reader(settings.bootstrap, settings.kafka_config).read(item.ranges[0], settings.read_timeout_s)
             table, bad = decode_source(raw, key_serde, value_serde)
-            if bad:
-                client = RunnerClient(settings.state_dir_for(work.executor), work.executor)
-                client.call(("stash", settings.batch_id, item.task, bad))
-                if settings.bad_record_policy == "fail":
-                    continue
+            # The sink sees rows after the user's steps; the runner needs the records read
+            # (for figures) and the bad ones (for the policy).
+            client = RunnerClient(settings.state_dir_for(work.executor), work.executor)
+            client.call(("stash", settings.batch_id, item.task, bad, len(raw)))
+            if bad and settings.bad_record_policy == "fail":
+                continue
             yield from table.to_batches(max_chunksize=65_536)
 
     return read
@@ -813,3 +833,9 @@ def _executor_step(settings: BatchSettings, program: tuple[str, bytes], works: l
 
 def default_state_dir() -> str:
     return os.environ.get("EDDY_STATE_DIR", str(Path.cwd() / ".cache" / "eddy-state"))
+
+
+if __name__ == "__main__":  # python -m eddy_runtime.driver [options]: same as `eddy driver`
+    from eddy_runtime.cli import main
+
+    sys.exit(main(["driver", *sys.argv[1:]]))

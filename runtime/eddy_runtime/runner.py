@@ -15,8 +15,8 @@ runner exits when its executor JVM does (it polls the pid), closing its stores c
 `shutdown` request.
 
 Requests (pickled tuples): ``("run", program_id, program_or_None, settings, slot, data)`` ->
-list of `ItemResult`; ``("stash", batch_id, task, bad_records)`` keeps a read step's bad
-records for the sink of the same batch; ``("close", None)`` closes every task;
+list of `ItemResult`; ``("stash", batch_id, task, bad_records, read)`` keeps what a read
+step found (bad records, records read) for the sink of the same batch; ``("close", None)`` closes every task;
 ``("shutdown",)`` closes and exits.
 """
 
@@ -116,7 +116,8 @@ class TaskRunner:
         self._tasks: dict[str, _Task] = {}
         self._tasks_lock = threading.Lock()
         self._programs: dict[str, dict[int, SubTopology]] = {}
-        self._stash: dict[tuple[int, str], list[BadRecord]] = {}
+        #: (batch, task) -> bad records and the count of records a read step read for the sink
+        self._stash: dict[tuple[int, str], tuple[list[BadRecord], int]] = {}
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -130,8 +131,8 @@ class TaskRunner:
                 return "need-program"
             return self.run(self._programs[program_id], settings, slot, data)
         if kind == "stash":
-            _, batch_id, task, records = request
-            self._stash[(batch_id, task)] = list(records)
+            _, batch_id, task, records, read = request
+            self._stash[(batch_id, task)] = (list(records), read)
             # Old batches' leftovers (a sink that never came) must not pile up.
             for key in [k for k in self._stash if k[0] < batch_id - 10]:
                 del self._stash[key]
@@ -281,7 +282,7 @@ class TaskRunner:
                                       f"committed positions are {t.positions}")
         if item.restore_only or all(r.empty for r in item.ranges):
             return ItemResult(**base, status="processed", figures=mgr.figures())
-        bad = list(self._stash.pop((settings.batch_id, item.task), []))
+        bad, records_read = self._stash.pop((settings.batch_id, item.task), ([], 0))
         reader = range_reader(settings.bootstrap, settings.kafka_config)
         source = item.ranges[0]
         raw_source: RawRecords | None = None
@@ -293,9 +294,10 @@ class TaskRunner:
             else:
                 rows, bad_rows = decode_source(raw_source, sub.source.key_serde, sub.source.value_serde)
             bad.extend(bad_rows)
+            records_in = len(raw_source)
         else:
             rows = data
-        records_in = rows.num_rows + len(bad)
+            records_in = records_read
         if bad and settings.bad_record_policy == "fail":
             return self._stop_at(base, bad, mgr)
         tx = mgr.transaction()
