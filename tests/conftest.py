@@ -61,7 +61,7 @@ def spark():  # -> pyspark.sql.SparkSession
         .getOrCreate()
     )
     # Block until both executor JVMs have registered, so tests can pin work to them.
-    from tests.spark_util import wait_for_executors
+    from eddy_runtime.placement import wait_for_executors
 
     wait_for_executors(session.sparkContext, 2, timeout=120)
     yield session
