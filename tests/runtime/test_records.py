@@ -1,0 +1,55 @@
+"""Kafka records <-> Arrow columns: serdes, bad records, repartition values (pure)."""
+
+from __future__ import annotations
+
+import struct
+
+import pyarrow as pa
+import pytest
+
+from eddy_runtime.records import RawRecords, decode_column, decode_repartition, decode_source, encode_column
+
+pytestmark = pytest.mark.unit
+
+
+def test_strings_decode_in_one_go_and_invalid_utf8_is_a_bad_record_not_an_error():
+    values, bad = decode_column([b"ok", b"\xff\xfe", None, b"fine"], "string")
+    assert values.to_pylist() == ["ok", None, None, "fine"]
+    assert list(bad) == [1] and "invalid UTF-8" in bad[1]
+
+
+def test_int64_values_must_be_eight_bytes():
+    values, bad = decode_column([struct.pack(">q", -5), b"\x01", struct.pack(">q", 7)], "int64")
+    assert values.to_pylist() == [-5, None, 7]
+    assert "8 bytes" in bad[1]
+
+
+def test_json_values_are_checked_but_kept_as_text():
+    values, bad = decode_column([b'{"a": 1}', b"{nope"], "json")
+    assert values.to_pylist()[0] == '{"a": 1}'
+    assert list(bad) == [1]
+
+
+def test_a_source_table_leaves_bad_records_out_and_names_their_offsets():
+    raw = RawRecords("t", 3, keys=[b"k1", b"k2", b"k3"], values=[b"a", b"\xff", b"c"], offsets=[10, 11, 12],
+                     timestamps=[1_000, 2_000, 3_000])
+    table, bad = decode_source(raw, "string", "string")
+    assert table.column("offset").to_pylist() == [10, 12]
+    assert table.column("partition").to_pylist() == [3, 3]
+    assert [(b.offset, b.key, b.value, b.stage) for b in bad] == [(11, b"k2", b"\xff", "deserialize")]
+
+
+def test_repartition_rows_come_back_as_columns():
+    raw = RawRecords("r", 0, keys=[b"x", b"y"], values=[b'{"n": 1, "s": "a"}', None], offsets=[0, 1],
+                     timestamps=[5, 6])
+    table, bad = decode_repartition(raw, "string", None, None)
+    assert not bad
+    assert table.column("key").to_pylist() == ["x", "y"]
+    assert table.column("n").to_pylist() == [1, None]
+
+
+def test_columns_encode_with_kafkas_serializers():
+    assert encode_column(pa.array([1, None]), "int64") == [struct.pack(">q", 1), None]
+    assert encode_column(pa.array(["é"]), "string") == ["é".encode()]
+    assert encode_column(pa.array([3]), "string") == [b"3"]
+    assert encode_column(pa.array([{"a": 1}]), "json") == [b'{"a":1}']
