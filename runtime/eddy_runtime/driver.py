@@ -693,7 +693,9 @@ class Driver:
             me = current_executor_id() or ""
             client = RunnerClient(settings.state_dir_for(me), me)
             try:
-                yield me, str(client.call(("close", None), timeout_s=60))
+                yield me, str(client.call(("shutdown",), timeout_s=60, start=False))
+            except ConnectionRefusedError:
+                yield me, "no task runner"
             except Exception as e:  # noqa: BLE001
                 yield me, f"close failed: {e}"
 

@@ -17,7 +17,7 @@ runner exits when its executor JVM does (it polls the pid), closing its stores c
 Requests (pickled tuples): ``("run", program_id, program_or_None, settings, slot, data)`` ->
 list of `ItemResult`; ``("stash", batch_id, task, bad_records, read)`` keeps what a read
 step found (bad records, records read) for the sink of the same batch; ``("close", None)`` closes every task;
-``("shutdown",)`` closes and exits.
+``("shutdown",)`` closes every task and exits (the driver sends it when it stops).
 """
 
 from __future__ import annotations
@@ -430,8 +430,11 @@ def serve(address: str, executor_id: str, state_dir: str, executor_pid: int | No
                 except (EOFError, OSError):
                     return
                 if request[0] == "shutdown":
+                    runner.close_all()
                     stop.set()
                     conn.send_bytes(pickle.dumps("ok"))
+                    with contextlib.suppress(OSError):  # wake the accept loop
+                        Client(address, family="AF_UNIX").close()
                     return
                 try:
                     reply: Any = runner.handle(request)
@@ -483,9 +486,11 @@ class RunnerClient:
         self.executor_id = executor_id
         self.address = runner_address(state_dir)
 
-    def call(self, request: tuple[Any, ...], timeout_s: float = 600.0) -> Any:
+    def call(self, request: tuple[Any, ...], timeout_s: float = 600.0, start: bool = True) -> Any:
+        """Send `request` and wait for the reply; `start`: start the runner if it is not running
+        (otherwise raise `ConnectionRefusedError`)."""
         for attempt in range(2):
-            conn = self._connect()
+            conn = self._connect(start)
             try:
                 conn.send_bytes(pickle.dumps(request, protocol=_PROTOCOL))
                 if not conn.poll(timeout_s):
@@ -501,13 +506,15 @@ class RunnerClient:
             return reply
         raise AssertionError("unreachable")
 
-    def _connect(self) -> Connection:
+    def _connect(self, start: bool) -> Connection:
         conn = self._connections.get(self.address)
         if conn is not None and not conn.closed:
             return conn
         try:
             conn = Client(self.address, family="AF_UNIX")
         except (ConnectionRefusedError, FileNotFoundError):
+            if not start:
+                raise
             self._spawn()
             deadline = time.monotonic() + 60
             while True:
