@@ -42,6 +42,9 @@
 #
 #   --config key=value is handed to Kafka Streams as is and wins over the
 #   programs' settings (e.g. --config statestore.cache.max.bytes=0).
+#   Both programs join as static members (group.instance.id APPID-bench) and
+#   leave the group on close, so a run may follow another with the same APPID
+#   without waiting 45 s for the old member's session to expire.
 #
 # Environment: EDDY_CACHE (build cache), KSTREAMS_JAVA_OPTS (default -Xmx2g),
 # KSTREAMS_LOG_LEVEL (slf4j-simple level, default warn).
@@ -108,4 +111,6 @@ dir="$(build)"
 exec java ${KSTREAMS_JAVA_OPTS:--Xmx2g} \
     "-Dorg.slf4j.simpleLogger.defaultLogLevel=${KSTREAMS_LOG_LEVEL:-warn}" \
     -Dorg.slf4j.simpleLogger.logFile=System.err \
+    `# warns on every run that a /tmp state dir may be cleared by the OS` \
+    -Dorg.slf4j.simpleLogger.log.org.apache.kafka.streams.processor.internals.StateDirectory=error \
     -cp "$dir/eddy-kstreams-bench.jar:$dir/lib/*" "$main" "$@"

@@ -1,10 +1,5 @@
 package dev.eddy.bench.kstreams;
 
-import java.io.IOException;
-import java.nio.file.Files;
-import java.nio.file.Path;
-import java.time.Duration;
-import java.util.Comparator;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Properties;
@@ -13,7 +8,6 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
-import java.util.stream.Stream;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
@@ -72,12 +66,6 @@ public final class RestoreBench {
         String input = appId + "-restore-input";
         long timeoutS = args.longOption("timeout-s", 1800);
 
-        // A state dir of our own (or the caller's, wiped by cleanUp below) makes every run a
-        // restore from offset 0: no checkpoint file survives from an earlier run.
-        String givenStateDir = args.optional("state-dir", null);
-        Path stateDir = givenStateDir != null
-            ? Path.of(givenStateDir) : Files.createTempDirectory("eddy-kstreams-restore-");
-
         int partitions;
         long toRestore = 0;
         int nonEmpty = 0;
@@ -113,11 +101,14 @@ public final class RestoreBench {
         }, "input");
         topology.addStateStore(storeBuilder, "holder");
 
+        // A state dir without checkpoints (see StateDirs) makes every run a restore from offset 0.
+        StateDirs stateDir = StateDirs.of(args.optional("state-dir", null), "eddy-kstreams-restore-");
         Properties props = new Properties();
         props.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
+        props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.path().toString());
         props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
+        GroupMembership.configure(props, appId);
         args.applyConfigs(props);
 
         RestoreTimer timer = new RestoreTimer(nonEmpty);
@@ -135,10 +126,8 @@ public final class RestoreBench {
         try {
             finished = timer.await(timeoutS);
         } finally {
-            streams.close(Duration.ofSeconds(30));
-            if (givenStateDir == null) {
-                deleteTree(stateDir);
-            }
+            GroupMembership.close(streams);
+            stateDir.release();
         }
         if (failure.get() != null) {
             Results.fail(PROGRAM, "Kafka Streams failed: " + failure.get());
@@ -156,14 +145,6 @@ public final class RestoreBench {
         result.put("records_per_s", seconds > 0 ? timer.records() / seconds : 0.0);
         Results.print(result);
         return 0;
-    }
-
-    private static void deleteTree(Path root) throws IOException {
-        try (Stream<Path> paths = Files.walk(root)) {
-            for (Path p : (Iterable<Path>) paths.sorted(Comparator.reverseOrder())::iterator) {
-                Files.deleteIfExists(p);
-            }
-        }
     }
 
     /**

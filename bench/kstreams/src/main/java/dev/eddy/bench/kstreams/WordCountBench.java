@@ -1,11 +1,7 @@
 package dev.eddy.bench.kstreams;
 
-import java.io.IOException;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Arrays;
-import java.util.Comparator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -16,7 +12,6 @@ import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.atomic.LongAdder;
 import java.util.stream.LongStream;
-import java.util.stream.Stream;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
@@ -93,9 +88,6 @@ public final class WordCountBench {
         }
         long threads = args.longOption("threads", 1);
         long timeoutS = args.longOption("timeout-s", 1800);
-        String givenStateDir = args.optional("state-dir", null);
-        Path stateDir = givenStateDir != null
-            ? Path.of(givenStateDir) : Files.createTempDirectory("eddy-kstreams-wordcount-");
 
         Properties adminProps = new Properties();
         adminProps.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -131,15 +123,17 @@ public final class WordCountBench {
             .processValues(LatencyProbe::new)
             .to(output, Produced.with(Serdes.String(), Serdes.Long()));
 
+        StateDirs stateDir = StateDirs.of(args.optional("state-dir", null), "eddy-kstreams-wordcount-");
         Properties props = new Properties();
         props.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
+        props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.path().toString());
         props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 100);
         props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, (int) threads);
         // The input is usually filled before the program starts.
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+        GroupMembership.configure(props, appId);
         args.applyConfigs(props);
         long commitMs = Long.parseLong(props.get(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG).toString());
 
@@ -175,10 +169,8 @@ public final class WordCountBench {
                 Thread.sleep(5);
             }
         } finally {
-            streams.close(Duration.ofSeconds(30));
-            if (givenStateDir == null) {
-                deleteTree(stateDir);
-            }
+            GroupMembership.close(streams);
+            stateDir.release();
         }
         if (failure.get() != null) {
             Results.fail(PROGRAM, "Kafka Streams failed: " + failure.get());
@@ -212,14 +204,6 @@ public final class WordCountBench {
         }
         int rank = (int) Math.ceil(q * sorted.length);
         return sorted[Math.max(0, rank - 1)];
-    }
-
-    private static void deleteTree(Path root) throws IOException {
-        try (Stream<Path> paths = Files.walk(root)) {
-            for (Path p : (Iterable<Path>) paths.sorted(Comparator.reverseOrder())::iterator) {
-                Files.deleteIfExists(p);
-            }
-        }
     }
 
     /** Records {@code now - record timestamp} of every count update and passes it on unchanged. */
