@@ -107,10 +107,12 @@ case "$command" in
 esac
 
 dir="$(build)"
-# shellcheck disable=SC2086  # KSTREAMS_JAVA_OPTS holds several options on purpose
-exec java ${KSTREAMS_JAVA_OPTS:--Xmx2g} \
-    "-Dorg.slf4j.simpleLogger.defaultLogLevel=${KSTREAMS_LOG_LEVEL:-warn}" \
-    -Dorg.slf4j.simpleLogger.logFile=System.err \
-    `# warns on every run that a /tmp state dir may be cleared by the OS` \
-    -Dorg.slf4j.simpleLogger.log.org.apache.kafka.streams.processor.internals.StateDirectory=error \
-    -cp "$dir/eddy-kstreams-bench.jar:$dir/lib/*" "$main" "$@"
+# shellcheck disable=SC2206  # KSTREAMS_JAVA_OPTS holds several options on purpose
+java_opts=(${KSTREAMS_JAVA_OPTS:--Xmx2g})
+java_opts+=(
+    "-Dorg.slf4j.simpleLogger.defaultLogLevel=${KSTREAMS_LOG_LEVEL:-warn}"
+    -Dorg.slf4j.simpleLogger.logFile=System.err
+    # It warns on every run that a state dir under /tmp may be cleared by the OS.
+    -Dorg.slf4j.simpleLogger.log.org.apache.kafka.streams.processor.internals.StateDirectory=error
+)
+exec java "${java_opts[@]}" -cp "$dir/eddy-kstreams-bench.jar:$dir/lib/*" "$main" "$@"
