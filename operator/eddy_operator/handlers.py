@@ -32,6 +32,13 @@ def _post_event(body: Any, type_: str, reason: str, message: str) -> None:
     kopf.event(body, type=type_, reason=reason, message=message)
 
 
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In a pod: its ServiceAccount. Elsewhere: $KUBECONFIG, read now rather than when the
+    kubernetes client was first imported (which is what kopf's default login would use)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Progress and diff-base in annotations: the status schema is ours, not kopf's.
@@ -39,6 +46,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
+    # kopf's own log lines become Events only from WARNING up; ours are posted explicitly.
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     memo.kube = Kube()
@@ -137,7 +145,7 @@ async def reconcile_streamapp(
     except SpecError as err:
         metrics.RECONCILES.labels("error").inc()
         metrics.RECONCILE_ERRORS.inc()
-        kopf.warn(body, reason="InvalidSpec", message=str(err))
+        kopf.event(body, type="Warning", reason="InvalidSpec", message=str(err))
         await _sync(memo, namespace, name, f"{reason}: invalid spec", started, **_indexes(kwargs))
         raise kopf.PermanentError(str(err)) from err
     except Exception:
@@ -148,7 +156,9 @@ async def reconcile_streamapp(
         metrics.RECONCILE_DURATION.observe(time.monotonic() - started)
     metrics.RECONCILES.labels("success").inc()
     if reason != "resume":
-        kopf.info(body, reason="Reconciled", message=f"{len(result.applied)} objects applied ({reason})")
+        kopf.event(
+            body, type="Normal", reason="Reconciled", message=f"{len(result.applied)} objects applied ({reason})"
+        )
     await _sync(memo, namespace, name, reason, started, **_indexes(kwargs))
 
 
