@@ -343,6 +343,14 @@ def test_a_returning_executor_gets_standbys_then_its_share_of_actives_once_caugh
     report("\n".join(moves_back))
 
 
+def nodes_ready(driver):
+    nodes = driver.core.list_node(label_selector="type=kwok").items
+    return nodes and all(
+        any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []) and not n.spec.taints
+        for n in nodes
+    )
+
+
 def pod_states(driver):
     return sorted(
         (
@@ -364,10 +372,12 @@ def test_restarting_the_operator_creates_no_duplicates_and_keeps_the_assignment(
             if driver is None:
                 driver, _ = start_app_with_executors(kube, namespace)
             else:
-                # pods marked not ready by the node controller stay so under kwok: replace them
+                # pods marked not ready by the node controller stay so under kwok: once the nodes
+                # are back, replace them
+                wait_for(lambda d=driver: nodes_ready(d), 180, interval=1, what="kwok nodes Ready again")
                 for pod in driver.executor_pods():
                     driver.core.delete_namespaced_pod(pod.metadata.name, namespace)
-                driver.register_running_executors(3)
+                driver.register_running_executors(3, timeout=180)
                 settle(driver, wait_for(driver.assignment, what="an assignment"))
             before = driver.assignment()
             status_before = get(kube, "streamapp", APP, namespace)["status"]
