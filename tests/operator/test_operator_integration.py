@@ -420,3 +420,57 @@ def test_restarting_the_operator_creates_no_duplicates_and_keeps_the_assignment(
         ]
     }
     assert cms == {"wordcount-spark-conf", "wordcount-runtime-state", channel.assignment_configmap_name(APP)}
+
+
+def test_the_eddy_operator_command_serves_liveness_and_metrics(kube, crd, namespace):
+    """The container's command, as a separate process: it logs in from KUBECONFIG, answers its
+    liveness probe and reconciles."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.servers import free_port
+
+    metrics_port, health_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kube.kubeconfig),
+        "EDDY_OPERATOR_METRICS_PORT": str(metrics_port),
+        "EDDY_OPERATOR_METRICS_ADDRESS": "127.0.0.1",
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "eddy_operator",
+            f"--liveness=http://127.0.0.1:{health_port}/healthz",
+            "--namespace",
+            namespace,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        health = wait_for(
+            lambda: urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=2).status,
+            60,
+            interval=0.5,
+            what="the liveness endpoint",
+        )
+        assert health == 200
+        apply(kube, example(namespace))
+        wait_for(lambda: get_or_none(kube, "statefulset", "wordcount-driver", namespace), 60, what="reconciled driver")
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+        assert 'eddy_operator_reconciles_total{result="success"}' in metrics
+        assert "eddy_operator_reconcile_duration_seconds_count" in metrics
+        kube.kubectl("delete", "streamapp", APP, "-n", namespace, "--wait=true", "--timeout=60s")
+    finally:
+        proc.terminate()
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+    assert proc.returncode in (0, -15), out[-3000:]
