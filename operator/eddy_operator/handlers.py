@@ -40,7 +40,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 @kopf.on.startup()
-async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
     # Progress and diff-base in annotations: the status schema is ours, not kopf's.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -55,10 +55,28 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.metrics_server = (
         metrics.serve(os.environ.get("EDDY_OPERATOR_METRICS_ADDRESS", "0.0.0.0"), port) if port >= 0 else None
     )
+    # The indexes are empty now and filled by kopf as its watches list the cluster.
+    memo.resync_task = asyncio.create_task(_resync_forever(memo, _indexes(kwargs)))
+
+
+async def _resync_forever(memo: kopf.Memo, indexes: dict[str, Any]) -> None:
+    """A safety net for events missed while a watch restarted: every app, every so often. An
+    operator-wide loop rather than a kopf timer, because per-object timers put a finalizer on
+    every StreamApp, and an app should not need a running operator to be deleted."""
+    while True:
+        await asyncio.sleep(RESYNC_SECONDS)
+        for namespace, app in list(indexes["streamapps_idx"]):
+            try:
+                await _sync(memo, namespace, app, "resync", time.monotonic(), **indexes)
+            except Exception:  # one broken app must not stop the others' resync
+                log.exception("resync of %s/%s failed", namespace, app)
 
 
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
+    task = memo.get("resync_task")
+    if task is not None:
+        task.cancel()
     server = memo.get("metrics_server")
     if server is not None:
         await asyncio.to_thread(server.shutdown)
@@ -162,18 +180,21 @@ async def reconcile_streamapp(
     await _sync(memo, namespace, name, reason, started, **_indexes(kwargs))
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL)
-async def delete_streamapp(body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+def _deletes_volumes(spec: kopf.Spec, **_: Any) -> bool:
+    return not (spec.get("state") or {}).get("retainVolumesOnDelete", True)
+
+
+# Only apps that want their volumes deleted carry a finalizer: the others never wait for the
+# operator to be running before they can go (their owned objects go with the garbage collector).
+@kopf.on.delete(GROUP, VERSION, PLURAL, when=_deletes_volumes)
+async def delete_volumes(body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
     deleted = await asyncio.to_thread(clean_up, memo.kube, body)
-    if deleted:
-        log.info("%s/%s: deleted state volumes %s", namespace, name, deleted)
+    log.info("%s/%s: deleted state volumes %s", namespace, name, deleted)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+async def forget_streamapp(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
     memo.orchestrator.forget(namespace, name)
-
-
-@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS, idle=None)
-async def resync_streamapp(namespace: str | None, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
-    """A safety net for events missed while the operator was away or a watch restarted."""
-    await _sync(memo, namespace, name, "resync", time.monotonic(), **_indexes(kwargs))
 
 
 # --- executor and driver pods, runtime state ------------------------------------------------

@@ -165,6 +165,7 @@ def test_deleting_the_app_garbage_collects_its_objects_and_volumes_when_asked(ku
     apply(kube, example(namespace, state__retainVolumesOnDelete=False))
     for kind, name in OWNED:
         wait_for(lambda kind=kind, name=name: get_or_none(kube, kind, name, namespace), what=f"{kind}/{name}")
+    wait_for(lambda: get(kube, "streamapp", APP, namespace)["metadata"].get("finalizers"), what="a finalizer")
     # a state claim as the executor StatefulSet's controller makes it (no provisioner here)
     claim = builders.state_claim_name(APP, 0)
     apply(
@@ -199,6 +200,8 @@ def test_deleting_the_app_garbage_collects_its_objects_and_volumes_when_asked(ku
 def test_volumes_are_kept_by_default_when_the_app_is_deleted(kube, operator, namespace):
     apply(kube, example(namespace))
     wait_for(lambda: get_or_none(kube, "statefulset", "wordcount-driver", namespace), what="driver")
+    # nothing for the operator to do on delete, so no finalizer makes the app wait for it
+    assert not get(kube, "streamapp", APP, namespace)["metadata"].get("finalizers")
     claim = builders.state_claim_name(APP, 0)
     apply(
         kube,
