@@ -12,6 +12,13 @@ Both documents carry `version`. A reader accepts the versions it knows and rejec
 but never renamed or re-typed. Everything is validated on read, and errors name the path of the
 bad field (`state.json: executors.2.stores.0_0.counts: ...`).
 
+The order of things: the operator creates `<app>-runtime-state` empty (so that it is owned and
+garbage-collected with the app); the driver, once it knows its tasks, patches in a RuntimeState
+with every task (a stateless task with no stores) and what each live executor's volume holds;
+the operator then publishes generation 1 and a new generation whenever executors come or go or
+the copies catch up; the driver applies the newest generation before its next micro-batch and
+reports it back in `assignmentGeneration`.
+
 Pure encode/decode functions only: the operator's handlers and the runtime's driver do the
 Kubernetes reads and writes.
 """
