@@ -58,6 +58,7 @@ def test_restore_from_scratch_rebuilds_the_store_from_the_changelog(state_app: S
         assert chunks[-1].done and chunks[-1].remaining == 0
         assert chunks[-1].stores[0].mode == ("bulk" if bulk == "always" else "batch")
         assert chunks[-1].restored == len(records)
+        assert not mgr.store("counts").bulk_loading, "a cold store is reopened for reads once loaded"
         assert store_contents(mgr) == last_value_per_key(records)
         end = TopicPartition(state_app.changelog(), 0)
         assert mgr.store("counts").offsets.changelog_offset == read_all(state_app.bootstrap, end.topic)[-1][0]
@@ -109,16 +110,18 @@ def test_compacted_changelog_is_restored_exactly(state_app: StateApp, kafka) -> 
                 transactional_id=f"{state_app.name}-w", per_transaction=500)
         time.sleep(0.15)  # roll segments so the cleaner has closed ones to compact
     deadline = time.monotonic() + 90
+    rolls: list[tuple[bytes, bytes | None]] = []
     while True:
         on_log = read_all(state_app.bootstrap, state_app.changelog())
         if len(on_log) < len(records) // 4:
             break
         assert time.monotonic() < deadline, f"no compaction: {len(on_log)} of {len(records)} records left"
-        produce(state_app.bootstrap, state_app.changelog(), [(b"roll", b"x")])
+        rolls.append((b"roll", b"x"))
+        produce(state_app.bootstrap, state_app.changelog(), rolls[-1:])
         time.sleep(1)
     offsets = [o for o, _, _ in on_log]
     assert any(b - a > 1 for a, b in zip(offsets, offsets[1:], strict=False)), "offsets must have gaps"
-    expected = last_value_per_key([*records, (b"roll", b"x")])
+    expected = last_value_per_key([*records, *rolls])
     for bulk in ("always", "never"):
         shutil.rmtree(state_app.state_dir, ignore_errors=True)
         with open_task(state_app, bulk_restore=bulk) as mgr:

@@ -182,15 +182,10 @@ class _RocksDBStore:
         self._vser = serde_for(spec.value_serde).serialize
         self._vde = serde_for(spec.value_serde).deserialize
         self._options = self._make_options()
-        existing = self._existing_column_families()
-        self._opened_column_families = existing
-        cfs = {name: self._make_options() for name in existing if name != "default"}
-        cfs.setdefault(META_CF, self._make_options())
-        self._db: rocksdict.Rdict | None = rocksdict.Rdict(
-            str(self.path), self._options, column_families=cfs
-        )
-        self._meta = self._db.get_column_family(META_CF)
-        self._meta_handle = self._db.get_column_family_handle(META_CF)
+        self._opened_column_families = self._existing_column_families()
+        self._bulk_loading = False
+        self._db: rocksdict.Rdict | None = None
+        self._open_db()
         self._wal_on = rocksdict.WriteOptions()
         self._wal_off = rocksdict.WriteOptions()
         self._wal_off.disable_wal = True
@@ -198,8 +193,20 @@ class _RocksDBStore:
         self._unflushed_without_wal = False
         self._offsets = self._read_offsets()
 
+    def _open_db(self, *, bulk_load: bool = False) -> None:
+        cfs = {name: self._make_options() for name in self._existing_column_families() if name != "default"}
+        cfs.setdefault(META_CF, self._make_options())
+        main = self._make_options(bulk_load=bulk_load)
+        # Every family is named, so RocksDB's OPTIONS file of a previous open (e.g. a bulk load)
+        # never decides how a family is opened.
+        cfs["default"] = main
+        self._db = rocksdict.Rdict(str(self.path), main, column_families=cfs)
+        self._meta = self._db.get_column_family(META_CF)
+        self._meta_handle = self._db.get_column_family_handle(META_CF)
+        self._bulk_loading = bulk_load
+
     @staticmethod
-    def _make_options() -> rocksdict.Options:
+    def _make_options(*, bulk_load: bool = False) -> rocksdict.Options:
         opts = rocksdict.Options(raw_mode=True)
         opts.create_if_missing(True)
         opts.create_missing_column_families(True)
@@ -209,6 +216,16 @@ class _RocksDBStore:
         opts.set_keep_log_file_num(2)
         opts.set_max_background_jobs(2)
         opts.set_write_buffer_size(64 << 20)
+        if bulk_load:
+            # Loading a cold store from its changelog (restore.py): inserts append to a vector
+            # memtable instead of a random skiplist insert each, and flushes sort each memtable
+            # and drop overwritten values in C++ threads; one compaction at the end merges the
+            # flushed files. Reads from a vector memtable are slow, and nothing reads meanwhile.
+            opts.set_memtable_factory(rocksdict.MemtableFactory.vector())
+            opts.set_allow_concurrent_memtable_write(False)
+            opts.set_write_buffer_size(256 << 20)
+            opts.set_max_write_buffer_number(3)
+            opts.set_disable_auto_compactions(True)
         return opts
 
     def _existing_column_families(self) -> list[str]:
@@ -291,6 +308,38 @@ class _RocksDBStore:
     def _data_families(self) -> list[rocksdict.Rdict]:
         return [self.db]
 
+    def begin_bulk_load(self) -> None:
+        """Reopen with bulk-loading options (see `_make_options`); only for an empty store."""
+        if self._bulk_loading:
+            return
+        if not self.is_empty():
+            raise RuntimeError(f"store {self.spec.name}: bulk loading needs an empty store")
+        self._reopen(bulk_load=True)
+
+    def end_bulk_load(self) -> None:
+        """Flush, merge the loaded files in one compaction, and reopen with the normal options."""
+        if not self._bulk_loading:
+            return
+        self.flush()
+        self.db.compact_range(None, None)
+        self._reopen(bulk_load=False)
+
+    @property
+    def bulk_loading(self) -> bool:
+        return self._bulk_loading
+
+    def _reopen(self, *, bulk_load: bool) -> None:
+        if self._unflushed_without_wal:
+            self.flush()
+        self._drop_handles()
+        db, self._db = self._db, None
+        self._meta = None  # type: ignore[assignment]
+        self._meta_handle = None
+        assert db is not None
+        db.close()
+        del db
+        self._open_db(bulk_load=bulk_load)
+
     def flush(self) -> None:
         """Write memtables to SST files: data first, metadata last.
 
@@ -334,6 +383,7 @@ class _RocksDBStore:
         self._meta_handle = None
         db.close()
         del db
+        self._bulk_loading = False
 
     def _drop_handles(self) -> None:
         pass
@@ -404,6 +454,21 @@ class KeyValueStore(_RocksDBStore):
     def begin(self) -> KeyValueTransaction:
         """A transaction for one batch: reads its own writes; nothing is written until `apply`."""
         return KeyValueTransaction(self)
+
+    def new_write_batch(self) -> rocksdict.WriteBatch:
+        """An empty raw write batch for `apply_write_batch` (restore's hot path fills it directly)."""
+        return rocksdict.WriteBatch(raw_mode=True)
+
+    def apply_write_batch(
+        self,
+        wb: rocksdict.WriteBatch,
+        *,
+        changelog_offset: int | None = None,
+        input_offsets: InputOffsets | None = None,
+        disable_wal: bool = False,
+    ) -> None:
+        """Add the offsets to a filled write batch and write it (one atomic RocksDB write)."""
+        self._commit_batch(wb, changelog_offset, input_offsets, None, disable_wal)
 
     def write(
         self,

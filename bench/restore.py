@@ -1,0 +1,211 @@
+"""Restore throughput: Eddy's chunked (record batch) and bulk (SST ingest) paths vs Kafka Streams.
+
+For each changelog size (default 1M and 10M records over about 1M distinct keys) this fills a
+compacted changelog ``<app>-store-changelog`` once, then restores it into an empty state
+directory with
+
+- Eddy, record batches (``bulk_restore="never"``): WriteBatch per consumed batch, WAL off;
+- Eddy, bulk (``bulk_restore="always"``): last value per key, sorted SST file, ingest;
+- Kafka Streams 4.x (``bench/kstreams/run.sh restore``), on the same topic,
+
+and prints records/s for each. Eddy's figure is timed like Kafka Streams' (first restore call to
+the store being restored, excluding client start-up), and includes the final flush.
+
+    .venv/bin/python bench/restore.py                       # starts its own broker
+    .venv/bin/python bench/restore.py --bootstrap 127.0.0.1:9092 --sizes 1000000
+    .venv/bin/python bench/restore.py --skip-kstreams --repeat 3
+
+Without ``--bootstrap`` a broker is started with infra/kafka/kafka.sh in a temporary folder
+and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "runtime"))
+
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
+
+from eddy_runtime.state import (  # noqa: E402
+    ChangelogTopicSpec,
+    ProcessorStateManager,
+    StoreSpec,
+    ensure_changelog_topics,
+)
+
+STORE = StoreSpec.key_value("store")  # bytes keys and values, as the Kafka Streams program uses
+
+
+def free_port() -> int:
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no two consecutive free ports")
+
+
+@contextmanager
+def broker(bootstrap: str | None) -> Iterator[str]:
+    if bootstrap:
+        yield bootstrap
+        return
+    script = REPO / "infra/kafka/kafka.sh"
+    data = Path(tempfile.mkdtemp(prefix="eddy-bench-kafka-"))
+    port = free_port()
+    subprocess.run([str(script), "fetch"], check=True)
+    env = {**os.environ, "KAFKA_HEAP": os.environ.get("KAFKA_HEAP", "-Xmx2g")}
+    subprocess.run([str(script), "start", str(data), str(port)], check=True, env=env)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([str(script), "stop", str(data)], check=False)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def fill_changelog(bootstrap: str, topic: str, records: int, keys: int, value_bytes: int, seed: int) -> float:
+    """Write `records` records over `keys` keys: every key once (in random order), then random
+    repeats, as a store's updates arrive in a changelog."""
+    p = Producer({
+        "bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20, "compression.type": "lz4",
+        "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2 << 20, "acks": "all",
+    })
+    rnd = random.Random(seed)
+    first = list(range(keys))
+    rnd.shuffle(first)
+    started = time.monotonic()
+    produce = p.produce
+    value = os.urandom(value_bytes)
+    for i in range(records):
+        k = first[i] if i < keys else rnd.randrange(keys)
+        while True:
+            try:
+                produce(topic, value, b"key-%09d" % k, partition=0)
+                break
+            except BufferError:
+                p.poll(0.1)
+    if p.flush(300):
+        raise RuntimeError("changelog fill did not finish")
+    return time.monotonic() - started
+
+
+def eddy_restore(bootstrap: str, app: str, bulk: str, state_root: Path, chunk: int) -> dict[str, float]:
+    state_dir = state_root / f"eddy-{bulk}"
+    shutil.rmtree(state_dir, ignore_errors=True)
+    mgr = ProcessorStateManager.open(app, "0_0", [STORE], state_dir, bootstrap, guarantee="at_least_once",
+                                     bulk_restore=bulk)  # type: ignore[arg-type]
+    try:
+        started = time.monotonic()
+        chunks = 0
+        while not mgr.restored:
+            mgr.restore_chunk(max_records=chunk, max_seconds=30)
+            chunks += 1
+        seconds = time.monotonic() - started
+        progress = mgr.progress
+        keys = mgr.store("store").size().keys
+    finally:
+        mgr.close()
+        shutil.rmtree(state_dir, ignore_errors=True)
+    return {"records": progress.restored, "seconds": seconds, "records_per_s": progress.restored / seconds,
+            "chunks": chunks, "keys_estimate": keys}
+
+
+def kstreams_restore(bootstrap: str, app: str, topic: str, state_root: Path) -> dict[str, float] | str:
+    script = REPO / "bench/kstreams/run.sh"
+    if not script.exists():
+        return "bench/kstreams/run.sh not found"
+    state_dir = state_root / "kstreams"
+    proc = subprocess.run(
+        [str(script), "restore", "--bootstrap", bootstrap, "--changelog-topic", topic, "--app-id", app,
+         "--state-dir", str(state_dir)],
+        capture_output=True, text=True, timeout=3600,
+    )
+    shutil.rmtree(state_dir, ignore_errors=True)
+    if proc.returncode != 0:
+        return f"exit {proc.returncode}: {proc.stderr.strip()[-800:]}"
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1]
+    return json.loads(line)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap", help="an existing broker; default: start one with infra/kafka/kafka.sh")
+    ap.add_argument("--sizes", default="1000000,10000000", help="changelog sizes in records, comma-separated")
+    ap.add_argument("--keys", type=int, default=1_000_000, help="distinct keys (at most the size)")
+    ap.add_argument("--value-bytes", type=int, default=32)
+    ap.add_argument("--chunk", type=int, default=1_000_000, help="records per restore_chunk call")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per path; the best is reported")
+    ap.add_argument("--skip-kstreams", action="store_true")
+    ap.add_argument("--state-dir", help="where stores are restored (default: a temporary folder)")
+    args = ap.parse_args()
+
+    sizes = [int(s) for s in args.sizes.split(",")]
+    state_root = Path(args.state_dir or tempfile.mkdtemp(prefix="eddy-bench-state-"))
+    results = []
+    with broker(args.bootstrap) as bootstrap:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        if not args.skip_kstreams and (REPO / "bench/kstreams/run.sh").exists():
+            subprocess.run([str(REPO / "bench/kstreams/run.sh"), "build"], check=True, stdout=subprocess.DEVNULL)
+        for size in sizes:
+            keys = min(args.keys, size)
+            app = f"bench-{uuid.uuid4().hex[:6]}"
+            topic = f"{app}-store-changelog"
+            # Compacted as the store needs, but never compacted during the benchmark, so every
+            # path restores the same records.
+            ensure_changelog_topics(admin, [ChangelogTopicSpec(topic, 1, extra_config=(
+                ("min.compaction.lag.ms", str(7 * 24 * 3600 * 1000)),))])
+            fill_s = fill_changelog(bootstrap, topic, size, keys, args.value_bytes, seed=size)
+            print(f"\nchangelog {topic}: {size:,} records over {keys:,} keys, {args.value_bytes}-byte values "
+                  f"(filled in {fill_s:.1f}s)", flush=True)
+            row: dict[str, object] = {"records": size, "keys": keys}
+            for label, bulk in (("eddy_batch", "never"), ("eddy_bulk", "always")):
+                runs = [eddy_restore(bootstrap, app, bulk, state_root, args.chunk) for _ in range(args.repeat)]
+                best = max(runs, key=lambda r: r["records_per_s"])
+                all_runs = ", ".join(f"{r['records_per_s']:,.0f}" for r in runs)
+                row[label] = best
+                print(f"  {label:<11} {best['records_per_s']:>12,.0f} records/s  ({best['records']:,} records in "
+                      f"{best['seconds']:.2f}s, {best['chunks']} chunks; all runs: "
+                      f"{all_runs})", flush=True)
+            if not args.skip_kstreams:
+                ks_runs = [kstreams_restore(bootstrap, app, topic, state_root) for _ in range(args.repeat)]
+                ok = [r for r in ks_runs if isinstance(r, dict)]
+                if ok:
+                    best_ks = max(ok, key=lambda r: r["records_per_s"])
+                    row["kstreams"] = best_ks
+                    print(f"  {'kstreams':<11} {best_ks['records_per_s']:>12,.0f} records/s  "
+                          f"({best_ks['records']:,} records in {best_ks['seconds']:.2f}s)", flush=True)
+                else:
+                    row["kstreams"] = {"error": ks_runs[0]}
+                    print(f"  kstreams    failed: {ks_runs[0]}", flush=True)
+            for f in admin.delete_topics([topic]).values():
+                f.result(60)
+            results.append(row)
+    if not args.state_dir:
+        shutil.rmtree(state_root, ignore_errors=True)
+    print("\n" + json.dumps({"restore": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
