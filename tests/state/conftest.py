@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -31,7 +31,7 @@ class StateApp:
     def ensure_changelogs(self, specs: Iterable[StoreSpec] = (COUNTS,), **config: str) -> None:
         ensure_changelog_topics(
             self.admin,
-            [ChangelogTopicSpec(self.changelog(s.name), self.partitions, extra_config=tuple(config.items()))
+            [replace(ChangelogTopicSpec.for_store(self.name, s, self.partitions), extra_config=tuple(config.items()))
              for s in specs],
         )
 

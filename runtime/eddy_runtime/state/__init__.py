@@ -21,10 +21,11 @@ Modules (Kafka Streams' names, Quix Streams' layering):
 
 Driver, once per app start (before any task opens)::
 
-    from eddy_runtime.state import ChangelogTopicSpec, StoreSpec, changelog_topic_name, ensure_changelog_topics
-    specs = [StoreSpec.key_value("counts", key_serde="string", value_serde="int64")]
-    ensure_changelog_topics(admin, [ChangelogTopicSpec(changelog_topic_name(app, s.name), partitions=n_input)
-                                    for s in specs])   # ChangelogTopicMismatch on a wrong topic
+    from eddy_runtime.state import ChangelogTopicSpec, StoreSpec, ensure_changelog_topics
+    specs = [StoreSpec.key_value("counts", key_serde="string", value_serde="int64"),
+             StoreSpec.window("clicks", window_size_ms=60_000, retention_ms=3_600_000)]
+    ensure_changelog_topics(admin, [ChangelogTopicSpec.for_store(app, s, partitions=n_input) for s in specs])
+    # creates missing topics (compacted; windows compact,delete); ChangelogTopicMismatch on a wrong one
 
 Executor, per work item (a task ``S_P`` is partition ``P`` of the input and of each changelog)::
 

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
@@ -27,9 +28,13 @@ __all__ = [
     "topic_partition_count",
 ]
 
+if TYPE_CHECKING:
+    from eddy_runtime.state.store import StoreSpec
+
 log = logging.getLogger(__name__)
 
 CHANGELOG_SUFFIX = "-changelog"
+_WINDOW_CHANGELOG_EXTRA_RETENTION_MS = 24 * 3600 * 1000
 _TIMEOUT_S = 30.0
 
 
@@ -59,6 +64,16 @@ class ChangelogTopicSpec:
     retention_ms: int | None = None
     replication_factor: int = 1
     extra_config: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def for_store(cls, app: str, spec: StoreSpec, partitions: int) -> ChangelogTopicSpec:
+        """The changelog a store needs: compacted; a window store's also deletes windows older
+        than its retention plus a day (Kafka Streams' windowstore.changelog.additional.retention.ms)."""
+        name = changelog_topic_name(app, spec.name)
+        if spec.kind == "window":
+            return cls(name, partitions, cleanup_policy="compact,delete",
+                       retention_ms=int(spec.retention_ms or 0) + _WINDOW_CHANGELOG_EXTRA_RETENTION_MS)
+        return cls(name, partitions)
 
     def config(self) -> dict[str, str]:
         cfg = {"cleanup.policy": self.cleanup_policy}

@@ -66,6 +66,7 @@ BulkMode = Literal["auto", "always", "never"]
 AUTO_BULK_FOR_COLD_STORES = False
 
 _KAFKA_TIMEOUT_S = 30.0
+_STALL_CHECK_S = 10.0
 
 
 def restore_consumer_config(bootstrap: str, app: str, task_id: str, **overrides: str) -> dict[str, object]:
@@ -234,6 +235,7 @@ class StoreChangelogReader:
         self._ctx = context
         self._targets: dict[str, _Target] = {}  # by topic
         self.tail = False
+        self._last_progress = time.monotonic()
 
     # -- registration and planning -----------------------------------------------------------
 
@@ -243,6 +245,7 @@ class StoreChangelogReader:
     def prepare(self, *, tail: bool = False) -> TaskRestoreProgress:
         """Decide where each store starts (and, unless tailing, ends) and assign the partitions."""
         self.tail = tail
+        self._last_progress = time.monotonic()
         self._unassign_all()
         for t in self._targets.values():
             self._plan(t)
@@ -352,8 +355,16 @@ class StoreChangelogReader:
                 msgs = consume(max(1, min(budget, near)), timeout=min(left, 0.05))
             if msgs:
                 budget -= self._dispatch(msgs)
+                self._last_progress = time.monotonic()
             elif self.tail:
                 break  # nothing readable yet (e.g. the active's transaction is still open)
+            elif time.monotonic() - self._last_progress > _STALL_CHECK_S:
+                # No records for a while although the end is not reached: the changelog may
+                # have been deleted under us (raises ChangelogTopicMissing), else keep waiting.
+                self._last_progress = time.monotonic()
+                for t in self._targets.values():
+                    if not t.done:
+                        self._watermarks(t)
         self._finish_done_targets()
         return self.progress()
 
