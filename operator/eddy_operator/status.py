@@ -22,6 +22,8 @@ from typing import Any
 from eddy_operator.assignor import Assignment
 from eddy_operator.channel import RuntimeState
 
+MAX_RESTORING_LISTED = 50
+
 
 @dataclass(frozen=True)
 class Failover:
@@ -183,6 +185,7 @@ def compute_status(observed: Observed, previous: Mapping[str, Any] | None = None
             "standby": counts.standby,
             "warmup": counts.warmup,
         },
+        # The first few only: an app with thousands of tasks must not outgrow its object.
         "restoring": [
             {
                 "task": r.task,
@@ -194,7 +197,7 @@ def compute_status(observed: Observed, previous: Mapping[str, Any] | None = None
             }
             for r in (o.runtime.restores if o.runtime is not None else ())
             if r.remaining > 0
-        ],
+        ][:MAX_RESTORING_LISTED],
     }
     if o.generation is not None:
         status["observedGeneration"] = o.generation
