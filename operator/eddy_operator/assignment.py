@@ -182,15 +182,20 @@ class Orchestrator:
 
     def __init__(self, kube: Kube, post_event: Any = None) -> None:
         self.kube = kube
-        self.apps: dict[tuple[str, str], AppController] = {}
+        # Keyed by uid too: an app deleted and re-created under its name starts afresh even if
+        # the operator missed the deletion.
+        self.apps: dict[tuple[str, str, str], AppController] = {}
         # post_event(body, type, reason, message): kopf.event inside handlers; None to skip.
         self.post_event = post_event
 
-    def controller(self, namespace: str, app: str) -> AppController:
-        return self.apps.setdefault((namespace, app), AppController())
+    def controller(self, namespace: str, app: str, uid: str) -> AppController:
+        for key in [k for k in self.apps if k[:2] == (namespace, app) and k[2] != uid]:
+            del self.apps[key]
+        return self.apps.setdefault((namespace, app, uid), AppController())
 
     def forget(self, namespace: str, app: str) -> None:
-        self.apps.pop((namespace, app), None)
+        for key in [k for k in self.apps if k[:2] == (namespace, app)]:
+            del self.apps[key]
         metrics.forget_app(namespace, app)
 
     def _event(self, body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
@@ -206,7 +211,7 @@ class Orchestrator:
         started = time.monotonic() if started is None else started
         meta = snap.streamapp["metadata"]
         namespace, app = meta["namespace"], meta["name"]
-        ctl = self.controller(namespace, app)
+        ctl = self.controller(namespace, app, meta["uid"])
         async with ctl.lock:
             try:
                 spec = StreamAppSpec.from_manifest(snap.streamapp)
