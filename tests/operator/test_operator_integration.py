@@ -516,3 +516,27 @@ def test_failover_stays_under_one_second_over_repeated_executor_losses(kube, ope
         f"median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms"
     )
     assert max(times) < 1.0
+
+
+def test_the_apiserver_defaults_a_streamapp_exactly_as_the_spec_module_does(crd, namespace):
+    """The real apiserver's structural defaulting and CEL rules against spec.py's, both ways:
+    a bare manifest read back parses to the spec spec.py makes of it, and a manifest with every
+    field set is accepted and kept as written."""
+    import dataclasses
+
+    from eddy_operator.spec import StreamAppSpec
+    from tests.operator.manifests import full, minimal
+
+    bare = minimal()
+    bare["metadata"]["namespace"] = namespace
+    apply(crd, bare)
+    served = get(crd, "streamapp", "wordcount", namespace)
+    assert dataclasses.replace(StreamAppSpec.from_manifest(served), generation=None) == StreamAppSpec.from_manifest(
+        bare
+    )
+
+    everything = full()
+    everything["metadata"] = {"name": "orders", "namespace": namespace}
+    apply(crd, everything)
+    served = get(crd, "streamapp", "orders", namespace)
+    assert served["spec"] == everything["spec"]
