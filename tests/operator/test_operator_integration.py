@@ -258,6 +258,17 @@ def settle(driver, message, rounds=10):
 def test_deleting_an_executor_pod_promotes_its_standbys_within_one_second(kube, operator, namespace):
     driver, first = start_app_with_executors(kube, namespace)
     gen = first.assignment.generation
+    # executors carry their node's zone, in the assignment and as a pod label
+    nodes = {n.metadata.name: n.metadata.labels["topology.kubernetes.io/zone"] for n in driver.core.list_node().items}
+    pods = {p.metadata.name: p for p in driver.executor_pods()}
+    assert {e.id: e.zone for e in first.executors} == {e.id: nodes[pods[e.pod].spec.node_name] for e in first.executors}
+    wait_for(
+        lambda: all(
+            (p.metadata.labels or {}).get(builders.ZONE_LABEL) == nodes[p.spec.node_name]
+            for p in driver.executor_pods()
+        ),
+        what="zone labels on the executor pods",
+    )
     victim = "1"
     victim_pod = next(e.pod for e in first.executors if e.id == victim)
     moved = first.assignment.active_tasks(victim)
