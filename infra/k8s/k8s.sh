@@ -402,9 +402,12 @@ cmd_kwok_start() {
 
     # kwok's built-in stages (node-fast, pod-fast) make nodes Ready and their
     # pods Running; it manages only nodes labelled type=kwok. No server
-    # address: kwok then opens no port.
+    # address: kwok then opens no port. Node leases keep the fake nodes Ready: without
+    # them the node controller marks both NotReady for ~5 s about every 55 s, and every
+    # pod on them not ready, which kwok never undoes.
     launch "$dir" kwok "$BIN/kwok" \
         --kubeconfig="$dir/kubeconfig" \
+        --node-lease-duration-seconds=40 \
         --manage-all-nodes=false \
         --manage-nodes-with-label-selector=type=kwok \
         --cidr=10.244.0.0/16 \
