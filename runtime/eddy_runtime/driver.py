@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from eddy_operator.assignor import Assignment, AssignorSettings, Executor, assign, diff
@@ -190,6 +191,8 @@ class Driver:
         self._held_stores: dict[str, dict[str, dict[str, int]]] = {}
         self._restoring: dict[str, str] = {}
         self._known_executors: set[str] = set()
+        #: local mode: the assignor's last result for stateful (0) and stateless (1) tasks
+        self._group_assignments: dict[int, Assignment] = {}
         self._earliest: dict[tuple[str, int], int] = {}
         self._stop = threading.Event()
         self._watch: BatchWatch | None = None
@@ -351,14 +354,30 @@ class Driver:
         if self.options.assignment_source is not None:
             return read_assignment(self.options.assignment_source)
         assert self.compiled is not None
-        settings = AssignorSettings(
-            standby_replicas=self.spec.state.standby_replicas,
-            acceptable_recovery_lag=self.spec.state.acceptable_recovery_lag,
-            max_warmup_replicas=self.spec.state.max_warmup_replicas,
-        )
         live_ids = {e.id for e in live}
         held = {e: tasks for e, tasks in self._held.items() if e in live_ids}
-        return assign([Executor(id=e.id) for e in live], changelog_ends, held, self.assignment, settings)
+        executors = [Executor(id=e.id) for e in live]
+        stateful = set(self.compiled.stateful_tasks())
+        # Stateful and stateless tasks are balanced apart, as Kafka Streams does: otherwise
+        # stateless tasks moving onto a new executor "balance" it, and the stateful ones never
+        # move back once its standbys caught up. Stateless tasks need no standbys.
+        tasks: dict[str, Any] = {}
+        for i, group in enumerate((stateful, set(changelog_ends) - stateful)):
+            if not group:
+                continue
+            settings = AssignorSettings(
+                standby_replicas=self.spec.state.standby_replicas if i == 0 else 0,
+                acceptable_recovery_lag=self.spec.state.acceptable_recovery_lag,
+                max_warmup_replicas=self.spec.state.max_warmup_replicas,
+            )
+            previous = self._group_assignments.get(i)
+            part = assign(executors, {t: changelog_ends[t] for t in group}, held, previous, settings)
+            self._group_assignments[i] = part
+            tasks.update(part.tasks)
+        if self.assignment is not None and dict(self.assignment.tasks) == tasks:
+            return self.assignment
+        generation = self.assignment.generation + 1 if self.assignment is not None else 1
+        return Assignment(generation=generation, tasks=MappingProxyType(tasks))
 
     def _probe_inventories(self, executors: Sequence[ExecutorRef]) -> None:
         """What the volumes of executors new to this driver hold, before placing tasks on them."""

@@ -184,6 +184,11 @@ class BatchWatch:
 
     def _watch(self) -> None:
         while not self._done.wait(self.poll_s):
+            if self.cancelled_reason is not None:
+                # Cancelling a group only reaches jobs already submitted: the action may submit
+                # its job after the executor died, so keep cancelling until the block ends.
+                self.sc.cancelJobGroup(self.group)
+                continue
             for executor_id in self.executors:
                 try:
                     alive = executor_alive(self.sc, executor_id)
@@ -192,7 +197,7 @@ class BatchWatch:
                 if not alive:
                     self.lost = executor_id
                     self.cancel(f"executor {executor_id} died")
-                    return
+                    break
 
     def __exit__(self, *exc: object) -> None:
         self._done.set()

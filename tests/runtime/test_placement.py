@@ -69,6 +69,14 @@ def test_a_batch_pinned_to_an_executor_that_dies_is_cancelled_at_once(spark):
         slots.run(sleep_long)
     assert watch.lost == victim.id
     assert time.monotonic() - started < 20
+    # A batch planned just before the driver noticed the death submits its job after the
+    # watch saw it: the job is still cancelled, instead of waiting for the locality timeout.
+    started = time.monotonic()
+    with pytest.raises(Exception, match="cancel"), BatchWatch(sc, "test-watch-2", [victim.id]) as watch:
+        time.sleep(0.5)
+        PinnedSlots(sc, [victim]).run(sleep_long)
+    assert watch.lost == victim.id
+    assert time.monotonic() - started < 20
     # Spark brings a replacement executor with a new id; later tests get two executors again.
     replacement = wait_for_executors(sc, 2, timeout=120)
     assert victim.id not in {e.id for e in replacement}
