@@ -56,6 +56,7 @@ _K_CHANGELOG = b"changelog_offset"
 _K_INPUTS = b"input_offsets"
 _K_STREAM_TIME = b"stream_time"
 _INT64 = struct.Struct(">q")
+_BULK_LOAD_MAX_L0_FILES = 8
 
 InputOffsets = Mapping[tuple[str, int], int]
 
@@ -221,10 +222,14 @@ class _RocksDBStore:
             # memtable instead of a random skiplist insert each, and flushes sort each memtable
             # and drop overwritten values in C++ threads; one compaction at the end merges the
             # flushed files. Reads from a vector memtable are slow, and nothing reads meanwhile.
+            # Small memtables sort faster, and several of them flush in parallel (measured on
+            # 10M records: 16 MB x 16 used the least CPU among 16-256 MB).
             opts.set_memtable_factory(rocksdict.MemtableFactory.vector())
             opts.set_allow_concurrent_memtable_write(False)
-            opts.set_write_buffer_size(256 << 20)
-            opts.set_max_write_buffer_number(3)
+            opts.set_write_buffer_size(16 << 20)
+            opts.set_max_write_buffer_number(16)
+            opts.set_max_background_jobs(8)
+            opts.set_max_subcompactions(2)
             opts.set_disable_auto_compactions(True)
         return opts
 
@@ -317,11 +322,14 @@ class _RocksDBStore:
         self._reopen(bulk_load=True)
 
     def end_bulk_load(self) -> None:
-        """Flush, merge the loaded files in one compaction, and reopen with the normal options."""
+        """Flush, merge the loaded files if there are many, and reopen with the normal options."""
         if not self._bulk_loading:
             return
         self.flush()
-        self.db.compact_range(None, None)
+        # Few files are left to the normal background compactions; many would slow reads and
+        # stall the first writes (level-0 triggers), so they are merged now, as restore work.
+        if (self.db.property_int_value("rocksdb.num-files-at-level0") or 0) > _BULK_LOAD_MAX_L0_FILES:
+            self.db.compact_range(None, None)
         self._reopen(bulk_load=False)
 
     @property
