@@ -204,7 +204,7 @@ def _input_offsets_of(msg: Message) -> dict[tuple[str, int], int] | None:
     headers = msg.headers()
     if not headers:
         return None
-    for name, value in headers:
+    for name, value in headers:  # type: ignore[str-unpack,misc]
         if name == INPUT_OFFSETS_HEADER and value:
             return {(t, int(p)): int(o) for t, p, o in json.loads(value)}
     return None
@@ -390,7 +390,7 @@ class StoreChangelogReader:
             return len(msgs)
         by_topic: dict[str, list[Message]] = {}
         for m in msgs:
-            by_topic.setdefault(m.topic(), []).append(m)
+            by_topic.setdefault(m.topic(), []).append(m)  # type: ignore[arg-type]
         for topic, ms in by_topic.items():
             self._apply(self._targets[topic], ms)
         return len(msgs)
@@ -398,14 +398,16 @@ class StoreChangelogReader:
     def _apply(self, t: _Target, msgs: list[Message]) -> None:
         """Apply data records (no error events) of one changelog partition, in offset order."""
         last = msgs[-1]
-        last_offset = last.offset()
+        last_offset: int = last.offset()  # type: ignore[assignment]  # data records have offsets
         inputs = _input_offsets_of(last)
         store = t.store
         if t.mode == "bulk":
             buf = t.bulk
             assert buf is not None
             for m in msgs:
-                buf[m.key()] = m.value()
+                buf[m.key()] = m.value()  # type: ignore[index]
+            if None in buf:  # a keyless record cannot be stored
+                del buf[None]  # type: ignore[arg-type]
             t.last_offset = last_offset
             if inputs:
                 t.inputs = inputs
@@ -416,17 +418,18 @@ class StoreChangelogReader:
             put = wb.put
             for m in msgs:
                 try:
-                    put(m.key(), m.value())
+                    put(m.key(), m.value())  # type: ignore[arg-type]
                 except (ValueError, KeyError):
                     # A tombstone (value None); a record without a key cannot be stored.
                     if m.key() is None:
                         log.warning("%s: skipping a keyless record at %s-%d offset %d", self._ctx,
                                     t.topic, t.partition, m.offset())
                         continue
-                    wb.delete(m.key())
+                    wb.delete(m.key())  # type: ignore[arg-type]
             store.apply_write_batch(wb, changelog_offset=last_offset, input_offsets=inputs, disable_wal=True)
         else:
-            store.write([(m.key(), m.value()) for m in msgs], changelog_offset=last_offset,
+            records = [(m.key(), m.value()) for m in msgs if m.key() is not None]
+            store.write(records, changelog_offset=last_offset,  # type: ignore[arg-type]
                         input_offsets=inputs, disable_wal=True)
         t.restored += len(msgs)
         t.position = max(t.position, last_offset + 1)
@@ -434,13 +437,15 @@ class StoreChangelogReader:
 
     def _on_event(self, m: Message) -> None:
         err = m.error()
+        assert err is not None
         code = err.code()
-        t = self._targets.get(m.topic())
+        t = self._targets.get(m.topic() or "")
         if code == KafkaError._PARTITION_EOF:
             if t is not None:
-                t.position = max(t.position, m.offset())
+                eof = m.offset() or 0
+                t.position = max(t.position, eof)
                 if self.tail:
-                    t.end = max(t.end, m.offset())
+                    t.end = max(t.end, eof)
                 self._check_done(t)
             return
         if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION):

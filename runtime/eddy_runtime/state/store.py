@@ -31,7 +31,7 @@ import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import rocksdict
 
@@ -189,7 +189,8 @@ class _RocksDBStore:
         self._open_db()
         self._wal_on = rocksdict.WriteOptions()
         self._wal_off = rocksdict.WriteOptions()
-        self._wal_off.disable_wal = True
+        # A property at runtime; rocksdict's stub wrongly declares a method.
+        self._wal_off.disable_wal = True  # type: ignore[method-assign,assignment]
         #: set once anything was written with the WAL off; cleared by `flush`
         self._unflushed_without_wal = False
         self._offsets = self._read_offsets()
@@ -203,7 +204,7 @@ class _RocksDBStore:
         cfs["default"] = main
         self._db = rocksdict.Rdict(str(self.path), main, column_families=cfs)
         self._meta = self._db.get_column_family(META_CF)
-        self._meta_handle = self._db.get_column_family_handle(META_CF)
+        self._meta_handle: Any = self._db.get_column_family_handle(META_CF)
         self._bulk_loading = bulk_load
 
     @staticmethod
@@ -417,7 +418,7 @@ class KeyValueStore(_RocksDBStore):
     def get_many_raw(self, keys: list[bytes]) -> list[bytes | None]:
         if not keys:
             return []
-        return self.db.get(keys)
+        return self.db.get(keys)  # type: ignore[arg-type,return-value]  # a list gets a list
 
     def iter_raw(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Committed (key, value) pairs with start <= key < end, in key order."""
@@ -661,4 +662,4 @@ def open_store(spec: StoreSpec, path: str | os.PathLike[str]) -> KeyValueStore |
 
 
 if TYPE_CHECKING:
-    StateStore = KeyValueStore | WindowStore
+    StateStore: TypeAlias = KeyValueStore | WindowStore

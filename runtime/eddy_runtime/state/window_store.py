@@ -138,6 +138,7 @@ class WindowStore(_RocksDBStore):
             ro = rocksdict.ReadOptions()
             ro.set_iterate_upper_bound(hi + b"\x00")
             for k, v in self._segments[seg].items(from_key=lo, read_opt=ro):
+                assert isinstance(k, bytes)
                 # A longer key sharing this key's bytes as a prefix can sort in between.
                 if len(k) == want_len:
                     yield _INT64.unpack(k[-8:])[0], v
@@ -153,6 +154,7 @@ class WindowStore(_RocksDBStore):
             if (seg + 1) * self._interval <= time_from or seg * self._interval > time_to:
                 continue
             for k, v in self._segments[seg].items():
+                assert isinstance(k, bytes)
                 ws = _INT64.unpack(k[-8:])[0]
                 if time_from <= ws <= time_to:
                     yield k[:-8], ws, v
