@@ -388,7 +388,13 @@ class TaskCommitter:
                 self._producer.poll(0.05)
 
     def close(self) -> None:
+        """Flush and drop the Kafka clients (a producer is only destroyed with its last reference,
+        and a traceback that keeps this committer alive must not keep the producer connected)."""
+        if self._producer is None:
+            return
         try:
             self._producer.flush(self._timeout)
         finally:
             self._consumer.close()
+            self._producer = None  # type: ignore[assignment]
+            self._unusable = "closed"
