@@ -54,6 +54,10 @@ log = logging.getLogger("eddy.driver")
 RESULT_DDL = "result binary"
 
 
+class _NothingToDo(Exception):
+    """No work item this batch: no Spark job."""
+
+
 class DriverError(RuntimeError):
     """The app cannot go on (a bad record under policy fail, a pipeline error...)."""
 
@@ -191,14 +195,18 @@ class Driver:
         self._held_stores: dict[str, dict[str, dict[str, int]]] = {}
         self._restoring: dict[str, str] = {}
         self._known_executors: set[str] = set()
+        self._lost: set[str] = set()
         #: local mode: the assignor's last result for stateful (0) and stateless (1) tasks
         self._group_assignments: dict[int, Assignment] = {}
+        #: the generation whose first batch ran with every copy (see `_frames`)
+        self._planned_generation = -1
         self._earliest: dict[tuple[str, int], int] = {}
         self._stop = threading.Event()
         self._watch: BatchWatch | None = None
         self._failed_batches = 0
         self._last_batch_end = time.monotonic()
         self.last_lag: dict[str, int] = {}
+        self._changelog_ends: dict[str, int] = {}
         self._admin: Any = None
         self._offsets_consumer: Any = None
 
@@ -324,8 +332,12 @@ class Driver:
             return {}
         which = OffsetSpec.latest() if spec == "latest" else OffsetSpec.earliest()
         request = {TopicPartition(t, p): which for t, p in tps}
-        futures = self.admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30)
-        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        def list_offsets() -> dict[tuple[str, int], int]:
+            futures = self.admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
+                                              request_timeout=30)
+            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+
+        return _retrying(list_offsets, "listing offsets")
 
     def _committed(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         from confluent_kafka import Consumer, TopicPartition
@@ -333,7 +345,8 @@ class Driver:
         if self._offsets_consumer is None:
             self._offsets_consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.app,
                                                "enable.auto.commit": False, **self.kafka_config})
-        found = self._offsets_consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=30)
+        found = _retrying(lambda: self._offsets_consumer.committed([TopicPartition(t, p) for t, p in tps],
+                                                                 timeout=30), "reading committed offsets")
         out = {}
         missing = []
         for tp in found:
@@ -451,6 +464,8 @@ class Driver:
             time.sleep(1)
             return BatchReport(self.batch_id, "failed", 0.0, 0, error="no live executor")
         new = [e for e in live if e.id not in self._known_executors]
+        for gone in self._known_executors - {e.id for e in live} - self._lost:
+            self._executor_lost(gone, "it left the cluster")
         if new and self.options.assignment_source is None:
             self._probe_inventories(new)
         self._known_executors = {e.id for e in live}
@@ -460,6 +475,7 @@ class Driver:
         committed = self._committed(inputs)
         ends = self._list_offsets(inputs + all_changelog, "latest")
         changelog_ends = {t: sum(ends[tp] for tp in tps) for t, tps in changelogs.items()}
+        self._changelog_ends = changelog_ends
         previous = self.assignment
         assignment = self._next_assignment(live, changelog_ends)
         if assignment is None:
@@ -477,12 +493,14 @@ class Driver:
             for p, task in enumerate(sub.task_ids):
                 lag[task] = max(ends[(sub.source.topic, p)] - committed[(sub.source.topic, p)], 0)
         self.last_lag = lag
-        frames, total_slots = self._frames(settings, assignment, layout, committed, ends)
+        frames = self._frames(settings, assignment, layout, committed, ends, changelog_ends)
         results: list[ItemResult] = []
         report = BatchReport(self.batch_id, "ok", 0.0, assignment.generation, moves=moves)
         group = f"eddy-{self.app}-batch-{self.batch_id}"
         report.plan_s = time.monotonic() - started
         try:
+            if not frames:
+                raise _NothingToDo
             with BatchWatch(self.sc, group, [e.id for e in live],
                             description=f"eddy {self.app} batch {self.batch_id}") as watch:
                 self._watch = watch
@@ -493,13 +511,15 @@ class Driver:
                 if r.inventory is not None:
                     self._held[r.executor], self._held_stores[r.executor] = _held_offsets(r.inventory)
             results = [r for r in results if r.inventory is None]
+        except _NothingToDo:
+            pass
         except Exception as e:  # noqa: BLE001 - classified below; the next batch re-plans
+            # The items of this batch may not all have run: plan every copy again next batch.
+            self._planned_generation = -1
             if self._watch is not None and self._watch.lost is not None:
                 report.outcome = "cancelled"
                 report.lost_executor = self._watch.lost
-                self.metrics.failovers.labels(self.app).inc()
-                log.warning("batch %d cancelled: executor %s died; re-planning on the live executors",
-                            self.batch_id, self._watch.lost)
+                self._executor_lost(self._watch.lost, f"batch {self.batch_id} was cancelled")
             elif self._watch is not None and self._watch.cancelled_reason:
                 report.outcome = "cancelled"
                 report.error = self._watch.cancelled_reason
@@ -515,14 +535,23 @@ class Driver:
         wall = time.monotonic() - self._last_batch_end
         self._last_batch_end = time.monotonic()
         self._account(report, wall, assignment, live, lag)
-        del total_slots
         return report
 
     def _frames(self, settings: BatchSettings, assignment: Assignment, layout: _Layout,
-                committed: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int]) -> tuple[list[Any], int]:
+                committed: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int],
+                changelog_ends: Mapping[str, int]) -> list[Any]:
+        """The batch's Spark plan: one DataFrame per sub-topology with DataFrame steps and work,
+        plus one over the executor slots; empty when there is nothing to do.
+
+        Right after an assignment changes every copy gets an item (tasks open, promote and
+        restore at once, runners close what moved away, volumes report their inventory); after
+        that only actives with input or a restore under way, and standbys behind their changelog.
+        """
         assert self.compiled is not None
         live_ids = {e.id for e in layout.executor_slots}
         cap = self.options.max_batch_records
+        fresh = self._planned_generation != assignment.generation
+        inventory = fresh or self.batch_id % 20 == 0
 
         def ranges(sub: SubTopology, task: str) -> tuple[InputRange, ...]:
             p = int(task.split("_")[1])
@@ -545,20 +574,26 @@ class Driver:
                     held[placement.active].append((task, "active"))
                     restoring = self._restoring.get(task) == placement.active
                     item = WorkItem(task, "active", ranges(sub, task), restore_only=restoring)
-                    if sub.uses_dataframe:
-                        dataframe_items[task] = item
-                    else:
-                        per_executor[placement.active].append(item)
+                    if fresh or restoring or not all(r.empty for r in item.ranges):
+                        if sub.uses_dataframe:
+                            dataframe_items[task] = item
+                        else:
+                            per_executor[placement.active].append(item)
                 if not sub.stateful_task:
                     continue
                 for e in (*placement.standbys, *placement.warmups):
                     if e in live_ids:
                         held[e].append((task, "standby"))
-                        per_executor[e].append(WorkItem(task, "standby"))
+                        behind = changelog_ends.get(task, 0) - self._held.get(e, {}).get(task, 0) > len(sub.stores)
+                        if fresh or behind:
+                            per_executor[e].append(WorkItem(task, "standby"))
+        self._planned_generation = assignment.generation
         frames = []
         offset = 0
         program = (self._program_id, self._program)
         for sub_id, slots in layout.dataframe_slots.items():
+            if not any(t in dataframe_items for t, _ in slots):
+                continue
             sub = self.compiled.subtopologies[sub_id]
             works = [SlotWork(e.id, (dataframe_items[t],) if t in dataframe_items else (), dataframe_task=t)
                      for t, e in slots]
@@ -569,10 +604,13 @@ class Driver:
                 df = step(df)
             frames.append(df.mapInArrow(_sink_step(settings, program, works, offset), RESULT_DDL))
             offset += len(slots)
-        works = [SlotWork(e.id, tuple(per_executor[e.id]), held=tuple(held[e.id]))  # type: ignore[arg-type]
+        works = [SlotWork(e.id, tuple(per_executor[e.id]), held=tuple(held[e.id]) if fresh else None,  # type: ignore[arg-type]
+                          inventory=inventory)
                  for e in layout.executor_slots]
-        frames.append(layout.executor_base.mapInArrow(_executor_step(settings, program, works, offset), RESULT_DDL))
-        return frames, offset + len(works)
+        if frames or not all(w.idle for w in works):
+            frames.append(layout.executor_base.mapInArrow(_executor_step(settings, program, works, offset),
+                                                          RESULT_DDL))
+        return frames
 
     def _account(self, report: BatchReport, wall: float, assignment: Assignment, live: Sequence[ExecutorRef],
                  lag: Mapping[str, int]) -> None:
@@ -643,6 +681,25 @@ class Driver:
         state = RuntimeState(self.app, datetime.now(UTC).isoformat(), report.generation, per_task, executors,
                              restores, dict(lag), report.batch_id)
         write_runtime_state(self.options.runtime_state_target, state)
+
+    def _executor_lost(self, executor: str, what: str) -> None:
+        self._lost.add(executor)
+        self.metrics.failovers.labels(self.app).inc()
+        log.warning("executor %s died (%s); re-planning on the live executors", executor, what)
+
+    def standby_lags(self) -> dict[str, dict[str, int]]:
+        """Per stateful task, per standby (or warmup) executor: changelog offsets it lacks."""
+        if self.assignment is None or self.compiled is None:
+            return {}
+        out: dict[str, dict[str, int]] = {}
+        for task in self.compiled.stateful_tasks():
+            placement = self.assignment.tasks.get(task)
+            if placement is None:
+                continue
+            end = self._changelog_ends.get(task, 0)
+            out[task] = {e: max(end - self._held.get(e, {}).get(task, 0), 0)
+                         for e in (*placement.standbys, *placement.warmups)}
+        return out
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -723,6 +780,24 @@ class Driver:
                 log.info("executor %s closed its tasks: %s", executor, outcome)
         except Exception as e:  # noqa: BLE001 - stopping anyway; the runners exit with their executors
             log.warning("closing the tasks failed: %s", _short_error(e))
+
+
+def _retrying(fn: Callable[[], Any], what: str, attempts: int = 20) -> Any:
+    """`fn()`, again after retriable Kafka errors (a coordinator moving or loading)."""
+    from confluent_kafka import KafkaException
+
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            retriable = getattr(err, "retriable", lambda: False)() or "NOT_COORDINATOR" in str(e) \
+                or "COORDINATOR_LOAD_IN_PROGRESS" in str(e)
+            if not retriable or attempt == attempts - 1:
+                raise
+            log.info("%s: %s; retrying", what, e)
+            time.sleep(min(0.1 * 2 ** attempt, 2.0))
+    raise AssertionError("unreachable")
 
 
 def _held_offsets(inventory: Sequence[Any]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
@@ -844,7 +919,7 @@ def _executor_step(settings: BatchSettings, program: tuple[str, bytes], works: l
             _check_partition(offset, slot)
             work = works[slot]
             results = _call_runner(settings, program, work, None) if work.items or work.held is not None else []
-            if current_executor_id() == work.executor:
+            if work.inventory and current_executor_id() == work.executor:
                 inventory = tuple(StateDirectory(settings.state_dir_for(work.executor)).inventory(settings.app))
                 results = [*results, ItemResult("", work.executor, "active", "processed", inventory=inventory)]
             yield _result_batch(results)

@@ -101,7 +101,7 @@ class DriverMetrics:
                                      "Bad records sent to the dead-letter topic", ["app"], registry=r)
         self.dropped = Counter("eddy_driver_dropped_records",
                                "Records an aggregation ignores (null key, late for its window)", ["app"], registry=r)
-        self.failovers = Counter("eddy_driver_executor_losses", "Batches cancelled because an executor died",
+        self.failovers = Counter("eddy_driver_executor_losses", "Executors that died while the app ran",
                                  ["app"], registry=r)
         self.latency = _LatencyCollector(app)
         r.register(self.latency)  # type: ignore[arg-type]

@@ -105,6 +105,12 @@ class SlotWork:
     held: tuple[tuple[str, Role], ...] | None = None
     #: the task whose records flow through DataFrame steps into this slot (None: executor slot)
     dataframe_task: str | None = None
+    #: executor slots only: report the volume's inventory (what each task's stores hold)
+    inventory: bool = False
+
+    @property
+    def idle(self) -> bool:
+        return not self.items and self.held is None and not self.inventory
 
 
 @dataclass(frozen=True)
