@@ -171,6 +171,18 @@ class TaskCommitter:
             except KafkaException as e:
                 raise CommitFailed(f"{self._ctx}: init_transactions failed: {e}", fatal=True) from e
 
+    def committed_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The group's committed positions of input partitions (0 where nothing is committed).
+
+        Read them after the task opened: under exactly_once that fenced any older instance, and
+        the read waits for a transaction's pending offsets to settle.
+        """
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        if not tps:
+            return {}
+        found = self._consumer.committed(tps, timeout=self._timeout)
+        return {(tp.topic, tp.partition): max(tp.offset, 0) for tp in found}
+
     # -- delivery reports -------------------------------------------------------------------
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:

@@ -84,6 +84,8 @@ def test_exactly_once_commit_carries_outputs_changelog_and_input_offsets(state_a
         assert mgr.store("counts").offsets.changelog_offset == result.changelog_offsets["counts"]
         assert dict(mgr.store("counts").offsets.input_offsets) == {(state_app.input_topic, 0): 42}
         assert mgr.figures().commit_latencies_s
+        assert mgr.committer.committed_offsets([(state_app.input_topic, 0), (state_app.input_topic, 1)]) == {
+            (state_app.input_topic, 0): 42, (state_app.input_topic, 1): 0}
     assert committed(state_app) == 42
     assert [(k, v) for _, k, v in read_all(state_app.bootstrap, out)] == [(b"k", struct.pack(">q", 1))]
     assert [(k, v) for _, k, v in read_all(state_app.bootstrap, state_app.changelog())] == [

@@ -41,6 +41,7 @@ Executor, per work item (a task ``S_P`` is partition ``P`` of the input and of e
         # progress.restored / .remaining / .rate / .eta_s / .done, per store in progress.stores
 
     # processing work item (only when mgr.restored)
+    positions = mgr.committer.committed_offsets([("words", 3)])   # once after open/promote/failure
     tx = mgr.transaction()
     counts = tx.key_value("counts")                 # or tx.window("name") for window stores
     old = counts.get_many(words, default=0)         # one multi-get; reads see this batch's writes
