@@ -30,6 +30,7 @@ does not exist raises `ChangelogTopicMissing`.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import time
@@ -334,6 +335,18 @@ class StoreChangelogReader:
         Restore mode returns early once every store reached its end. Tail mode (standbys)
         returns once the standby is caught up with the changelogs' ends it knows of.
         """
+        # The loop allocates millions of short-lived objects and no cycles; the cyclic GC's
+        # passes over them cost a quarter of its Python time (measured), so it pauses for the
+        # chunk (process-wide, bounded by max_seconds).
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._restore_chunk(max_records, max_seconds)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+    def _restore_chunk(self, max_records: int, max_seconds: float) -> TaskRestoreProgress:
         deadline = time.monotonic() + max_seconds
         budget = max_records
         consume = self._consumer.consume
