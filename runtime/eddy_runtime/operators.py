@@ -208,6 +208,14 @@ def _result(spec: StatefulSpec, keys: pa.Array, starts: list[int] | None, values
     return table if mask.all() else table.filter(pa.array(mask))
 
 
+def _oldest_windows_first(grouped: pa.Table) -> pa.Table:
+    """Windows in start order: the window store expires by the newest start it has seen, so a
+    window accepted by the grace check must be written before newer windows of the same batch."""
+    if "__w" not in grouped.column_names:
+        return grouped
+    return grouped.take(pc.sort_indices(grouped.column("__w")))
+
+
 def _fold_vectorized(spec: StatefulSpec, table: pa.Table, group_cols: list[str], tx: Any,
                      out: BatchOutput) -> pa.Table:
     """count / sum / min / max: Arrow pre-aggregates, one store read and write per distinct key."""
@@ -223,7 +231,8 @@ def _fold_vectorized(spec: StatefulSpec, table: pa.Table, group_cols: list[str],
         if column not in table.column_names:
             raise PipelineRuntimeError(f"reduce column {column!r} is not among the rows' columns "
                                        f"{[c for c in table.column_names if not c.startswith('__')]}")
-    grouped = table.group_by(group_cols, use_threads=False).aggregate([(column, op), ("__ts", "max")])
+    grouped = _oldest_windows_first(
+        table.group_by(group_cols, use_threads=False).aggregate([(column, op), ("__ts", "max")]))
     keys = grouped.column("__k").to_pylist()
     starts = grouped.column("__w").to_pylist() if "__w" in grouped.column_names else [None] * len(keys)
     batch = grouped.column(f"{column}_{op}").to_pylist()
@@ -245,7 +254,7 @@ def _fold_per_key(spec: StatefulSpec, table: pa.Table, group_cols: list[str], tx
     """reduce with a function / aggregate: one user call per key (and window) and batch."""
     value_cols = [c for c in table.column_names if not c.startswith("__")]
     aggs = [(c, "list") for c in value_cols] + [("__i", "list"), ("__ts", "max")]
-    grouped = table.group_by(group_cols, use_threads=False).aggregate(aggs)
+    grouped = _oldest_windows_first(table.group_by(group_cols, use_threads=False).aggregate(aggs))
     keys = grouped.column("__k").to_pylist()
     starts = grouped.column("__w").to_pylist() if "__w" in grouped.column_names else [None] * len(keys)
     lists = {c: grouped.column(f"{c}_list").to_pylist() for c in value_cols}

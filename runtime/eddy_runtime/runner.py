@@ -312,7 +312,7 @@ class TaskRunner:
                 return self._stop_at(base, bad, mgr)
         out = process_batch(sub, rows, tx, t.state) if rows.num_rows else BatchOutput()
         if out.failed_rows:
-            bad.extend(_failed_row_records(sub, source, rows, raw_source, out.failed_rows))
+            bad.extend(_failed_row_records(source, rows, raw_source, out.failed_rows, reader, settings))
             if settings.bad_record_policy == "fail":
                 return self._stop_at(base, bad, mgr)
         outputs = out.outputs
@@ -372,8 +372,10 @@ class TaskRunner:
         return tuple(StateDirectory(self.state_dir).inventory(app))
 
 
-def _failed_row_records(sub: SubTopology, source: InputRange, rows: pa.Table, raw: RawRecords | None,
-                        failed: dict[int, str]) -> list[BadRecord]:
+def _failed_row_records(source: InputRange, rows: pa.Table, raw: RawRecords | None, failed: dict[int, str],
+                        reader: Any, settings: BatchSettings) -> list[BadRecord]:
+    """The input records behind rows whose user function failed (re-read by offset when the rows
+    came through DataFrame steps; the row itself as JSON when they no longer carry an offset)."""
     from eddy_runtime.records import encode_rows
 
     offsets = rows.column("offset").to_pylist() if "offset" in rows.column_names else None
@@ -381,6 +383,12 @@ def _failed_row_records(sub: SubTopology, source: InputRange, rows: pa.Table, ra
     out = []
     for i, err in sorted(failed.items()):
         off = offsets[i] if offsets is not None else -1
+        if raw is None and off is not None and off >= 0:
+            one = reader.read(InputRange(source.topic, source.partition, off, off + 1), settings.read_timeout_s)
+            if len(one):
+                out.append(BadRecord(source.topic, source.partition, off, one.timestamps[0], one.keys[0],
+                                     one.values[0], err, "process"))
+                continue
         j = by_offset.get(off)
         if raw is not None and j is not None:
             key, value, ts = raw.keys[j], raw.values[j], raw.timestamps[j]
@@ -388,7 +396,8 @@ def _failed_row_records(sub: SubTopology, source: InputRange, rows: pa.Table, ra
             key = None
             value = encode_rows(rows.slice(i, 1), [c for c in rows.column_names if not c.startswith("__")])[0]
             ts = 0
-        out.append(BadRecord(source.topic, source.partition, off, ts, key, value, err, "process"))
+        out.append(BadRecord(source.topic, source.partition, off if off is not None else -1, ts, key, value, err,
+                             "process"))
     return out
 
 

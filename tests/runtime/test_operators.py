@@ -151,6 +151,17 @@ def test_tumbling_window_counts_drop_records_later_than_the_grace_period(stores)
     assert out.dropped == 0 and updates(out) == {(b"a" + int64(0), int64(3))}
 
 
+def test_windows_of_one_batch_are_kept_when_a_newer_window_of_the_batch_would_expire_them(stores):
+    sub = sub_of(lambda t: t.stream("in").group_by_key().windowed_by(tumbling("10s", grace="5s"))
+                 .count(name="w").to("out"))
+    tx = stores(sub)
+    # u1's 1 s and 2 s records arrive while stream time is 14 s (on time); its 25 s record then
+    # moves the store past window 0's retention.
+    out = process_batch(sub, rows(["u2", "u2", "u1", "u1", "u1"], [5_000, 14_000, 1_000, 2_000, 25_000]), tx,
+                        TaskState())
+    assert (b"u1" + int64(0), int64(2)) in updates(out)
+
+
 def test_hopping_windows_count_a_record_in_every_window_that_holds_it(stores):
     sub = sub_of(lambda t: t.stream("in").group_by_key().windowed_by(hopping("10s", "5s")).count(name="h")
                  .to("out"))

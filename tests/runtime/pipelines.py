@@ -1,0 +1,36 @@
+"""Pipelines the runtime's integration tests run (the driver ships this module to executors by value)."""
+
+from __future__ import annotations
+
+from pyspark.sql import functions as F
+
+from eddy_runtime.pipeline import Topology, tumbling
+
+
+def clicks_per_window(topology: Topology, input_topic: str, output_topic: str) -> None:
+    """Clicks per user and 10 s window, 5 s grace."""
+    windows = tumbling("10s", grace="5s")
+    topology.stream(input_topic).group_by_key().windowed_by(windows).count(name="clicks-per-10s").to(output_topic)
+
+
+def clicks_with_city(topology: Topology, clicks_topic: str, users_topic: str, output_topic: str) -> None:
+    """Each click with its user's city (left join: null for unknown users)."""
+    users = topology.table(users_topic, name="users")
+    topology.stream(clicks_topic).join(users, how="left", right_name="city").to(
+        output_topic, value=["value", "city"], value_serde="json")
+
+
+def add_amounts(totals: int, values: dict[str, list[str]]) -> int:
+    return totals + sum(int(n) for n in values["n"])  # int("x") raises: a user-function error
+
+
+def totals(topology: Topology, input_topic: str, output_topic: str) -> None:
+    """Sum of the JSON values' ``n`` per key; invalid JSON and non-numeric ``n`` are bad records."""
+    amounts = topology.stream(input_topic, value_serde="json").transform(
+        lambda df: df.select("key", F.get_json_object("value", "$.n").alias("n"), "offset", "timestamp"))
+    amounts.group_by_key().aggregate(lambda: 0, lambda key, values, agg: add_amounts(agg, values), name="totals",
+                                     value_serde="int64").to(output_topic)
+
+
+def shuffles(topology: Topology, input_topic: str, output_topic: str) -> None:
+    topology.stream(input_topic).transform(lambda df: df.groupBy("key").count()).to(output_topic, value="count")
