@@ -263,17 +263,17 @@ class TaskCommitter:
         inputs: dict[tuple[str, int], int],
         group_metadata: Any,
     ) -> tuple[int, int, dict[str, tuple[str, int]]]:
-        p = self._producer
         try:
-            p.begin_transaction()
+            self._producer.begin_transaction()
             n_out, n_cl, last_of_store = self._produce(tx, outputs, inputs)
             if inputs:
                 tps = [TopicPartition(t, part, off) for (t, part), off in inputs.items()]
-                p.send_offsets_to_transaction(
+                self._producer.send_offsets_to_transaction(
                     tps, group_metadata or self._consumer.consumer_group_metadata(), self._timeout
                 )
-            # flush serves the delivery reports that carry the changelog offsets.
-            remaining = p.flush(self._timeout)
+            # (No local reference to the producer: a traceback that outlives a failure must not
+            # keep it connected after close.) flush serves the delivery reports that carry the changelog offsets.
+            remaining = self._producer.flush(self._timeout)
             if remaining:
                 raise CommitFailed(f"{self._ctx}: {remaining} records not delivered in {self._timeout}s")
             self._commit_transaction()
