@@ -59,11 +59,12 @@ log = logging.getLogger(__name__)
 
 BulkMode = Literal["auto", "always", "never"]
 
-#: Measured with bench/restore.py on the 2-core CI machine: record batches into a bulk-loading
-#: store cost ~0.7 us of Python time per record and leave sorting to RocksDB's threads, while
-#: the SST path spends ~1.8 us per record in Python (dict updates, sort, SST writes); batches
-#: won on 1M distinct keys (about 1.3x) and were close on 10M records over 1M keys, so "auto"
-#: uses batches and "always" is there for changelogs with very many updates per key.
+#: Measured with bench/restore.py on the shared 2-core machine (random key order, 32-byte values):
+#: 1M records over 1M keys, batches 405k/s vs SST 268k/s (2.2 vs 3.1 CPU-seconds); 10M records
+#: over 1M keys, 200-400k/s vs ~295k/s, both ~20 CPU-seconds. Batches into a bulk-loading store
+#: spend ~0.55 us of Python time per record and leave sorting to RocksDB's threads; the SST path
+#: spends ~1.8 us in Python (dict updates, sort, SST writes). Compacted changelogs rarely hold
+#: more than about two records per key, so "auto" uses batches; "always" forces the SST path.
 AUTO_BULK_FOR_COLD_STORES = False
 
 _KAFKA_TIMEOUT_S = 30.0
