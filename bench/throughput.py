@@ -854,6 +854,9 @@ def report(throughputs: dict[str, Throughput], latencies: dict[str, Latency], se
             verdict = "met" if ratio >= goal else "NOT met"
             lines.append(f"eddy / {peer} per core: {ratio:.2f}x (goal >= {goal}x: {verdict}); after eddy's first "
                          f"batch: {steady:.2f}x; per CPU-second: {cpu_ratio:.2f}x")
+    if eddy:
+        lines.append("note: Eddy combines before the shuffle (its repartition topic carries partial counts per word "
+                     "and batch); Kafka Streams and Quix repartition every word")
     load = [f"{s} {t.load[0]:.1f}->{t.load[1]:.1f}" for s, t in throughputs.items()]
     load += [f"{s} (latency) {x.load[0]:.1f}->{x.load[1]:.1f}" for s, x in latencies.items()]
     lines.append(f"load average (1 min) during the runs: {', '.join(load)}")
@@ -861,6 +864,17 @@ def report(throughputs: dict[str, Throughput], latencies: dict[str, Latency], se
                  f"partitions, exactly-once, commit interval / trigger {args.commit_interval_ms} ms; latency at "
                  f"{args.rate:g} records/s for {args.duration:g} s; {os.cpu_count()} CPUs on this machine")
     return "\n".join(lines)
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN (a figure that was not measured) becomes null: JSON has no NaN."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -920,12 +934,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table, flush=True)
     say(f"machine after the runs: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     if args.json:
-        Path(args.json).write_text(json.dumps({
+        Path(args.json).write_text(json.dumps(_json_safe({
             "throughput": {s: {**vars(t), "records_per_s": t.records_per_s, "per_core": t.per_core,
                                "per_cpu_s": t.per_cpu_s} for s, t in throughputs.items()},
             "latency": {s: vars(x) for s, x in latencies.items()},
-            "settings": {k: v for k, v in vars(args).items()},
-        }, indent=2, default=str))
+            "settings": vars(args),
+        }), indent=2, default=str))
     failed = [s for s, t in throughputs.items() if t.error or t.wrong]
     failed += [s for s, x in latencies.items() if x.error or x.wrong]
     if args.keep or failed:
