@@ -26,7 +26,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "runtime"))
+sys.path.insert(0, str(REPO))
 
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
@@ -48,40 +47,23 @@ from eddy_runtime.state import (  # noqa: E402
     StoreSpec,
     ensure_changelog_topics,
 )
+from tests.servers import kafka_broker  # noqa: E402
 
 STORE = StoreSpec.key_value("store")  # bytes keys and values, as the Kafka Streams program uses
 
 
-def free_port() -> int:
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no two consecutive free ports")
-
-
 @contextmanager
 def broker(bootstrap: str | None) -> Iterator[str]:
+    """The given broker, or a fresh one from infra/kafka/kafka.sh (as the tests start it)."""
     if bootstrap:
         yield bootstrap
         return
-    script = REPO / "infra/kafka/kafka.sh"
-    data = Path(tempfile.mkdtemp(prefix="eddy-bench-kafka-"))
-    port = free_port()
-    subprocess.run([str(script), "fetch"], check=True)
-    env = {**os.environ, "KAFKA_HEAP": os.environ.get("KAFKA_HEAP", "-Xmx2g")}
-    subprocess.run([str(script), "start", str(data), str(port)], check=True, env=env)
+    base = Path(tempfile.mkdtemp(prefix="eddy-bench-kafka-"))
     try:
-        yield f"127.0.0.1:{port}"
+        with kafka_broker(base) as kafka:
+            yield kafka.bootstrap
     finally:
-        subprocess.run([str(script), "stop", str(data)], check=False)
-        shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def fill_changelog(bootstrap: str, topic: str, records: int, keys: int, value_bytes: int, seed: int) -> float:

@@ -338,6 +338,12 @@ class _RocksDBStore:
         return self._bulk_loading
 
     def _reopen(self, *, bulk_load: bool) -> None:
+        self._close_db()
+        self._open_db(bulk_load=bulk_load)
+
+    def _close_db(self) -> None:
+        """Flush what the WAL does not cover, then drop every handle so that RocksDB really
+        closes (column family and iterator handles keep it open) and releases its LOCK file."""
         if self._unflushed_without_wal:
             self.flush()
         self._drop_handles()
@@ -347,7 +353,7 @@ class _RocksDBStore:
         assert db is not None
         db.close()
         del db
-        self._open_db(bulk_load=bulk_load)
+        self._bulk_loading = False
 
     def flush(self) -> None:
         """Write memtables to SST files: data first, metadata last.
@@ -381,18 +387,9 @@ class _RocksDBStore:
         return StoreSize(keys=keys, bytes=size)
 
     def close(self) -> None:
-        """Flush and close; every handle is dropped so RocksDB really releases its LOCK file."""
-        if self._db is None:
-            return
-        if self._unflushed_without_wal:
-            self.flush()
-        self._drop_handles()
-        db, self._db = self._db, None
-        self._meta = None  # type: ignore[assignment]
-        self._meta_handle = None
-        db.close()
-        del db
-        self._bulk_loading = False
+        """Flush and close (idempotent)."""
+        if self._db is not None:
+            self._close_db()
 
     def _drop_handles(self) -> None:
         pass
@@ -543,7 +540,43 @@ class KeyValueStore(_RocksDBStore):
         return n
 
 
-class KeyValueTransaction:
+class _StoreTransaction:
+    """What both transaction kinds share: pending writes (last per key, None = delete), applied once."""
+
+    def __init__(self, store: _RocksDBStore) -> None:
+        self._writes: dict[bytes, bytes | None] = {}
+        self._kser, self._kde = store._kser, store._kde
+        self._vser, self._vde = store._vser, store._vde
+        self._applied = False
+
+    def _check_open(self) -> None:
+        if self._applied:
+            raise RuntimeError(f"transaction on store {self.spec.name} was already applied")
+
+    @property
+    def spec(self) -> StoreSpec:
+        return self.store.spec  # type: ignore[attr-defined, no-any-return]
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._writes)
+
+    def changelog_records(self) -> list[tuple[bytes, bytes | None]]:
+        """The (key, value-or-None) records this batch sends to the changelog, in write order."""
+        return list(self._writes.items())
+
+    def apply(self, changelog_offset: int | None, input_offsets: InputOffsets | None = None) -> None:
+        """Write this batch and the offsets in one RocksDB write batch (the committer calls this,
+        after the batch's changelog records are in Kafka)."""
+        self._check_open()
+        self.store.write(  # type: ignore[attr-defined]
+            self.changelog_records(), changelog_offset=changelog_offset, input_offsets=input_offsets
+        )
+        self._applied = True
+        self._writes = {}
+
+
+class KeyValueTransaction(_StoreTransaction):
     """One batch's view of a key-value store: reads see this batch's writes first.
 
     Writes are kept in memory (last write per key) until `apply`, which the committer calls
@@ -552,15 +585,8 @@ class KeyValueTransaction:
     """
 
     def __init__(self, store: KeyValueStore) -> None:
+        super().__init__(store)
         self.store = store
-        self._writes: dict[bytes, bytes | None] = {}
-        self._kser, self._kde = store._kser, store._kde
-        self._vser, self._vde = store._vser, store._vde
-        self._applied = False
-
-    @property
-    def spec(self) -> StoreSpec:
-        return self.store.spec
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -630,26 +656,6 @@ class KeyValueTransaction:
         self._check_open()
         self._writes[self._kser(key)] = None
 
-    def _check_open(self) -> None:
-        if self._applied:
-            raise RuntimeError(f"transaction on store {self.spec.name} was already applied")
-
-    # -- commit ---------------------------------------------------------------------------------
-
-    @property
-    def dirty(self) -> bool:
-        return bool(self._writes)
-
-    def changelog_records(self) -> list[tuple[bytes, bytes | None]]:
-        """The (key, value-or-None) records this batch must send to the changelog, in write order."""
-        return list(self._writes.items())
-
-    def apply(self, changelog_offset: int | None, input_offsets: InputOffsets | None = None) -> None:
-        """Write this batch and the offsets in one RocksDB write batch (the committer calls this)."""
-        self._check_open()
-        self.store.write(self._writes.items(), changelog_offset=changelog_offset, input_offsets=input_offsets)
-        self._applied = True
-        self._writes = {}
 
 
 def open_store(spec: StoreSpec, path: str | os.PathLike[str]) -> KeyValueStore | WindowStore:

@@ -27,6 +27,7 @@ from eddy_runtime.state.store import (
     InputOffsets,
     StoreSpec,
     _RocksDBStore,
+    _StoreTransaction,
 )
 
 __all__ = ["WindowStore", "WindowTransaction", "split_windowed_key", "windowed_key"]
@@ -211,20 +212,13 @@ class WindowStore(_RocksDBStore):
         return n
 
 
-class WindowTransaction:
+class WindowTransaction(_StoreTransaction):
     """One batch's view of a window store; reads see this batch's writes first."""
 
     def __init__(self, store: WindowStore) -> None:
+        super().__init__(store)
         self.store = store
-        self._writes: dict[bytes, bytes | None] = {}
-        self._kser, self._kde = store._kser, store._kde
-        self._vser, self._vde = store._vser, store._vde
         self._stream_time = store.stream_time
-        self._applied = False
-
-    @property
-    def spec(self) -> StoreSpec:
-        return self.store.spec
 
     @property
     def stream_time(self) -> int | None:
@@ -272,22 +266,9 @@ class WindowTransaction:
         if not self._expired(window_start):
             self._writes[windowed_key(self._kser(key), window_start)] = None
 
-    def _check_open(self) -> None:
-        if self._applied:
-            raise RuntimeError(f"transaction on store {self.spec.name} was already applied")
-
-    @property
-    def dirty(self) -> bool:
-        return bool(self._writes)
-
     def changelog_records(self) -> list[tuple[bytes, bytes | None]]:
+        """This batch's writes, without windows that expired while the batch advanced stream time."""
         bound = None if self._stream_time is None else self._stream_time - self.store._retention
         if bound is None:
             return list(self._writes.items())
         return [(k, v) for k, v in self._writes.items() if _INT64.unpack(k[-8:])[0] > bound]
-
-    def apply(self, changelog_offset: int | None, input_offsets: InputOffsets | None = None) -> None:
-        self._check_open()
-        self.store.write(self.changelog_records(), changelog_offset=changelog_offset, input_offsets=input_offsets)
-        self._applied = True
-        self._writes = {}
