@@ -196,6 +196,9 @@ class Driver:
         self._restoring: dict[str, str] = {}
         self._known_executors: set[str] = set()
         self._lost: set[str] = set()
+        #: (topic, partition) -> offset -> error: records that make the user's DataFrame steps fail
+        self._poison: dict[tuple[str, int], dict[int, str]] = {}
+        self._dataframe_items: dict[str, tuple[WorkItem, ExecutorRef]] = {}
         #: local mode: the assignor's last result for stateful (0) and stateless (1) tasks
         self._group_assignments: dict[int, Assignment] = {}
         #: the generation whose first batch ran with every copy (see `_frames`)
@@ -527,6 +530,8 @@ class Driver:
                 report.outcome = "failed"
                 report.error = _short_error(e)
                 log.error("batch %d failed: %s", self.batch_id, report.error)
+                if self._dataframe_items:
+                    self._isolate_poison(settings)
         finally:
             self._watch = None
         report.results = results
@@ -573,7 +578,11 @@ class Driver:
                 if placement.active in live_ids:
                     held[placement.active].append((task, "active"))
                     restoring = self._restoring.get(task) == placement.active
-                    item = WorkItem(task, "active", ranges(sub, task), restore_only=restoring)
+                    source = ranges(sub, task)
+                    poison = tuple(sorted((o, e) for o, e in self._poison.get((source[0].topic, source[0].partition),
+                                                                              {}).items()
+                                          if source[0].start <= o < source[0].end))
+                    item = WorkItem(task, "active", source, restore_only=restoring, poison=poison)
                     if fresh or restoring or not all(r.empty for r in item.ranges):
                         if sub.uses_dataframe:
                             dataframe_items[task] = item
@@ -588,6 +597,8 @@ class Driver:
                         if fresh or behind:
                             per_executor[e].append(WorkItem(task, "standby"))
         self._planned_generation = assignment.generation
+        slot_of = {t: e for slots in layout.dataframe_slots.values() for t, e in slots}
+        self._dataframe_items = {t: (item, slot_of[t]) for t, item in dataframe_items.items() if t in slot_of}
         frames = []
         offset = 0
         program = (self._program_id, self._program)
@@ -681,6 +692,56 @@ class Driver:
         state = RuntimeState(self.app, datetime.now(UTC).isoformat(), report.generation, per_task, executors,
                              restores, dict(lag), report.batch_id)
         write_runtime_state(self.options.runtime_state_target, state)
+
+    # -- records that make DataFrame steps fail ------------------------------------------------
+
+    def _probe(self, settings: BatchSettings, sub: SubTopology, task: str, executor: ExecutorRef,
+               rng: InputRange, poison: tuple[tuple[int, str], ...]) -> str | None:
+        """Run `sub`'s DataFrame steps over `rng` alone (nothing committed); the error, if any."""
+        work = [SlotWork(executor.id, (WorkItem(task, "active", (rng,), poison=poison),), dataframe_task=task)]
+        df = PinnedSlots(self.sc, [executor]).dataframe(self.spark).mapInArrow(
+            _read_step(settings, sub, work, 0, probe=True),
+            spark_source_schema(sub.source.key_serde, sub.source.value_serde))
+        for step in sub.steps:
+            df = step(df)
+        try:
+            df.mapInArrow(_probe_sink, RESULT_DDL).collect()
+        except Exception as e:  # noqa: BLE001 - the error is what the probe looks for
+            return _short_error(e)
+        return None
+
+    def _isolate_poison(self, settings: BatchSettings) -> None:
+        """After a failed batch: find, by bisection over each task's range, the records that make
+        the user's DataFrame steps fail, so the bad-record policy handles them next batch."""
+        assert self.compiled is not None
+        for task, (item, executor) in self._dataframe_items.items():
+            if item.restore_only or item.ranges[0].empty:
+                continue
+            sub = self.compiled.subtopology_of(task)
+            rng = item.ranges[0]
+            error = self._probe(settings, sub, task, executor, rng, item.poison)
+            if error is None:
+                continue
+            lo, hi = rng.start, rng.end  # the first failing offset is in [lo, hi)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                found = self._probe(settings, sub, task, executor, replace(rng, start=lo, end=mid), item.poison)
+                if found is not None:
+                    hi, error = mid, found
+                else:
+                    lo = mid
+            last = self._probe(settings, sub, task, executor, replace(rng, start=lo, end=lo + 1), item.poison)
+            if last is None:
+                log.warning("task %s: steps fail on %s[%d] [%d, %d) but on no single record", task, rng.topic,
+                            rng.partition, rng.start, rng.end)
+                continue
+            message = f"a DataFrame step failed on this record: {last[:500]}"
+            self._poison.setdefault((rng.topic, rng.partition), {})[lo] = message
+            log.warning("task %s: %s[%d] offset %d makes the pipeline's steps fail: %s", task, rng.topic,
+                        rng.partition, lo, last[:300])
+            if self.spec.bad_record_policy.value == "fail":
+                raise DriverError(f"task {task}: bad record at {rng.topic}[{rng.partition}] offset {lo}: "
+                                  f"{message} (badRecordPolicy: fail)")
 
     def _executor_lost(self, executor: str, what: str) -> None:
         self._lost.add(executor)
@@ -867,10 +928,19 @@ def _check_partition(offset: int, slot: int) -> None:
         raise RuntimeError(f"slot {slot} runs in partition {ctx.partitionId()}, expected {offset + slot}")
 
 
-def _read_step(settings: BatchSettings, sub: SubTopology, works: list[SlotWork], offset: int) -> Callable[..., Any]:
+def _read_step(settings: BatchSettings, sub: SubTopology, works: list[SlotWork], offset: int,
+               probe: bool = False) -> Callable[..., Any]:
+    """The first step of a DataFrame sub-topology: a task's input range as Arrow batches.
+
+    `probe`: a run that isolates a record failing the user's steps; nothing goes to the runner.
+    """
     key_serde, value_serde = sub.source.key_serde, sub.source.value_serde
 
     def read(batches: Any) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+
+        from eddy_runtime.records import BadRecord
         from eddy_runtime.runner import RunnerClient
 
         for slot in _slots(batches):
@@ -883,15 +953,32 @@ def _read_step(settings: BatchSettings, sub: SubTopology, works: list[SlotWork],
                 continue
             raw = range_reader(settings.bootstrap, settings.kafka_config).read(item.ranges[0], settings.read_timeout_s)
             table, bad = decode_source(raw, key_serde, value_serde)
-            # The sink sees rows after the user's steps; the runner needs the records read
-            # (for figures) and the bad ones (for the policy).
-            client = RunnerClient(settings.state_dir_for(work.executor), work.executor)
-            client.call(("stash", settings.batch_id, item.task, bad, len(raw)))
-            if bad and settings.bad_record_policy == "fail":
-                continue
+            if item.poison:
+                poison = dict(item.poison)
+                offsets = table.column("offset").to_numpy()
+                keep = ~np.isin(offsets, list(poison))
+                for i in np.flatnonzero(~keep):
+                    j = raw.offsets.index(int(offsets[i]))
+                    bad.append(BadRecord(raw.topic, raw.partition, raw.offsets[j], raw.timestamps[j], raw.keys[j],
+                                         raw.values[j], poison[raw.offsets[j]], "process"))
+                table = table.filter(pa.array(keep))
+            if not probe:
+                # The sink sees rows after the user's steps; the runner needs the records read
+                # (for figures) and the bad ones (for the policy).
+                client = RunnerClient(settings.state_dir_for(work.executor), work.executor)
+                client.call(("stash", settings.batch_id, item.task, bad, len(raw)))
+                if bad and settings.bad_record_policy == "fail":
+                    continue
             yield from table.to_batches(max_chunksize=65_536)
 
     return read
+
+
+def _probe_sink(batches: Any) -> Iterator[Any]:
+    import pyarrow as pa
+
+    rows = sum(b.num_rows for b in batches)
+    yield pa.RecordBatch.from_pydict({"result": pa.array([pickle.dumps(rows)], pa.binary())})
 
 
 def _sink_step(settings: BatchSettings, program: tuple[str, bytes], works: list[SlotWork],

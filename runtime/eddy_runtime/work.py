@@ -92,6 +92,9 @@ class WorkItem:
     ranges: tuple[InputRange, ...] = ()
     #: the driver knows this active is still restoring: restore a chunk, do not read input
     restore_only: bool = False
+    #: source offsets whose record made a DataFrame step fail (found by the driver), with the
+    #: error: the read step leaves them out and hands them to the bad-record policy
+    poison: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)

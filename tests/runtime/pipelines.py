@@ -34,3 +34,16 @@ def totals(topology: Topology, input_topic: str, output_topic: str) -> None:
 
 def shuffles(topology: Topology, input_topic: str, output_topic: str) -> None:
     topology.stream(input_topic).transform(lambda df: df.groupBy("key").count()).to(output_topic, value="count")
+
+
+def shout(topology: Topology, input_topic: str, output_topic: str) -> None:
+    """Upper-cases values in a Python UDF that fails on the value "boom"."""
+
+    @F.udf("string")
+    def upper(value: str) -> str:
+        if value == "boom":
+            raise ValueError("cannot shout boom")
+        return value.upper()
+
+    topology.stream(input_topic).transform(
+        lambda df: df.select("key", upper("value").alias("value"), "timestamp")).to(output_topic)

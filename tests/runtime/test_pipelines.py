@@ -127,3 +127,30 @@ def test_a_transform_that_shuffles_is_rejected_with_a_pointer_to_group_by(kafka,
                                                                         "output_topic": f"{app}-out"}), "shuffles")
     with pytest.raises(PipelineError, match="group_by"):
         driver_for(spark, spec, str(tmp_path / "state")).prepare()
+
+
+def _shout_app(kafka, policy: str):
+    app = kafka.unique_name(f"udf-{policy}")
+    source = kafka.create_topic(f"{app}-in", partitions=1)
+    spec = _with_function(streamapp(app, kafka.bootstrap, PIPELINES, {"input_topic": source,
+                                                                        "output_topic": f"{app}-out"},
+                                    badRecordPolicy=policy), "shout")
+    return app, source, f"{app}-out", spec
+
+
+def test_a_record_that_makes_a_dataframe_step_fail_is_found_and_dead_lettered(kafka, spark, tmp_path):
+    app, source, out, spec = _shout_app(kafka, "dead-letter")
+    produce(kafka.bootstrap, source, [(b"1", b"a"), (b"2", b"boom"), (b"3", b"c")])
+    run_until_idle(driver_for(spark, spec, str(tmp_path / "state")))
+    assert sorted((m.key(), m.value()) for m in read_all(kafka.bootstrap, out)) == [(b"1", b"A"), (b"3", b"C")]
+    (dead,) = read_all(kafka.bootstrap, f"{app}-dlq")
+    assert (dead.key(), dead.value()) == (b"2", b"boom")
+    headers = dict(dead.headers())
+    assert b"cannot shout boom" in headers["eddy.error"] and headers["eddy.source.offset"] == b"1"
+
+
+def test_policy_fail_stops_at_the_record_that_makes_a_dataframe_step_fail(kafka, spark, tmp_path):
+    _, source, _, spec = _shout_app(kafka, "fail")
+    produce(kafka.bootstrap, source, [(b"1", b"a"), (b"2", b"boom")])
+    with pytest.raises(DriverError, match=rf"{source}\[0\] offset 1: .*cannot shout boom"):
+        run_until_idle(driver_for(spark, spec, str(tmp_path / "state")))
