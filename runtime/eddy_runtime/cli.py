@@ -65,7 +65,8 @@ def _driver(args: argparse.Namespace) -> int:
     builder = SparkSession.builder.appName(spec.name)
     if args.master:
         builder = builder.master(args.master)
-    for key, value in {"spark.locality.wait": "3600s", **dict(spec.spark_conf)}.items():
+    defaults = {"spark.locality.wait": "3600s", "spark.task.maxFailures": "1"}
+    for key, value in {**defaults, **dict(spec.spark_conf)}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     metrics_port = args.metrics_port or int(os.environ.get("EDDY_METRICS_PORT", spec.metrics_port))

@@ -80,6 +80,9 @@ def local_spark_session(executors: int, app_name: str, extra_python_path: list[s
         SparkSession.builder.master(f"local-cluster[{executors},1,1024]")
         .appName(app_name)
         .config("spark.locality.wait", "3600s")
+        # The driver retries work itself (next batch, or bisection for a bad record): a failed
+        # task fails its batch at once instead of three more times.
+        .config("spark.task.maxFailures", "1")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.executor.memory", "1g")
