@@ -18,7 +18,6 @@ has a changelog with one partition per task.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -210,14 +209,6 @@ class CompiledApp:
                 else:
                     out.append(ChangelogTopicSpec(changelog_topic_name(self.app, store.name), s.partitions))
         return out
-
-    def fingerprint(self) -> str:
-        """Changes when the tasks, topics or stores change (not when a function's body does)."""
-        parts = [self.app]
-        for s in self.subtopologies:
-            parts.append(f"{s.id}:{s.source.topic}:{s.partitions}:{[st.name for st in s.stores]}:"
-                         f"{[getattr(k, 'topic', '') for k in s.sinks]}")
-        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
 # -- compiling ------------------------------------------------------------------------------------

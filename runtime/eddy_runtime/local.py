@@ -20,8 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -245,8 +244,10 @@ class LocalRun:
         if report.records_in or now - self._last_print > 10:
             self._last_print = now
             lag = sum(d.last_lag.values())
+            p50 = d.metrics.latency.quantile(0.5)
+            latency = f", end-to-end latency p50 <= {p50:g} s" if p50 is not None else ""
             self.say(f"batch {report.batch_id}: {report.records_in} records in, {report.records_out} out, "
-                     f"{report.duration_s:.2f} s, lag {lag}")
+                     f"{report.duration_s:.2f} s, lag {lag}{latency}")
 
     # -- the run --------------------------------------------------------------------------------------
 
@@ -370,9 +371,3 @@ def _describe_assignment(driver: Driver) -> str:
                                                                        else ""))
     return "; ".join(parts)
 
-
-@contextlib.contextmanager
-def quiet_python_warnings() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        yield

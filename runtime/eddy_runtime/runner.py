@@ -1,13 +1,17 @@
 """The task runner: the one process per executor (and state directory) that owns its tasks' stores.
 
-Why a process of its own (measured on this machine, see the module's ``--measure`` mode and the
-report in bench/): Spark runs each partition in whichever Python worker is free, and a DataFrame
-partition with a Python step on each side uses two of them, so a store handle cached in one
-worker finds its lock held by another next batch. Opening a task's stores and Kafka clients per
-batch works but costs ~0.1 s per active under exactly-once (``init_transactions``), every batch.
-One long-lived runner per executor keeps stores, producers (transactions initialised once) and
-consumers open across batches, and is the only process that ever opens the executor's stores;
-Python workers hand it their work over a Unix socket (Arrow tables pickled with protocol 5).
+Why a process of its own. The three options DESIGN.md lists, measured on this 2-core machine
+(under load; one key-value store, exactly-once, local broker):
+
+- open per batch: ``ProcessorStateManager.open`` of an exactly-once active takes ~590 ms
+  (``init_transactions``, changelog offsets, RocksDB) and ``close`` ~25 ms, for every task and
+  batch; a commit on an open manager takes ~16 ms. Ruled out.
+- one core per executor, handles cached in Python workers: a DataFrame task runs a Python step on
+  each side of the user's steps, i.e. two workers at once, and either may serve a task next
+  batch, so a cached handle finds the task's lock held by the other worker. Ruled out.
+- one long-lived process per executor (this module): a round trip costs ~1 ms, ~80 ms with a
+  100k-row Arrow table; stores, producers (transactions initialised once) and consumers stay open
+  across batches, and nothing else ever opens the executor's stores. Chosen.
 
 Who calls it: `RunnerClient.call` in Spark tasks (driver.py's partition functions), which
 starts the runner on first use (detached, in its own session) and reconnects if it died. The
@@ -47,7 +51,7 @@ from eddy_runtime.compiler import SubTopology
 from eddy_runtime.operators import BatchOutput, PipelineRuntimeError, TaskState, apply_table_updates, process_batch
 from eddy_runtime.placement import current_executor_id, executor_jvm_pid
 from eddy_runtime.records import BadRecord, RawRecords, decode_repartition, decode_source, range_reader
-from eddy_runtime.state import ProcessorStateManager, StateDirectory, TaskDirectoryLocked
+from eddy_runtime.state import ProcessorStateManager, TaskDirectoryLocked
 from eddy_runtime.work import (
     LATENCY_BUCKETS_S,
     BadRecordInfo,
@@ -367,9 +371,6 @@ class TaskRunner:
         tps = [TopicPartition(r.topic, r.partition) for r in ranges]
         found = committer._consumer.committed(tps, timeout=30)
         return {(tp.topic, tp.partition): max(tp.offset, 0) for tp in found}
-
-    def inventory(self, app: str) -> tuple[Any, ...]:
-        return tuple(StateDirectory(self.state_dir).inventory(app))
 
 
 def _failed_row_records(source: InputRange, rows: pa.Table, raw: RawRecords | None, failed: dict[int, str],
