@@ -17,6 +17,10 @@ emitted), as each program times it; per core = divided by the cores the system w
 (Kafka Streams 1 thread, Quix 1 process, Eddy E executor cores). The script also samples the
 CPU time of each system's whole process tree (JVMs, Python workers, drivers) over that window:
 "cores used" and "records per CPU-second" say what the work really cost on this shared machine.
+Eddy runs a small warm-up app in the same Spark application first (executors and Python workers
+are up before its clock starts, as the peers' processes are); its measured app still starts its
+task runner, stores and transactional producers in its first batch, so that batch's length and
+the rate after it are printed too.
 
 Phase 2, latency: each system gets a fresh input topic; once it counted a few warm-up records,
 a producer sends ``--rate`` records/s for ``--duration`` s, stamping each with its send time. One
@@ -45,6 +49,7 @@ import argparse
 import bisect
 import contextlib
 import functools
+import gc
 import json
 import math
 import multiprocessing
@@ -157,6 +162,8 @@ def broker(bootstrap: str | None) -> Iterator[str]:
     try:
         yield f"127.0.0.1:{port}"
     finally:
+        admin_client.cache_clear()  # its client would log failed reconnects once the broker is gone
+        gc.collect()
         subprocess.run([str(KAFKA_SH), "stop", str(data)], stdout=subprocess.DEVNULL)
         subprocess.run(["rm", "-rf", str(data)])
 
