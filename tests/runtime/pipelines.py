@@ -40,7 +40,7 @@ def shout(topology: Topology, input_topic: str, output_topic: str) -> None:
     """Upper-cases values in a Python UDF that fails on the value "boom"."""
 
     @F.udf("string")
-    def upper(value: str) -> str:
+    def upper(value):  # no type hints: Spark would try to infer a pandas UDF from them
         if value == "boom":
             raise ValueError("cannot shout boom")
         return value.upper()
