@@ -33,7 +33,7 @@ from eddy_operator.assignor import (
     AssignorSettings,
     Executor,
     TaskMove,
-    assign,
+    assign_app,
     diff,
 )
 from eddy_operator.builders import Owner
@@ -262,8 +262,9 @@ class Orchestrator:
             acceptable_recovery_lag=spec.state.acceptable_recovery_lag,
             max_warmup_replicas=spec.state.max_warmup_replicas,
         )
+        stateful = [t for t, stores in runtime.changelog_end_offsets.items() if stores]
         try:
-            new = assign(executors, runtime.end_offsets(), runtime.held_offsets(), previous, settings)
+            new = assign_app(executors, runtime.end_offsets(), runtime.held_offsets(), previous, settings, stateful)
         except AssignmentError as err:
             log.warning("app %s: no assignment: %s", spec.name, err)
             return

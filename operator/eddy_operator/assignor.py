@@ -33,8 +33,8 @@ restore from the changelog's start. A stateless task has end offset 0 and lag 0 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 __all__ = [
@@ -158,6 +158,38 @@ def assign(
     task's stores hold on that executor's volume. previous: the last published assignment, or
     None. The generation stays the same when nothing changed, otherwise goes up by one."""
     return _Assignor(executors, end_offsets, held, previous, settings).run()
+
+
+def assign_app(
+    executors: Sequence[Executor],
+    end_offsets: Mapping[str, int],
+    held: Mapping[str, Mapping[str, int]],
+    previous: Assignment | None,
+    settings: AssignorSettings,
+    stateful: Collection[str],
+) -> Assignment:
+    """`assign` for a whole app: stateful and stateless tasks are balanced apart, as Kafka
+    Streams does, and stateless tasks get no standbys.
+
+    Balanced together, stateless tasks moving onto a new executor "balance" it, and the stateful
+    ones never move back once its standbys have caught up. `stateful`: the tasks with stores.
+    The generation stays the same when nothing changed, otherwise goes up by one."""
+    tasks: dict[str, TaskAssignment] = {}
+    stateless = set(end_offsets) - set(stateful)
+    for group, standbys in ((set(end_offsets) & set(stateful), settings.standby_replicas), (stateless, 0)):
+        if not group:
+            continue
+        before = None
+        if previous is not None:
+            before = Assignment(previous.generation,
+                                MappingProxyType({t: a for t, a in previous.tasks.items() if t in group}))
+        part = assign(executors, {t: end_offsets[t] for t in group}, held, before,
+                      replace(settings, standby_replicas=standbys))
+        tasks.update(part.tasks)
+    if previous is not None and dict(previous.tasks) == tasks:
+        return previous
+    generation = previous.generation + 1 if previous is not None else 1
+    return Assignment(generation, MappingProxyType(dict(sorted(tasks.items(), key=lambda kv: task_sort_key(kv[0])))))
 
 
 def diff(previous: Assignment | None, current: Assignment) -> tuple[TaskMove, ...]:

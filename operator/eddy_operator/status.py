@@ -104,7 +104,10 @@ def compute_status(observed: Observed, previous: Mapping[str, Any] | None = None
     counts = count_tasks(o.assignment, o.runtime)
     wanted_standbys = min(o.standby_replicas, max(o.desired_executors - 1, 0))
     short_standbys = o.assignment is not None and any(
-        len(a.standbys) < wanted_standbys for a in o.assignment.tasks.values()
+        len(a.standbys) < wanted_standbys
+        for t, a in o.assignment.tasks.items()
+        # stateless tasks have no standbys by design
+        if o.runtime is None or o.runtime.changelog_end_offsets.get(t)
     )
     executors_short = o.ready_executors < o.desired_executors
 

@@ -33,10 +33,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
-from eddy_operator.assignor import Assignment, AssignorSettings, Executor, assign, diff
+from eddy_operator.assignor import Assignment, AssignorSettings, Executor, assign_app, diff
 from eddy_operator.spec import StreamAppSpec
 from eddy_runtime.channel_io import ChannelLocation, read_assignment, write_runtime_state
 from eddy_runtime.compiler import CompiledApp, SubTopology, compile_topology
@@ -199,8 +198,6 @@ class Driver:
         #: (topic, partition) -> offset -> error: records that make the user's DataFrame steps fail
         self._poison: dict[tuple[str, int], dict[int, str]] = {}
         self._dataframe_items: dict[str, tuple[WorkItem, ExecutorRef]] = {}
-        #: local mode: the assignor's last result for stateful (0) and stateless (1) tasks
-        self._group_assignments: dict[int, Assignment] = {}
         #: the generation whose first batch ran with every copy (see `_frames`)
         self._planned_generation = -1
         self._earliest: dict[tuple[str, int], int] = {}
@@ -373,27 +370,13 @@ class Driver:
         live_ids = {e.id for e in live}
         held = {e: tasks for e, tasks in self._held.items() if e in live_ids}
         executors = [Executor(id=e.id) for e in live]
-        stateful = set(self.compiled.stateful_tasks())
-        # Stateful and stateless tasks are balanced apart, as Kafka Streams does: otherwise
-        # stateless tasks moving onto a new executor "balance" it, and the stateful ones never
-        # move back once its standbys caught up. Stateless tasks need no standbys.
-        tasks: dict[str, Any] = {}
-        for i, group in enumerate((stateful, set(changelog_ends) - stateful)):
-            if not group:
-                continue
-            settings = AssignorSettings(
-                standby_replicas=self.spec.state.standby_replicas if i == 0 else 0,
-                acceptable_recovery_lag=self.spec.state.acceptable_recovery_lag,
-                max_warmup_replicas=self.spec.state.max_warmup_replicas,
-            )
-            previous = self._group_assignments.get(i)
-            part = assign(executors, {t: changelog_ends[t] for t in group}, held, previous, settings)
-            self._group_assignments[i] = part
-            tasks.update(part.tasks)
-        if self.assignment is not None and dict(self.assignment.tasks) == tasks:
-            return self.assignment
-        generation = self.assignment.generation + 1 if self.assignment is not None else 1
-        return Assignment(generation=generation, tasks=MappingProxyType(tasks))
+        settings = AssignorSettings(
+            standby_replicas=self.spec.state.standby_replicas,
+            acceptable_recovery_lag=self.spec.state.acceptable_recovery_lag,
+            max_warmup_replicas=self.spec.state.max_warmup_replicas,
+        )
+        return assign_app(executors, changelog_ends, held, self.assignment, settings,
+                          self.compiled.stateful_tasks())
 
     def _probe_inventories(self, executors: Sequence[ExecutorRef]) -> None:
         """What the volumes of executors new to this driver hold, before placing tasks on them."""
@@ -483,6 +466,9 @@ class Driver:
         assignment = self._next_assignment(live, changelog_ends)
         if assignment is None:
             log.info("waiting for the operator's first assignment")
+            # The operator assigns only once it has seen the runtime state: publish it while waiting.
+            if self.options.runtime_state_target is not None:
+                self._publish_runtime_state(BatchReport(self.batch_id, "failed", 0.0, 0), {}, live)
             time.sleep(1)
             return BatchReport(self.batch_id, "failed", 0.0, 0, error="no assignment yet")
         moves = diff(previous, assignment) if previous is None or assignment.generation != previous.generation else ()
