@@ -60,11 +60,11 @@ log = logging.getLogger(__name__)
 BulkMode = Literal["auto", "always", "never"]
 
 #: Measured with bench/restore.py on the shared 2-core machine (random key order, 32-byte values):
-#: 1M records over 1M keys, batches 405k/s vs SST 268k/s (2.2 vs 3.1 CPU-seconds); 10M records
-#: over 1M keys, 200-400k/s vs ~295k/s, both ~20 CPU-seconds. Batches into a bulk-loading store
-#: spend ~0.55 us of Python time per record and leave sorting to RocksDB's threads; the SST path
-#: spends ~1.8 us in Python (dict updates, sort, SST writes). Compacted changelogs rarely hold
-#: more than about two records per key, so "auto" uses batches; "always" forces the SST path.
+#: 1M records over 1M keys, batches 1.8 CPU-s (761k/s) vs SST path 3.0 CPU-s (313k/s); 10M records
+#: over 1M keys, 19.5 vs 25.1 CPU-s (393k/s vs 166k/s). Batches into a bulk-loading store spend
+#: ~0.55 us of Python time per record and leave sorting to RocksDB's threads; the SST path spends
+#: ~1.8 us in Python (dict updates, sort, SST writes). So "auto" uses batches; "always" forces the
+#: SST path.
 AUTO_BULK_FOR_COLD_STORES = False
 
 _KAFKA_TIMEOUT_S = 30.0
