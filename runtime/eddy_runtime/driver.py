@@ -599,7 +599,8 @@ class Driver:
                                                                              sub.source.value_serde))
             for step in sub.steps:
                 df = step(df)
-            frames.append(df.mapInArrow(_sink_step(settings, program, works, offset), RESULT_DDL))
+            stateless = sub.for_executor() if sub.stateful is None else None
+            frames.append(df.mapInArrow(_sink_step(settings, program, works, offset, stateless), RESULT_DDL))
             offset += len(slots)
         works = [SlotWork(e.id, tuple(per_executor[e.id]), held=tuple(held[e.id]) if fresh else None,  # type: ignore[arg-type]
                           inventory=inventory)
@@ -968,16 +969,26 @@ def _probe_sink(batches: Any) -> Iterator[Any]:
 
 
 def _sink_step(settings: BatchSettings, program: tuple[str, bytes], works: list[SlotWork],
-               offset: int) -> Callable[..., Any]:
+               offset: int, stateless: SubTopology | None = None) -> Callable[..., Any]:
+    """The last step of a DataFrame sub-topology: hand the task's rows to the task runner.
+
+    `stateless`: the sub-topology has no store, so its sinks (a combined repartition, output
+    topics) run here and only the records to commit travel to the runner, not every row.
+    """
+
     def sink(batches: Any) -> Iterator[Any]:
         import pyarrow as pa
         from pyspark import TaskContext
+
+        from eddy_runtime.operators import TaskState, process_batch
 
         received = list(batches)
         ctx = TaskContext.get()
         slot = ctx.partitionId() - offset if ctx is not None else 0
         work = works[slot]
-        data = pa.Table.from_batches(received) if received else pa.table({})
+        data: Any = pa.Table.from_batches(received) if received else pa.table({})
+        if stateless is not None and data.num_rows and current_executor_id() == work.executor:
+            data = process_batch(stateless, data, None, TaskState())
         yield _result_batch(_call_runner(settings, program, work, data))
 
     return sink

@@ -149,7 +149,7 @@ class TaskRunner:
         raise ValueError(f"unknown request {kind!r}")
 
     def run(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork,
-            data: pa.Table | None) -> list[ItemResult]:
+            data: pa.Table | BatchOutput | None) -> list[ItemResult]:
         if slot.held is not None:
             self._release_unheld(dict(slot.held))
         results = []
@@ -222,7 +222,7 @@ class TaskRunner:
     # -- one item -------------------------------------------------------------------------------
 
     def _run_item(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork, item: WorkItem,
-                  data: pa.Table | None) -> ItemResult:
+                  data: pa.Table | BatchOutput | None) -> ItemResult:
         base = {"task": item.task, "executor": slot.executor, "role": item.role}
         here = current_executor_id() or self.executor_id
         if slot.executor != self.executor_id or here != self.executor_id:
@@ -269,8 +269,8 @@ class TaskRunner:
             except Exception:  # noqa: BLE001
                 log.exception("closing task %s failed", task_id)
 
-    def _active(self, settings: BatchSettings, sub: SubTopology, item: WorkItem, t: _Task, data: pa.Table | None,
-                base: dict[str, Any]) -> ItemResult:
+    def _active(self, settings: BatchSettings, sub: SubTopology, item: WorkItem, t: _Task,
+                data: pa.Table | BatchOutput | None, base: dict[str, Any]) -> ItemResult:
         mgr = t.manager
         if not mgr.restored:
             progress = mgr.restore_chunk(max_records=settings.restore_chunk_records,
@@ -290,6 +290,7 @@ class TaskRunner:
         reader = range_reader(settings.bootstrap, settings.kafka_config)
         source = item.ranges[0]
         raw_source: RawRecords | None = None
+        precomputed: BatchOutput | None = None
         if data is None:
             raw_source = reader.read(source, settings.read_timeout_s)
             if sub.source.repartition:
@@ -300,7 +301,9 @@ class TaskRunner:
             bad.extend(bad_rows)
             records_in = len(raw_source)
         else:
-            rows = data
+            # A stateless sub-topology's sink step already ran its sinks (driver._sink_step).
+            precomputed = data if isinstance(data, BatchOutput) else None
+            rows = pa.table({}) if precomputed is not None else data
             records_in = records_read
         if bad and settings.bad_record_policy == "fail":
             return self._stop_at(base, bad, mgr)
@@ -314,7 +317,10 @@ class TaskRunner:
                                      raw_table.keys[i], raw_table.values[i], err, "deserialize"))
             if bad and settings.bad_record_policy == "fail":
                 return self._stop_at(base, bad, mgr)
-        out = process_batch(sub, rows, tx, t.state) if rows.num_rows else BatchOutput()
+        if precomputed is not None:
+            out = precomputed
+        else:
+            out = process_batch(sub, rows, tx, t.state) if rows.num_rows else BatchOutput()
         if out.failed_rows:
             bad.extend(_failed_row_records(source, rows, raw_source, out.failed_rows, reader, settings))
             if settings.bad_record_policy == "fail":
