@@ -4,6 +4,7 @@ per test session; a server that cannot start fails the run with its log tail, ne
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
@@ -97,9 +98,14 @@ def kafka_broker(base_dir: Path) -> Iterator[KafkaBroker]:
     data_dir = base_dir / "kafka"
     data_dir.mkdir(parents=True, exist_ok=True)
     run_script(REPO / "infra/kafka/kafka.sh", "start", data_dir, str(port), timeout=180)
+    broker = KafkaBroker(bootstrap=f"127.0.0.1:{port}", data_dir=data_dir)
     try:
-        yield KafkaBroker(bootstrap=f"127.0.0.1:{port}", data_dir=data_dir)
+        yield broker
     finally:
+        # AdminClient has no close(): drop it before the broker stops, or librdkafka logs
+        # "connection refused" while it reconnects at interpreter exit.
+        broker._admin = None
+        gc.collect()
         run_script(REPO / "infra/kafka/kafka.sh", "stop", data_dir, timeout=60)
 
 
