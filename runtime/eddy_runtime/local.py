@@ -268,6 +268,9 @@ class LocalRun:
             topology, module = load_pipeline(spec)
             topics = self.ensure_input_topics(bootstrap, topology)
             spark = self.start_spark(spec, python_path)
+            # SparkContext replaces the SIGINT handler with one that cancels every job and raises
+            # KeyboardInterrupt mid-batch; ours lets the running batch finish and commit.
+            self._install_signal_handlers()
             state_dir = opts.cache_dir / "state"
             options = DriverOptions(state_dir=str(state_dir), per_executor_state_dirs=True,
                                     metrics_port=opts.metrics_port, metrics_addr="127.0.0.1")
