@@ -29,7 +29,9 @@ test-integration:
 test-e2e:
 	@if ls e2e/test_*.py >/dev/null 2>&1; then $(PYTEST) e2e -m e2e -q; else echo "test-e2e: no e2e tests yet"; fi
 
-demo: setup
+# Needs only the Python env: `eddy run` starts its own Kafka broker (fetching the jars on first use).
+demo:
+	infra/python-env.sh
 	.venv/bin/eddy run examples/wordcount/streamapp.yaml
 
 clean-cache:
