@@ -78,15 +78,6 @@ SYSTEMS = ("eddy", "quix", "kstreams")
 WARMUP_WORD = b"warmup"
 WARMUP_RECORDS = 5
 
-_QUIET_LOG4J = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
 
 
 def say(text: str) -> None:
@@ -756,14 +747,14 @@ def eddy_program(argv: Sequence[str]) -> int:
 
     warnings.filterwarnings("ignore", category=FutureWarning)
     sys.path.insert(0, str(REPO))
-    from eddy_runtime.local import local_spark_session
+    from eddy_runtime.local import QUIET_LOG4J, local_spark_session
     from eddy_runtime.placement import wait_for_executors
     from eddy_runtime.work import LATENCY_BUCKETS_S
 
     state_dir = Path(args.state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     log4j = state_dir / "log4j2.properties"
-    log4j.write_text(_QUIET_LOG4J)
+    log4j.write_text(QUIET_LOG4J)
     spark = local_spark_session(args.executors, args.app_id, [str(REPO)], log4j)
     spark.sparkContext.setLogLevel("ERROR")
     try:

@@ -34,7 +34,7 @@ __all__ = ["LocalRun", "LocalRunOptions", "local_spark_session"]
 REPO = Path(__file__).resolve().parents[2]
 KAFKA_SH = REPO / "infra" / "kafka" / "kafka.sh"
 
-_QUIET_LOG4J = """\
+QUIET_LOG4J = """\
 rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
@@ -145,7 +145,7 @@ class LocalRun:
         self.say(f"starting Spark local-cluster with {n} executors (one core, 1 GiB each)")
         log4j = self.options.cache_dir / "log4j2.properties"
         log4j.parent.mkdir(parents=True, exist_ok=True)
-        log4j.write_text(_QUIET_LOG4J)
+        log4j.write_text(QUIET_LOG4J)
         spark = local_spark_session(n, f"eddy-{spec.name}", python_path, log4j, dict(spec.spark_conf))
         spark.sparkContext.setLogLevel("ERROR")
         from eddy_runtime.placement import wait_for_executors
