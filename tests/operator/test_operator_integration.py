@@ -161,12 +161,8 @@ def test_invalid_manifests_are_rejected_by_the_apiserver_naming_the_field(crd, n
     report(f"\n{proc.stderr.strip()}")
 
 
-def test_deleting_the_app_garbage_collects_its_objects_and_volumes_when_asked(kube, operator, namespace):
-    apply(kube, example(namespace, state__retainVolumesOnDelete=False))
-    for kind, name in OWNED:
-        wait_for(lambda kind=kind, name=name: get_or_none(kube, kind, name, namespace), what=f"{kind}/{name}")
-    wait_for(lambda: get(kube, "streamapp", APP, namespace)["metadata"].get("finalizers"), what="a finalizer")
-    # a state claim as the executor StatefulSet's controller makes it (no provisioner here)
+def create_state_claim(kube, namespace: str) -> str:
+    """Executor 0's state claim, as the executor StatefulSet's controller makes it (no provisioner here)."""
     claim = builders.state_claim_name(APP, 0)
     apply(
         kube,
@@ -181,6 +177,15 @@ def test_deleting_the_app_garbage_collects_its_objects_and_volumes_when_asked(ku
             },
         },
     )
+    return claim
+
+
+def test_deleting_the_app_garbage_collects_its_objects_and_volumes_when_asked(kube, operator, namespace):
+    apply(kube, example(namespace, state__retainVolumesOnDelete=False))
+    for kind, name in OWNED:
+        wait_for(lambda kind=kind, name=name: get_or_none(kube, kind, name, namespace), what=f"{kind}/{name}")
+    wait_for(lambda: get(kube, "streamapp", APP, namespace)["metadata"].get("finalizers"), what="a finalizer")
+    claim = create_state_claim(kube, namespace)
     kube.kubectl("delete", "streamapp", APP, "-n", namespace, "--wait=true", "--timeout=60s")
     for kind, name in OWNED:
         wait_for(
@@ -202,20 +207,7 @@ def test_volumes_are_kept_by_default_when_the_app_is_deleted(kube, operator, nam
     wait_for(lambda: get_or_none(kube, "statefulset", "wordcount-driver", namespace), what="driver")
     # nothing for the operator to do on delete, so no finalizer makes the app wait for it
     assert not get(kube, "streamapp", APP, namespace)["metadata"].get("finalizers")
-    claim = builders.state_claim_name(APP, 0)
-    apply(
-        kube,
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": claim, "namespace": namespace, "labels": builders.executor_selector(APP)},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "standard",
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    )
+    claim = create_state_claim(kube, namespace)
     kube.kubectl("delete", "streamapp", APP, "-n", namespace, "--wait=true", "--timeout=60s")
     time.sleep(1)
     assert get(kube, "pvc", claim, namespace)["metadata"].get("deletionTimestamp") is None
