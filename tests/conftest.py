@@ -55,8 +55,6 @@ def spark():  # -> pyspark.sql.SparkSession
         SparkSession.builder.master("local-cluster[2,1,1024]")
         .appName("eddy-tests")
         .config("spark.locality.wait", "3600s")
-        # As in eddy's own sessions: the driver retries work itself, so a failed task fails its job at once.
-        .config("spark.task.maxFailures", "1")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.executor.memory", "1g")
