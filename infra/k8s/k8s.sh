@@ -32,7 +32,7 @@ HELM_VERSION=v3.19.5
 KUBECONFORM_VERSION=v0.7.0
 KWOK_VERSION=v0.7.0
 
-KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 # Stopped in this order: clients of the apiserver first, etcd last.
 COMPONENTS=(kwok kube-scheduler kube-controller-manager kube-apiserver etcd)
 
