@@ -41,7 +41,14 @@ from eddy_runtime.channel_io import ChannelLocation, read_assignment, write_runt
 from eddy_runtime.compiler import CompiledApp, SubTopology, compile_topology
 from eddy_runtime.metrics import DriverMetrics
 from eddy_runtime.pipeline import PipelineError, Topology
-from eddy_runtime.placement import BatchWatch, ExecutorRef, PinnedSlots, current_executor_id, live_executors
+from eddy_runtime.placement import (
+    BatchWatch,
+    ExecutorRef,
+    PinnedSlots,
+    current_executor_id,
+    executor_hosts,
+    live_executors,
+)
 from eddy_runtime.records import decode_source, range_reader, spark_source_schema
 from eddy_runtime.state import ChangelogTopicSpec, changelog_topic_name, ensure_changelog_topics
 from eddy_runtime.work import BatchSettings, InputRange, ItemResult, SlotWork, WorkItem
@@ -382,13 +389,13 @@ class Driver:
         """What the volumes of executors new to this driver hold, before placing tasks on them."""
         if not executors:
             return
-        settings = self._settings()
+        settings = self._settings(executors)
         app = self.app
 
         def inventory(slot: int) -> Iterator[tuple[str, Any]]:
             from eddy_runtime.state import StateDirectory
 
-            me = current_executor_id() or ""
+            me = current_executor_id(settings.executor_hosts) or ""
             yield me, StateDirectory(settings.state_dir_for(me)).inventory(app)
 
         try:
@@ -424,7 +431,7 @@ class Driver:
 
     # -- one batch ------------------------------------------------------------------------------
 
-    def _settings(self) -> BatchSettings:
+    def _settings(self, live: Sequence[ExecutorRef] = ()) -> BatchSettings:
         return BatchSettings(
             app=self.app,
             batch_id=self.batch_id,
@@ -436,6 +443,7 @@ class Driver:
             state_dir=self.options.state_dir,
             per_executor_state_dirs=self.options.per_executor_state_dirs,
             kafka_config=self.kafka_config,
+            executor_hosts=executor_hosts(live),
         )
 
     def run_batch(self) -> BatchReport:
@@ -475,7 +483,7 @@ class Driver:
         self.assignment = assignment
         for m in moves:
             log.info("assignment %d: task %s %s %s -> %s", assignment.generation, m.task, m.kind, m.source, m.target)
-        settings = self._settings()
+        settings = self._settings(live)
         layout = self._layout_for(assignment, live)
         lag: dict[str, int] = {}
         for sub in self.compiled.subtopologies:
@@ -809,12 +817,12 @@ class Driver:
         live = live_executors(self.sc)
         if not live:
             return
-        settings = self._settings()
+        settings = self._settings(live)
 
         def close(slot: int) -> Iterator[tuple[str, str]]:
             from eddy_runtime.runner import RunnerClient
 
-            me = current_executor_id() or ""
+            me = current_executor_id(settings.executor_hosts) or ""
             client = RunnerClient(settings.state_dir_for(me), me)
             try:
                 yield me, str(client.call(("shutdown",), timeout_s=60, start=False))
@@ -879,7 +887,7 @@ def _misplaced(work: SlotWork, here: str | None) -> list[ItemResult]:
 def _call_runner(settings: BatchSettings, program: tuple[str, bytes], work: SlotWork, data: Any) -> list[ItemResult]:
     from eddy_runtime.runner import RunnerClient
 
-    here = current_executor_id()
+    here = current_executor_id(settings.executor_hosts)
     if here != work.executor:
         return _misplaced(work, here)
     program_id, program_bytes = program
@@ -933,7 +941,7 @@ def _read_step(settings: BatchSettings, sub: SubTopology, works: list[SlotWork],
         for slot in _slots(batches):
             _check_partition(offset, slot)
             work = works[slot]
-            if not work.items or current_executor_id() != work.executor:
+            if not work.items or current_executor_id(settings.executor_hosts) != work.executor:
                 continue
             item = work.items[0]
             if item.restore_only or item.ranges[0].empty:
@@ -987,7 +995,7 @@ def _sink_step(settings: BatchSettings, program: tuple[str, bytes], works: list[
         slot = ctx.partitionId() - offset if ctx is not None else 0
         work = works[slot]
         data: Any = pa.Table.from_batches(received) if received else pa.table({})
-        if stateless is not None and data.num_rows and current_executor_id() == work.executor:
+        if stateless is not None and data.num_rows and current_executor_id(settings.executor_hosts) == work.executor:
             data = process_batch(stateless, data, None, TaskState())
         yield _result_batch(_call_runner(settings, program, work, data))
 
@@ -1003,7 +1011,7 @@ def _executor_step(settings: BatchSettings, program: tuple[str, bytes], works: l
             _check_partition(offset, slot)
             work = works[slot]
             results = _call_runner(settings, program, work, None) if work.items or work.held is not None else []
-            if work.inventory and current_executor_id() == work.executor:
+            if work.inventory and current_executor_id(settings.executor_hosts) == work.executor:
                 inventory = tuple(StateDirectory(settings.state_dir_for(work.executor)).inventory(settings.app))
                 results = [*results, ItemResult("", work.executor, "active", "processed", inventory=inventory)]
             yield _result_batch(results)

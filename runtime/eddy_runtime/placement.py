@@ -25,7 +25,7 @@ import os
 import pickle
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ __all__ = [
     "current_executor_id",
     "ensure_on_executor",
     "executor_alive",
+    "executor_hosts",
     "live_executors",
     "wait_for_executors",
 ]
@@ -227,13 +228,15 @@ def _executor_jvm() -> tuple[int, list[bytes]] | None:
     return None
 
 
-@functools.cache
-def current_executor_id() -> str | None:
-    """The id of the Spark executor this Python process works for (None outside an executor).
+#: What Spark's `statefulset` allocator passes as ``--executor-id`` and ``SPARK_EXECUTOR_ID``: the
+#: executor JVM asks the driver for its id when it registers (``GenerateExecID``), so nothing in the
+#: pod's environment names it.
+GENERATED_ID = "EXECID"
 
-    Kubernetes executors export ``SPARK_EXECUTOR_ID``; in ``local-cluster`` mode nothing does,
-    and the executor JVM's ``--executor-id`` argument tells it.
-    """
+
+@functools.cache
+def _launch_executor_id() -> str | None:
+    """The executor id this process's executor JVM was launched with, if any."""
     env = os.environ.get("SPARK_EXECUTOR_ID")
     if env:
         return env
@@ -245,14 +248,38 @@ def current_executor_id() -> str | None:
     return args[i + 1].decode() if i + 1 < len(args) else None
 
 
+def executor_hosts(executors: Iterable[ExecutorRef]) -> dict[str, str]:
+    """Host -> executor id, for the hosts that carry exactly one executor (every Kubernetes
+    executor pod has an address of its own; local-cluster executors share 127.0.0.1)."""
+    executors = list(executors)
+    shared = {e.host for e in executors if sum(1 for o in executors if o.host == e.host) > 1}
+    return {e.host: e.id for e in executors if e.host not in shared}
+
+
+def current_executor_id(hosts: Mapping[str, str] | None = None) -> str | None:
+    """The id of the Spark executor this Python process works for (None if unknown).
+
+    Kubernetes executors export ``SPARK_EXECUTOR_ID``; in ``local-cluster`` mode nothing does,
+    and the executor JVM's ``--executor-id`` argument tells it. Executors of Spark's
+    ``statefulset`` allocator get their id from the driver only when they register, so there
+    the driver's `hosts` map (`executor_hosts`, shipped with the work) names the executor that
+    registered with this pod's address (``SPARK_EXECUTOR_POD_IP``).
+    """
+    launched = _launch_executor_id()
+    if launched != GENERATED_ID:
+        return launched
+    ip = os.environ.get("SPARK_EXECUTOR_POD_IP")
+    return (hosts or {}).get(ip) if ip else None
+
+
 def executor_jvm_pid() -> int | None:
     """The pid of the executor JVM above this process (to notice when it dies), if found."""
     jvm = _executor_jvm()
     return jvm[0] if jvm is not None else None
 
 
-def ensure_on_executor(expected: str, what: str) -> None:
+def ensure_on_executor(expected: str, what: str, hosts: Mapping[str, str] | None = None) -> None:
     """Raise `MisplacedTask` unless this process belongs to executor `expected`."""
-    here = current_executor_id()
+    here = current_executor_id(hosts)
     if here != expected:
         raise MisplacedTask(f"{what} was planned for executor {expected} but runs on executor {here}")

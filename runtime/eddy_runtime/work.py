@@ -73,6 +73,9 @@ class BatchSettings:
     #: local mode: one folder per executor under `state_dir` (executors share a disk)
     per_executor_state_dirs: bool
     kafka_config: Mapping[str, str] = field(default_factory=dict)
+    #: host -> executor id of the live executors (`placement.executor_hosts`): how a Python
+    #: worker learns its executor's id where Spark hands ids out at registration
+    executor_hosts: Mapping[str, str] = field(default_factory=dict)
     restore_chunk_records: int = 500_000
     restore_chunk_seconds: float = 2.0
     standby_chunk_seconds: float = 1.0
