@@ -5,7 +5,7 @@
 #
 #   kafka.sh fetch                   gather the broker's jars into $EDDY_CACHE/kafka/jars
 #                                    and train a class-data-sharing archive for fast starts
-#   kafka.sh start <data-dir> <port> format storage and start a broker on 127.0.0.1:<port>
+#   kafka.sh start <data-dir> <port> format storage and start a broker on $KAFKA_HOST:<port>
 #                                    (controller on <port>+1); returns once it serves requests
 #   kafka.sh stop <data-dir>         stop the broker started in <data-dir>
 #
@@ -13,6 +13,8 @@
 #   EDDY_CACHE   cache folder (default <repo>/.cache, git-ignored)
 #   KAFKA_HEAP   heap options for the broker JVM (default -Xmx1g)
 #   KAFKA_OPTS   extra options for the broker JVM (default none)
+#   KAFKA_HOST   address the broker listens on and advertises (default 127.0.0.1;
+#                the real-pod tests use the node address inside their network namespace)
 #   JAVA         java executable (default: java on PATH)
 #
 # <data-dir> ends up holding server.properties, the log dirs (logs/), kafka.pid
@@ -28,6 +30,7 @@ readonly STAMP="${CACHE}/jars.stamp"
 readonly POM="${HERE}/pom.xml"
 readonly LOG4J_CONFIG="${HERE}/log4j2.properties"
 readonly JAVA="${JAVA:-java}"
+readonly HOST="${KAFKA_HOST:-127.0.0.1}"
 readonly START_TIMEOUT_S=60
 readonly STOP_TIMEOUT_S=20
 
@@ -145,9 +148,9 @@ write_server_properties() {
 # Written by infra/kafka/kafka.sh: one-node combined broker+controller for tests.
 process.roles=broker,controller
 node.id=1
-controller.quorum.voters=1@127.0.0.1:${cport}
-listeners=PLAINTEXT://127.0.0.1:${port},CONTROLLER://127.0.0.1:${cport}
-advertised.listeners=PLAINTEXT://127.0.0.1:${port}
+controller.quorum.voters=1@${HOST}:${cport}
+listeners=PLAINTEXT://${HOST}:${port},CONTROLLER://${HOST}:${cport}
+advertised.listeners=PLAINTEXT://${HOST}:${port}
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
@@ -191,7 +194,7 @@ broker_pid() {
   echo "${pid}"
 }
 
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+port_open() { (exec 3<>"/dev/tcp/${HOST}/$1") 2>/dev/null; }
 
 fail_start() {
   local data_dir="$1" reason="$2"
@@ -223,7 +226,7 @@ launch_broker() {
     die "a broker is already running in ${data_dir} (pid ${pid})"
   fi
   for p in "${port}" "${cport}"; do
-    if port_open "${p}"; then die "port ${p} on 127.0.0.1 is already in use"; fi
+    if port_open "${p}"; then die "port ${p} on ${HOST} is already in use"; fi
   done
 
   write_server_properties "${data_dir}" "${port}" "${cport}"
@@ -265,7 +268,7 @@ launch_broker() {
       started=1
     fi
     if ((started == 1)) && port_open "${port}"; then
-      echo "kafka.sh: broker ready on 127.0.0.1:${port} (pid ${pid}, data ${data_dir})"
+      echo "kafka.sh: broker ready on ${HOST}:${port} (pid ${pid}, data ${data_dir})"
       return 0
     fi
     sleep 0.1
