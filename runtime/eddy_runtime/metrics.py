@@ -1,10 +1,15 @@
-"""The driver's Prometheus metrics, served over HTTP (``spec.metricsPort``).
+"""Prometheus metrics of the driver and of each executor, served over HTTP (``spec.metricsPort``).
 
 Executors' Python workers come and go, so executors report figures inside each work item's
-result (work.py's `ItemResult`) and the driver exports them: batch counts and durations,
+result (work.py's `ItemResult`) and the driver exports them (`DriverMetrics`): batch counts and durations,
 records in/out (totals and the last batch's rate), end-to-end latency, per-task input lag,
 restoring and standby task counts, bad records; plus the state core's per-store metrics
 (`eddy_runtime.state.StateMetrics`) on the same registry.
+
+On Kubernetes each executor's task runner (runner.py), which lives as long as its executor, also
+serves `ExecutorMetrics` on the executor pod's metrics port: the same state metrics, but for the
+copies this executor holds (an active and a standby of one task are told apart by pod), and the
+records its work items processed.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from prometheus_client.core import HistogramMetricFamily
 from eddy_runtime.state import StateMetrics
 from eddy_runtime.work import LATENCY_BUCKETS_S, ItemResult
 
-__all__ = ["DriverMetrics"]
+__all__ = ["DriverMetrics", "ExecutorMetrics"]
 
 
 class _LatencyCollector:
@@ -66,12 +71,30 @@ class _LatencyCollector:
         yield family
 
 
-class DriverMetrics:
+class _Served:
+    """A registry of its own, served over HTTP on demand."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self._server: Any = None
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        from prometheus_client import start_http_server
+
+        self._server, _ = start_http_server(port, addr=addr, registry=self.registry)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server = None
+
+
+class DriverMetrics(_Served):
     """All metrics of one driver, on their own registry (several drivers may share a process)."""
 
     def __init__(self, app: str, registry: CollectorRegistry | None = None) -> None:
+        super().__init__(registry)
         self.app = app
-        self.registry = registry or CollectorRegistry()
         r = self.registry
         self.state = StateMetrics(registry=r)
         self.batches = Counter("eddy_driver_batches", "Micro-batches run, by outcome", ["app", "outcome"], registry=r)
@@ -105,7 +128,6 @@ class DriverMetrics:
                                  ["app"], registry=r)
         self.latency = _LatencyCollector(app)
         r.register(self.latency)  # type: ignore[arg-type]
-        self._server: Any = None
 
     def observe_batch(self, outcome: str, seconds: float, results: Iterable[ItemResult], wall_s: float) -> None:
         app = self.app
@@ -140,12 +162,29 @@ class DriverMetrics:
         self.executors.labels(self.app).set(executors)
         self.generation.labels(self.app).set(generation)
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        from prometheus_client import start_http_server
 
-        self._server, _ = start_http_server(port, addr=addr, registry=self.registry)
+class ExecutorMetrics(_Served):
+    """What one executor's task runner did, for its pod's metrics port (labels ``app``, ``task``,
+    ``role``; the state metrics as in `StateMetrics`)."""
 
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server = None
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        super().__init__(registry)
+        r = self.registry
+        self.state = StateMetrics(registry=r)
+        labels = ["app", "task", "role"]
+        self.records_in = Counter("eddy_executor_records_in", "Input records processed (committed) on this executor",
+                                  labels, registry=r)
+        self.records_out = Counter("eddy_executor_records_out",
+                                   "Records this executor wrote to output and repartition topics", labels, registry=r)
+        self.items = Counter("eddy_executor_work_items", "Work items run on this executor, by outcome",
+                             ["app", "role", "status"], registry=r)
+
+    def observe(self, app: str, results: Iterable[ItemResult]) -> None:
+        for result in results:
+            self.items.labels(app, result.role, result.status).inc()
+            if result.records_in:
+                self.records_in.labels(app, result.task, result.role).inc(result.records_in)
+            if result.records_out:
+                self.records_out.labels(app, result.task, result.role).inc(result.records_out)
+            if result.figures is not None:
+                self.state.observe(result.figures)

@@ -48,6 +48,7 @@ import pyarrow as pa
 
 from eddy_runtime.commit import CommitFailed, OutputRecord, TaskFenced
 from eddy_runtime.compiler import SubTopology
+from eddy_runtime.metrics import ExecutorMetrics
 from eddy_runtime.operators import BatchOutput, PipelineRuntimeError, TaskState, apply_table_updates, process_batch
 from eddy_runtime.placement import current_executor_id, executor_jvm_pid
 from eddy_runtime.records import BadRecord, RawRecords, decode_repartition, decode_source, range_reader
@@ -114,9 +115,10 @@ class _Task:
 class TaskRunner:
     """Runs work items against the tasks it holds; one instance per runner process."""
 
-    def __init__(self, executor_id: str, state_dir: str) -> None:
+    def __init__(self, executor_id: str, state_dir: str, metrics: ExecutorMetrics | None = None) -> None:
         self.executor_id = executor_id
         self.state_dir = state_dir
+        self.metrics = metrics
         self._tasks: dict[str, _Task] = {}
         self._tasks_lock = threading.Lock()
         self._programs: dict[str, dict[int, SubTopology]] = {}
@@ -157,6 +159,8 @@ class TaskRunner:
             started = time.monotonic()
             result = self._run_item(subs, settings, slot, item, data)
             results.append(_with_duration(result, time.monotonic() - started))
+        if self.metrics is not None:
+            self.metrics.observe(settings.app, results)
         return results
 
     # -- tasks --------------------------------------------------------------------------------
@@ -424,7 +428,7 @@ def serve(address: str, executor_id: str, state_dir: str, executor_pid: int | No
     except OSError as e:  # another runner serves this state directory already
         log.info("runner for %s already running (%s); exiting", state_dir, e)
         return
-    runner = TaskRunner(executor_id, state_dir)
+    runner = TaskRunner(executor_id, state_dir, _served_metrics())
     stop = threading.Event()
     log.info("runner pid %d for executor %s serving %s (executor pid %s)", os.getpid(), executor_id, state_dir,
              executor_pid)
@@ -475,6 +479,23 @@ def serve(address: str, executor_id: str, state_dir: str, executor_pid: int | No
             threading.Thread(target=connection, args=(conn,), daemon=True).start()
     runner.close_all()
     log.info("runner for executor %s stopped", executor_id)
+
+
+def _served_metrics() -> ExecutorMetrics | None:
+    """The executor's metrics, served on its pod's metrics port (``EDDY_METRICS_PORT``, set by the
+    executor pod template). Only in a Kubernetes pod: local-cluster executors share the driver's
+    machine and environment, and the driver serves that port there."""
+    port = os.environ.get("EDDY_METRICS_PORT")
+    if not port or not os.environ.get("SPARK_EXECUTOR_POD_IP"):
+        return None
+    metrics = ExecutorMetrics()
+    try:
+        metrics.serve(int(port))
+    except (OSError, ValueError) as e:
+        log.warning("cannot serve executor metrics on port %s: %s", port, e)
+        return None
+    log.info("executor metrics on port %s", port)
+    return metrics
 
 
 def _alive(pid: int) -> bool:
