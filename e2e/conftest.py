@@ -1,17 +1,57 @@
-"""Fixtures for the end-to-end tests: the session's real servers, re-exported from the test
-suite's root conftest (pytest loads `tests/conftest.py` only for tests under `tests/`)."""
+"""Fixtures for the end-to-end tests: a one-node Kubernetes cluster whose pods really run (built
+from Go modules, containerd and runc from Debian), the image built from the repository's
+Dockerfile, a Kafka broker on the node's address, and the operator installed with its Helm chart.
+
+Everything lives in the network namespace that `infra/cluster/netns.sh` made for this test
+process (`make test-e2e`); pod and Service addresses never leave it.
+"""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
-from tests.conftest import kafka, kube, namespace, servers_dir  # noqa: F401 - fixtures, used by name
-from tests.operator.cluster import install_crd
-from tests.servers import ControlPlane
+from tests.servers import (
+    KafkaBroker,
+    NodeCluster,
+    install_operator,
+    kafka_broker,
+    node_cluster,
+)
 
 
 @pytest.fixture(scope="session")
-def crd(kube: ControlPlane) -> ControlPlane:  # noqa: F811 - `kube` is the fixture imported above
-    """The control plane with the StreamApp CRD and a default StorageClass installed."""
-    install_crd(kube)
-    return kube
+def servers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("servers")
+
+
+@pytest.fixture(scope="session")
+def node(servers_dir: Path) -> Iterator[NodeCluster]:
+    with node_cluster(servers_dir) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def kafka(node: NodeCluster, servers_dir: Path) -> Iterator[KafkaBroker]:
+    """The broker listens on the node's address: pods reach it there, and so does this process."""
+    with kafka_broker(servers_dir, host=node.node_ip) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def operator(node: NodeCluster) -> Iterator[NodeCluster]:
+    """`helm install` of the chart, as the README says: the operator runs as a pod from the image."""
+    install_operator(node)
+    # No uninstall: the cluster goes with the session.
+    yield node
+
+
+@pytest.fixture
+def namespace(node: NodeCluster) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    node.kubectl("create", "namespace", name)
+    yield name
+    node.kubectl("delete", "namespace", name, "--wait=false", check=False)

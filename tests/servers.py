@@ -1,6 +1,7 @@
 """Start and stop the real servers the tests run against: a Kafka broker, a Kubernetes
-control plane and a Spark `local-cluster`. The pytest fixtures in conftest.py call these once
-per test session; a server that cannot start fails the run with its log tail, never skips."""
+control plane (or, for e2e/, a one-node cluster whose pods really run) and a Spark
+`local-cluster`. The pytest fixtures in conftest.py call these once per test session; a server
+that cannot start fails the run with its log tail, never skips."""
 
 from __future__ import annotations
 
@@ -45,10 +46,11 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def run_script(*args: str, timeout: float = 1800) -> str:
+def run_script(*args: str, timeout: float = 1800, env: dict[str, str] | None = None) -> str:
     """Run one of the infra scripts; on failure raise with its output (which ends with the log tail)."""
     proc = subprocess.run(
-        [str(a) for a in args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+        [str(a) for a in args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **env} if env else None,
     )
     if proc.returncode != 0:
         raise ServerFailed(
@@ -60,7 +62,7 @@ def run_script(*args: str, timeout: float = 1800) -> str:
 
 @dataclass
 class KafkaBroker:
-    """A running one-node KRaft broker on 127.0.0.1."""
+    """A running one-node KRaft broker (on 127.0.0.1, or on the node address for real pods)."""
 
     bootstrap: str
     data_dir: Path
@@ -92,13 +94,13 @@ class KafkaBroker:
 
 
 @contextmanager
-def kafka_broker(base_dir: Path) -> Iterator[KafkaBroker]:
+def kafka_broker(base_dir: Path, host: str = "127.0.0.1") -> Iterator[KafkaBroker]:
     run_script(REPO / "infra/kafka/kafka.sh", "fetch")
     port = free_port(2)
     data_dir = base_dir / "kafka"
     data_dir.mkdir(parents=True, exist_ok=True)
-    run_script(REPO / "infra/kafka/kafka.sh", "start", data_dir, str(port), timeout=180)
-    broker = KafkaBroker(bootstrap=f"127.0.0.1:{port}", data_dir=data_dir)
+    run_script(REPO / "infra/kafka/kafka.sh", "start", data_dir, str(port), timeout=180, env={"KAFKA_HOST": host})
+    broker = KafkaBroker(bootstrap=f"{host}:{port}", data_dir=data_dir)
     try:
         yield broker
     finally:
@@ -149,6 +151,74 @@ def control_plane(base_dir: Path, fake_nodes: int = 2) -> Iterator[ControlPlane]
         yield ControlPlane(dir=d, kubeconfig=d / "kubeconfig", bin_dir=CACHE / "k8s" / "bin")
     finally:
         run_script(script, "stop", d, timeout=120)
+
+
+@dataclass
+class NodeCluster(ControlPlane):
+    """A one-node cluster whose pods really run (infra/cluster/node.sh), inside the network
+    namespace of this test process (infra/cluster/netns.sh); `node_ip` is the node's address,
+    reachable from pods and from this process, and nowhere else."""
+
+    node_ip: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _read_env_file(path: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip().strip("'\"")
+    return out
+
+
+def in_cluster_namespace() -> str:
+    """The node address when this process runs inside infra/cluster/netns.sh; fails otherwise,
+    naming the command that runs the e2e tests (their pods' addresses must stay in there)."""
+    node_ip = os.environ.get("EDDY_NODE_IP")
+    if not node_ip:
+        raise ServerFailed("the real-pod tests run inside their own network namespace: "
+                           "`make test-e2e` (infra/cluster/netns.sh .venv/bin/python -m pytest e2e)")
+    return node_ip
+
+
+@contextmanager
+def node_cluster(base_dir: Path) -> Iterator[NodeCluster]:
+    node_ip = in_cluster_namespace()
+    script = REPO / "infra/cluster/node.sh"
+    d = base_dir / "node"
+    d.mkdir(parents=True, exist_ok=True)
+    try:
+        run_script(script, "start", d, timeout=600)
+        yield NodeCluster(dir=d, kubeconfig=d / "kubeconfig", bin_dir=CACHE / "k8s" / "bin", node_ip=node_ip,
+                          env=_read_env_file(d / "cluster.env"))
+    finally:
+        run_script(script, "stop", d, timeout=300)
+
+
+OPERATOR_NAMESPACE = "eddy-system"
+
+
+def helm(node: NodeCluster, *args: str, timeout: float = 300) -> str:
+    proc = subprocess.run([str(node.bin_dir / "helm"), "--kubeconfig", str(node.kubeconfig), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise ServerFailed(f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def install_operator(node: NodeCluster, release: str = "eddy") -> None:
+    """`helm install` of charts/eddy-operator, as the README says, with the image the node holds
+    (imported, never pulled); fails with the operator pod's description and log."""
+    try:
+        helm(node, "install", release, "charts/eddy-operator", "--namespace", OPERATOR_NAMESPACE,
+             "--create-namespace", "--set", "image.pullPolicy=Never", "--set", "resyncSeconds=5",
+             "--wait", "--timeout", "240s", timeout=300)
+    except ServerFailed as e:
+        pods = node.kubectl("-n", OPERATOR_NAMESPACE, "describe", "pods", check=False).stdout
+        logs = node.kubectl("-n", OPERATOR_NAMESPACE, "logs", "-l", "app.kubernetes.io/name=eddy-operator",
+                            "--tail=60", check=False)
+        raise ServerFailed(f"{e}\n--- pods ---\n{pods[-4000:]}\n--- logs ---\n{logs.stdout}{logs.stderr}") from None
 
 
 def spark_env() -> dict[str, str]:

@@ -1,0 +1,273 @@
+"""The mission's path on a real node: `helm install` the operator, `kubectl apply` the word-count
+StreamApp, and watch Spark on Kubernetes run it on executor pods whose state claims really bind.
+
+Nothing is faked. The operator runs as a pod from the image built from the repository's
+Dockerfile; the driver pod runs `eddy driver`, a Spark client against
+`k8s://https://kubernetes.default.svc`; Spark's `statefulset` allocator creates the executor pods
+with their state claims; the executors reach Kafka at the node's address. The tests run in order
+on one app, each step feeding more input and checking the counts exactly:
+
+1. counts on executor pods, one standby per stateful task, exactly-once;
+2. an executor pod deleted: standbys promoted, the pod comes back on the same claim, restores
+   from its volume's checkpoint plus the changelog's tail, and takes its share back;
+3. an executor's JVM SIGKILLed inside its container: the same, through a container restart;
+4. Prometheus figures scraped from the operator, the driver and an executor over the pod network;
+5. the driver pod deleted: its StatefulSet brings it back and the app resumes from committed
+   offsets and the executors' volumes;
+6. the operator pod deleted: it comes back and creates nothing twice;
+7. `kubectl get sapp` and `kubectl describe sapp` tell the story.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from e2e.wordcount import (
+    APP,
+    PARTITIONS,
+    RECOVERY_LAG,
+    WordCount,
+    caught_up,
+    deploy_word_count,
+    metric_sum,
+    stateful_tasks,
+    until,
+)
+from eddy_operator import builders, channel
+from tests.operator.cluster import get, report
+from tests.servers import OPERATOR_NAMESPACE, KafkaBroker, NodeCluster
+
+pytestmark = pytest.mark.e2e
+
+EXECUTORS = 2
+METRICS_PORT = 9108
+STATE_MOUNT = "/var/lib/eddy/state"
+RESTORE_LINE = re.compile(r"task (\S+): store (\S+) restores from \S+ offset (\d+) to (\d+)")
+
+
+@pytest.fixture(scope="module")
+def wordcount(operator: NodeCluster, kafka: KafkaBroker, tmp_path_factory: pytest.TempPathFactory
+              ) -> Iterator[WordCount]:
+    app = deploy_word_count(operator, kafka, "wordcount-e2e", executors=EXECUTORS, standbys=1)
+    try:
+        yield app
+    finally:
+        app.close(tmp_path_factory.mktemp("wordcount"))
+
+
+def test_word_count_runs_on_executor_pods_with_bound_state_claims(wordcount: WordCount):
+    app = wordcount
+    t0 = time.monotonic()
+    executors = until(app.running_executors, 400, f"{EXECUTORS} executor pods running with their ids",
+                      alive=app.check_driver, interval=2)
+    report(f"\n{EXECUTORS} executor pods ready {time.monotonic() - t0:.0f}s after kubectl apply: "
+           + ", ".join(f"{p.metadata.name}=executor {i}" for i, p in sorted(executors.items())))
+    for _exec_id, pod in executors.items():
+        claim = app.claim_of(pod)
+        ordinal = int(pod.metadata.name.rsplit("-", 1)[1])
+        assert claim.metadata.name == builders.state_claim_name(APP, ordinal)
+        assert claim.status.phase == "Bound", claim.status
+        assert pod.spec.node_name, pod.spec
+        assert any(m.mount_path == STATE_MOUNT for m in pod.spec.containers[0].volume_mounts)
+
+    app.feed(3000)
+    state = app.counted_everything(400, "the first input counted on the operator's assignment")
+    message = app.channel.assignment()
+    stateful = stateful_tasks(state)
+    assert len(stateful) == PARTITIONS and len(state.changelog_end_offsets) == 2 * PARTITIONS, state
+    assert {e.id for e in message.executors} == set(executors)
+    for task in stateful:
+        placement = message.assignment.tasks[task]
+        assert len(placement.standbys) == 1 and placement.standbys[0] != placement.active, (task, placement)
+    app.steady()
+    report(f"counted {len(app.fed)} lines exactly on generation {message.assignment.generation} "
+           f"{time.monotonic() - t0:.0f}s after kubectl apply")
+
+
+def _lose_executor_and_come_back(app: WordCount, how: str) -> None:
+    steady = app.steady()
+    state = app.channel.runtime_state()
+    stateful = stateful_tasks(state)
+    executors = app.running_executors()
+    actives = Counter(steady.assignment.tasks[t].active for t in stateful)
+    victim = actives.most_common(1)[0][0]
+    survivor = next(e for e in executors if e != victim)
+    orphans = [t for t in stateful if steady.assignment.tasks[t].active == victim]
+    victim_pod = executors[victim]
+    claim_before = app.claim_of(victim_pod)
+    volume = app.volume_dir(victim_pod)
+    runner_log = volume / "eddy-runner.log"
+    log_offset = runner_log.stat().st_size if runner_log.exists() else 0
+    changelog_records = {t: sum(state.changelog_end_offsets[t].values()) for t in stateful}
+
+    t_kill = time.monotonic()
+    if how == "pod":
+        app.core.delete_namespaced_pod(victim_pod.metadata.name, app.namespace)
+    else:
+        # The executor's JVM, from inside its container: tini sees it die and the container ends.
+        app.kubectl("exec", victim_pod.metadata.name, "-c", builders.EXECUTOR_CONTAINER, "--",
+                    "bash", "-c", "kill -9 $(pgrep -x java)")
+
+    failed_over = until(lambda: (m := app.channel.assignment()) and m.assignment.generation
+                        > steady.assignment.generation and victim not in m.assignment.executors() and m,
+                        120, "a new generation without the lost executor", interval=0.05, alive=app.check_driver)
+    t_published = time.monotonic() - t_kill
+    for task in orphans:
+        assert failed_over.assignment.tasks[task].active == survivor, (task, failed_over.assignment.tasks[task])
+    app.feed(1000)
+    app.counted_everything(300, f"new input counted after executor {victim} was lost ({how})")
+    t_counted = time.monotonic() - t_kill
+
+    # The pod comes back with the same name and claim; Spark gives its executor a new id.
+    def returned() -> tuple[str, Any] | None:
+        running = app.running_executors()
+        if running is None:
+            return None
+        new = [(i, p) for i, p in running.items() if i not in executors]
+        return new[0] if new else None
+
+    new_id, new_pod = until(returned, 300, f"executor pod {victim_pod.metadata.name} back with a new executor id",
+                            alive=app.check_driver, interval=1)
+    assert new_pod.metadata.name == victim_pod.metadata.name
+    claim_after = app.claim_of(new_pod)
+    assert claim_after.metadata.uid == claim_before.metadata.uid
+    assert claim_after.spec.volume_name == claim_before.spec.volume_name
+    rebalanced = until(lambda: (m := app.channel.assignment()) and new_id in m.assignment.executors()
+                       and (s := app.channel.runtime_state()) and s.assignment_generation == m.assignment.generation
+                       and caught_up(s, m) and m,
+                       300, f"copies on executor {new_id} caught up", alive=app.check_driver)
+    t_caught_up = time.monotonic() - t_kill
+    first_on_new = next(m for m in app.channel.assignments if new_id in m.assignment.executors())
+    assert not any(first_on_new.assignment.tasks[t].active == new_id for t in stateful), (
+        f"an active moved to executor {new_id} before its copy caught up: {first_on_new}")
+
+    # It restored from its own volume: what its checkpoint lacked, not the changelog from the start.
+    restores = [(m[1], int(m[3]), int(m[4])) for m in
+                RESTORE_LINE.finditer(runner_log.read_text(errors="replace")[log_offset:])]
+    restored = sum(end - start for _, start, end in restores)
+    from_zero = [r for r in restores if r[1] == 0]
+    assert not from_zero, f"copies restored from the changelog's start: {from_zero}"
+    total_changelog = sum(changelog_records.values())
+    assert restored * 4 <= total_changelog, (restored, total_changelog, restores)
+
+    def balanced() -> channel.AssignmentMessage | None:
+        message = app.channel.assignment()
+        loads = Counter(message.assignment.tasks[t].active for t in stateful)
+        return message if sorted(loads.values()) == [PARTITIONS // EXECUTORS] * EXECUTORS else None
+
+    until(balanced, 120, f"the stateful actives balanced again with executor {new_id}", alive=app.check_driver)
+    app.feed(500)
+    app.counted_everything(300, "the last input counted")
+    report(f"executor {victim} lost ({how}): generation {failed_over.assignment.generation} without it in "
+           f"{t_published * 1000:.0f} ms ({len(orphans)} standbys promoted on executor {survivor}); new input counted "
+           f"{t_counted:.1f}s after the loss; pod back as executor {new_id} on claim {claim_after.metadata.name}, "
+           f"caught up {t_caught_up:.1f}s after the loss (generation {rebalanced.assignment.generation}) restoring "
+           f"{restored} records from its checkpoint onwards, against {total_changelog} changelog records in all")
+
+
+def test_deleted_executor_pod_fails_over_to_standbys_and_returns_on_its_own_volume(wordcount: WordCount):
+    _lose_executor_and_come_back(wordcount, "pod")
+
+
+def test_sigkilled_executor_jvm_fails_over_and_its_container_restores_from_its_volume(wordcount: WordCount):
+    _lose_executor_and_come_back(wordcount, "jvm")
+
+
+def test_operator_driver_and_executor_serve_the_run_s_figures_over_the_pod_network(wordcount: WordCount):
+    app = wordcount
+    app.steady()
+    app.feed(200)
+    app.counted_everything(300, "input counted before the scrape")
+    operator_pod = next(iter(app.core.list_namespaced_pod(
+        OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/name=eddy-operator").items))
+    operator = app.metrics(operator_pod, 8080)
+    assert metric_sum(operator, "eddy_operator_failovers_total", namespace=app.namespace, app=APP) >= 2, operator
+    generation = app.channel.assignment().assignment.generation
+    assert metric_sum(operator, "eddy_operator_assignment_generation", app=APP) == generation
+
+    driver = app.metrics(app.pod(builders.driver_pod_name(APP)), METRICS_PORT)
+    assert metric_sum(driver, "eddy_driver_executor_losses_total", app=APP) == 2
+    assert metric_sum(driver, "eddy_driver_executors", app=APP) == EXECUTORS
+    assert metric_sum(driver, "eddy_driver_assignment_generation", app=APP) == generation
+    # Every line was read once by a splitting task (exactly-once: nothing counted twice).
+    splitting = sum(metric_sum(driver, "eddy_driver_task_lag_records", app=APP, task=f"0_{p}")
+                    for p in range(PARTITIONS))
+    assert splitting == 0
+
+    executors = app.running_executors()
+    message = app.channel.assignment()
+    processed = 0.0
+    for exec_id, pod in executors.items():
+        figures = app.metrics(pod, METRICS_PORT)
+        processed += metric_sum(figures, "eddy_executor_records_in_total", app=APP)
+        standbys = [t for t, a in message.assignment.tasks.items() if exec_id in a.standbys]
+        for task in standbys:
+            assert metric_sum(figures, "eddy_state_standby_lag_records", app=APP, task=task) <= RECOVERY_LAG
+        assert metric_sum(figures, "eddy_executor_work_items_total", app=APP) > 0, figures
+    assert processed > 0
+    report(f"scraped: operator failovers {metric_sum(operator, 'eddy_operator_failovers_total', app=APP):.0f}, "
+           f"driver executor losses {metric_sum(driver, 'eddy_driver_executor_losses_total', app=APP):.0f}, "
+           f"records processed by the executors since they started {processed:.0f}")
+
+
+def test_deleted_driver_pod_comes_back_and_resumes_from_committed_offsets_and_volumes(wordcount: WordCount):
+    app = wordcount
+    app.steady()
+    old = app.pod(builders.driver_pod_name(APP))
+    claims = {p.metadata.name: app.claim_of(p).metadata.uid for p in app.executor_pods()}
+    t0 = time.monotonic()
+    app.core.delete_namespaced_pod(old.metadata.name, app.namespace)
+    until(lambda: (p := app.pod(builders.driver_pod_name(APP))) and p.metadata.uid != old.metadata.uid
+          and p.status.phase == "Running" and p, 300, "a new driver pod", interval=1)
+    app.feed(1000)
+    app.counted_everything(400, "input counted by the new driver")
+    assert {p.metadata.name: app.claim_of(p).metadata.uid for p in app.executor_pods()} == claims
+    report(f"driver pod replaced; new input counted exactly {time.monotonic() - t0:.0f}s after the delete")
+
+
+def test_deleted_operator_pod_comes_back_and_creates_nothing_twice(wordcount: WordCount):
+    app = wordcount
+    app.steady()
+    selector = "app.kubernetes.io/name=eddy-operator"
+
+    def owned() -> list[tuple[str, str]]:
+        out = app.kubectl("get", "statefulsets,services,configmaps,serviceaccounts,roles,rolebindings,pdb",
+                          "-l", f"{builders.APP_LABEL}={APP}", "-o", "name")
+        return sorted(out.split())
+
+    before = owned()
+    generation = app.channel.assignment().assignment.generation
+    old = next(iter(app.core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=selector).items))
+    app.core.delete_namespaced_pod(old.metadata.name, OPERATOR_NAMESPACE)
+    until(lambda: [p for p in app.core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=selector).items
+                   if p.metadata.uid != old.metadata.uid and p.status.phase == "Running"
+                   and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])],
+          180, "a new operator pod", interval=1)
+    app.feed(500)
+    app.counted_everything(300, "input counted with the new operator")
+    assert owned() == before
+    # The new operator picks the app up where the old one left it: same generation, no reshuffle.
+    assert app.channel.assignment().assignment.generation == generation
+    assert len(app.core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=selector).items) == 1
+
+
+def test_kubectl_get_and_describe_tell_the_story(wordcount: WordCount):
+    app = wordcount
+    until(lambda: get(app.node, "streamapp", APP, app.namespace)["status"].get("phase") == "Running", 120,
+          "phase Running")
+    table = app.kubectl("get", "sapp", APP)
+    header, row = table.splitlines()[:2]
+    assert header.split()[:3] == ["NAME", "PHASE", "READY"], table
+    assert row.split()[:2] == [APP, "Running"], table
+    status = get(app.node, "streamapp", APP, app.namespace)["status"]
+    assert status["executors"] == {"desired": EXECUTORS, "ready": EXECUTORS}
+    assert str(status["assignmentGeneration"]) in row.split(), table
+    described = app.kubectl("describe", "sapp", APP)
+    assert "ExecutorLost" in described and "failed over" in described, described[-3000:]
+    report(f"\n{table}")

@@ -1,0 +1,333 @@
+"""The word-count StreamApp as the end-to-end tests drive it: its input, its expected counts, and
+the two channel ConfigMaps (`eddy_operator.channel`) watched from outside, so that a document
+that lived for one batch is not missed."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from eddy_operator import builders, channel
+from tests.operator.cluster import apply, example
+from tests.runtime.apps import latest_counts, produce
+from tests.servers import ControlPlane, KafkaBroker, NodeCluster
+
+APP = "wordcount"
+PARTITIONS = 4
+#: ~500 keys per counts task, so a copy on an empty volume is far more than RECOVERY_LAG behind
+WORDS = [f"w{i:04d}" for i in range(2000)]
+#: spec.state.acceptableRecoveryLag: a promoted standby may restore at most this much, and an
+#: active moves only to a copy this close to its changelog's end
+RECOVERY_LAG = 100
+
+T = TypeVar("T")
+
+
+def lines(n: int, seed: int) -> list[str]:
+    rnd = random.Random(seed)
+    return [" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(1, 10))) for _ in range(n)]
+
+
+def word_counts(fed: list[str]) -> Counter[str]:
+    return Counter(w for line in fed for w in line.split())
+
+
+@dataclass
+class Channel:
+    """Both channel ConfigMaps as the two halves see them: every runtime state the driver
+    published and every assignment generation the operator published, in order."""
+
+    kube: ControlPlane
+    namespace: str
+    states: list[channel.RuntimeState] = field(default_factory=list)
+    assignments: list[channel.AssignmentMessage] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(self.kube.api_client())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="channel-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        from kubernetes import watch
+
+        selector = f"{builders.APP_LABEL}={APP},{channel.LABEL_CHANNEL}"
+        version = None
+        while not self._stop.is_set():
+            w = watch.Watch()
+            try:
+                for event in w.stream(self.core.list_namespaced_config_map, self.namespace, label_selector=selector,
+                                      resource_version=version, timeout_seconds=5):
+                    cm = event["object"]
+                    version = cm.metadata.resource_version
+                    self._record(cm.data or {})
+                    if self._stop.is_set():
+                        break
+            except Exception:  # noqa: BLE001 - an expired resourceVersion: list again
+                version = None
+                time.sleep(0.2)
+            finally:
+                w.stop()
+
+    def _record(self, data: dict[str, str]) -> None:
+        if channel.RUNTIME_STATE_KEY in data:
+            self.states.append(channel.decode_runtime_state(data))
+        if channel.ASSIGNMENT_KEY in data:
+            message = channel.decode_assignment(data)
+            if not self.assignments or message.assignment.generation != self.assignments[-1].assignment.generation:
+                self.assignments.append(message)
+
+    def assignment(self) -> channel.AssignmentMessage | None:
+        return self.assignments[-1] if self.assignments else None
+
+    def runtime_state(self) -> channel.RuntimeState | None:
+        return self.states[-1] if self.states else None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def describe(self) -> str:
+        """The newest documents of both sides, for a failure message."""
+        state, message = self.runtime_state(), self.assignment()
+        lines = [f"{len(self.states)} runtime states seen"]
+        if message is not None:
+            lines.append(f"assignment generation {message.assignment.generation} ({message.reason}): "
+                         + ", ".join(f"{t}={a.active}/{','.join(a.standbys)}"
+                                     for t, a in sorted(message.assignment.tasks.items())))
+        if state is not None:
+            lines.append(f"runtime state batch {state.batch_id} generation {state.assignment_generation} "
+                         f"at {state.updated_at}: ends {dict(state.end_offsets())}, lag {dict(state.input_lag)}, "
+                         f"restores {state.restores}")
+            lines += [f"  executor {e}: {dict(inv.task_offsets())}" for e, inv in state.executors.items()]
+        return "\n".join(lines)
+
+    def save(self, folder: Path) -> None:
+        """Both histories, one JSON document a line, kept with the test's files."""
+        (folder / "runtime-states.jsonl").write_text(
+            "".join(channel.encode_runtime_state(s)[channel.RUNTIME_STATE_KEY] + "\n" for s in self.states))
+        (folder / "assignments.jsonl").write_text(
+            "".join(channel.encode_assignment(m)[channel.ASSIGNMENT_KEY] + "\n" for m in self.assignments))
+
+
+def stateful_tasks(state: channel.RuntimeState) -> list[str]:
+    """Tasks with stores (sub-topology 1, the counts); the splitting tasks have none."""
+    return sorted(t for t, stores in state.changelog_end_offsets.items() if stores)
+
+
+def caught_up(state: channel.RuntimeState, message: channel.AssignmentMessage) -> bool:
+    """Every copy the assignment names holds its task's whole changelog (per the volumes)."""
+    for task in stateful_tasks(state):
+        end = sum(state.changelog_end_offsets[task].values())
+        for e in message.assignment.tasks[task].copies:
+            held = state.executors.get(e)
+            # Under exactly-once the end is past the last commit marker: one offset per store.
+            stores = (held.stores.get(task) or {}) if held is not None else {}
+            if sum(stores.values()) < end - len(state.changelog_end_offsets[task]):
+                return False
+    return True
+
+
+def processed_all(ch: Channel, after_batch: int) -> channel.RuntimeState | None:
+    """A runtime state from a batch after `after_batch` that found no input left to process
+    (lag is measured at the batch's start, so everything produced before is committed)."""
+    state = ch.runtime_state()
+    if state is None or state.batch_id is None or state.batch_id <= after_batch + 1:
+        return None
+    return state if state.input_lag and not any(state.input_lag.values()) and not state.restores else None
+
+
+def until(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.5,
+          alive: Callable[[], None] = lambda: None) -> T:
+    """`check()` until it returns something truthy. Fails at once when `alive()` or `check`
+    fails an assertion; any other error counts as "not yet"."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while True:
+        alive()
+        try:
+            result = check()
+        except AssertionError:
+            raise
+        except Exception as err:  # noqa: BLE001 - e.g. a document not published yet
+            result, last = None, err
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            detail = f" (last: {last!r})" if last is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+@dataclass
+class WordCount:
+    """The deployed app and what the tests fed it."""
+
+    node: NodeCluster
+    kafka: KafkaBroker
+    namespace: str
+    app_id: str
+    source: str
+    output: str
+    channel: Channel
+    executors: int = 2
+    fed: list[str] = field(default_factory=list)
+    seed: int = 0
+
+    # -- Kubernetes -------------------------------------------------------------------------
+
+    @property
+    def core(self) -> Any:
+        return self.channel.core
+
+    def pod(self, name: str) -> Any | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.core.read_namespaced_pod(name, self.namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def executor_pods(self) -> list[Any]:
+        selector = builders.label_selector_string(builders.executor_selector(APP))
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+        return sorted(pods, key=lambda p: p.metadata.name)
+
+    def running_executors(self) -> dict[str, Any] | None:
+        """Executor id -> pod, once every executor pod runs, is ready and carries its id."""
+        pods = [p for p in self.executor_pods() if p.metadata.deletion_timestamp is None]
+        if len(pods) != self.executors:
+            return None
+        out = {}
+        for p in pods:
+            exec_id = (p.metadata.labels or {}).get(builders.SPARK_EXEC_ID_LABEL)
+            ready = any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+            if p.status.phase != "Running" or not ready or exec_id is None:
+                return None
+            out[exec_id] = p
+        return out
+
+    def claim_of(self, pod: Any) -> Any:
+        """The bound state claim mounted by an executor pod."""
+        claim = next(v.persistent_volume_claim.claim_name for v in pod.spec.volumes
+                     if v.persistent_volume_claim is not None)
+        return self.core.read_namespaced_persistent_volume_claim(claim, self.namespace)
+
+    def volume_dir(self, pod: Any) -> Path:
+        """Where the node keeps that claim's volume: the tests read the task runner's log there."""
+        pv = self.core.read_persistent_volume(self.claim_of(pod).spec.volume_name)
+        source = pv.spec.local or pv.spec.host_path
+        return Path(source.path)
+
+    def kubectl(self, *args: str, check: bool = True) -> str:
+        return self.node.kubectl("-n", self.namespace, *args, check=check).stdout
+
+    def driver_log(self, tail: int = 60) -> str:
+        return self.kubectl("logs", builders.driver_pod_name(APP), "--tail", str(tail), check=False)
+
+    def check_driver(self) -> None:
+        """Fail at once, with its log, if the driver container keeps crashing."""
+        pod = self.pod(builders.driver_pod_name(APP))
+        for status in (pod.status.container_statuses or []) if pod is not None else []:
+            waiting = status.state.waiting
+            if waiting is not None and waiting.reason in ("CrashLoopBackOff", "ErrImageNeverPull",
+                                                          "CreateContainerConfigError"):
+                raise AssertionError(f"driver container {waiting.reason}:\n{self.driver_log()}")
+
+    # -- Kafka ------------------------------------------------------------------------------
+
+    def feed(self, n: int, make: Callable[[int, int], list[str]] = lines) -> None:
+        self.seed += 1
+        more = make(n, self.seed)
+        produce(self.kafka.bootstrap, self.source, ((None, line.encode()) for line in more))
+        self.fed += more
+
+    def counted_everything(self, timeout: float, what: str) -> channel.RuntimeState:
+        """Wait for a batch on the operator's newest generation that found no input left, then
+        compare every word's latest count with what was fed: exact, no duplicates."""
+        after = self.batch_id()
+
+        def done() -> channel.RuntimeState | None:
+            state, message = processed_all(self.channel, after), self.channel.assignment()
+            return state if state and message and state.assignment_generation == message.assignment.generation \
+                else None
+
+        state = until(done, timeout, what, alive=self.check_driver)
+        assert latest_counts(self.kafka.bootstrap, self.output) == word_counts(self.fed)
+        return state
+
+    def batch_id(self) -> int:
+        state = self.channel.runtime_state()
+        return (state.batch_id or 0) if state is not None else 0
+
+    def steady(self, timeout: float = 240) -> channel.AssignmentMessage:
+        """The newest assignment, run by the driver, with every copy caught up."""
+        return until(lambda: (m := self.channel.assignment()) and (s := self.channel.runtime_state())
+                     and s.assignment_generation == m.assignment.generation and caught_up(s, m)
+                     and self.running_executors() is not None and m,
+                     timeout, "every standby caught up with its changelog", alive=self.check_driver)
+
+    def close(self, folder: Path) -> None:
+        """Stop watching; keep both channel histories and the driver's log in `folder`."""
+        self.channel.close()
+        self.channel.save(folder)
+        (folder / "driver.log").write_text(self.driver_log(tail=2000))
+
+    def metrics(self, pod: Any, port: int) -> dict[str, float]:
+        """Scrape a pod's /metrics over the pod network; samples by name{labels}."""
+        text = urllib.request.urlopen(f"http://{pod.status.pod_ip}:{port}/metrics", timeout=10).read().decode()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+
+def metric_sum(samples: dict[str, float], name: str, **labels: str) -> float:
+    total = 0.0
+    for key, value in samples.items():
+        if (key == name or key.startswith(name + "{")) and all(f'{k}="{v}"' in key for k, v in labels.items()):
+            total += value
+    return total
+
+
+def deploy_word_count(node: NodeCluster, kafka: KafkaBroker, namespace: str, executors: int, standbys: int,
+                      recovery_lag: int = RECOVERY_LAG) -> WordCount:
+    """`kubectl apply` the example StreamApp into a new namespace, with this broker, its own
+    topics, `executors` executor pods and `standbys` standby copies per stateful task."""
+    node.kubectl("create", "namespace", namespace)
+    app_id = kafka.unique_name("wc")
+    source = kafka.create_topic(f"{app_id}-lines", partitions=PARTITIONS)
+    output = f"{app_id}-counts"
+    body = example(
+        namespace,
+        applicationId=app_id,
+        imagePullPolicy="Never",
+        pipeline__args={"input_topic": source, "output_topic": output},
+        kafka__bootstrapServers=kafka.bootstrap,
+        triggerInterval="500ms",
+        executors__replicas=executors,
+        state__standbyReplicas=standbys,
+        state__acceptableRecoveryLag=recovery_lag,
+        sparkConf={
+            # Two cores on the test node: the executors ask for a fifth of one each.
+            "spark.kubernetes.executor.request.cores": "200m",
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "4",
+        },
+    )
+    apply(node, body)
+    return WordCount(node, kafka, namespace, app_id, source, output, Channel(node, namespace), executors=executors)
