@@ -1,10 +1,11 @@
-# syntax=docker/dockerfile:1.7
 # One image for all of Eddy: the operator (`eddy-operator`), the Spark driver (`eddy driver ...`)
 # and Spark's executors (Spark on Kubernetes starts them with the single argument `executor`).
 # Python 3.11 and a Java 17 runtime; Spark comes from the pinned pyspark wheel (its jars include
 # spark-kubernetes); runs as uid 185 like Spark's own images.
 #
 #   docker build -t eddy:0.1.0 .
+#   infra/image/image.sh build      the same without Docker or any registry (buildah, a debootstrap
+#                                   base passed as --build-arg PYTHON_IMAGE=...); see its header
 #   FROM eddy:0.1.0 + COPY your pipeline package under /opt/eddy/app for your own apps.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
@@ -43,47 +44,9 @@ ENV JAVA_HOME=/opt/java \
     HOME=/tmp \
     PATH=/opt/eddy/venv/bin:/opt/java/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
-# The container contract of Spark on Kubernetes (its kubernetes/dockerfiles/spark/entrypoint.sh):
-# executor pods get args `executor` and their settings in SPARK_* variables; a cluster-mode driver
-# gets `driver ...`. Anything else (eddy-operator, eddy driver ...) runs as given.
-COPY --chmod=755 <<'EOF' /opt/eddy/bin/entrypoint.sh
-#!/bin/bash
-set -euo pipefail
-SPARK_CLASSPATH="${SPARK_CLASSPATH:-}:${SPARK_HOME}/jars/*"
-if [ -n "${SPARK_CONF_DIR:-}" ]; then SPARK_CLASSPATH="${SPARK_CONF_DIR}:${SPARK_CLASSPATH}"; fi
-if [ -n "${SPARK_EXTRA_CLASSPATH:-}" ]; then SPARK_CLASSPATH="${SPARK_CLASSPATH}:${SPARK_EXTRA_CLASSPATH}"; fi
-case "${1:-}" in
-  executor)
-    shift
-    # SPARK_JAVA_OPT_0, _1, ... in numeric order, as Spark's entrypoint reads them.
-    mapfile -t java_opts < <(env | grep '^SPARK_JAVA_OPT_' | sort -t_ -k4 -n | sed 's/^[^=]*=//')
-    exec "${JAVA_HOME}/bin/java" "${java_opts[@]}" \
-      "-Xms${SPARK_EXECUTOR_MEMORY}" "-Xmx${SPARK_EXECUTOR_MEMORY}" \
-      -cp "${SPARK_CLASSPATH}:${SPARK_DIST_CLASSPATH:-}" \
-      org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
-      --driver-url "${SPARK_DRIVER_URL}" \
-      --executor-id "${SPARK_EXECUTOR_ID}" \
-      --cores "${SPARK_EXECUTOR_CORES}" \
-      --app-id "${SPARK_APPLICATION_ID}" \
-      --hostname "${SPARK_EXECUTOR_POD_IP}" \
-      --resourceProfileId "${SPARK_RESOURCE_PROFILE_ID}" \
-      --podName "${SPARK_EXECUTOR_POD_NAME}" \
-      "$@"
-    ;;
-  driver)
-    shift
-    exec "${SPARK_HOME}/bin/spark-submit" \
-      --conf "spark.driver.bindAddress=${SPARK_DRIVER_BIND_ADDRESS:-0.0.0.0}" \
-      --deploy-mode client "$@"
-    ;;
-  "")
-    exec eddy-operator
-    ;;
-  *)
-    exec "$@"
-    ;;
-esac
-EOF
+# The container contract of Spark on Kubernetes: `executor`, `driver ...`, no arguments (the
+# operator) or any other command; see docker/entrypoint.sh.
+COPY --chmod=755 docker/entrypoint.sh /opt/eddy/bin/entrypoint.sh
 
 WORKDIR /opt/eddy/app
 USER 185:185
