@@ -15,9 +15,14 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/eddy/venv
 WORKDIR /src
 COPY pyproject.toml README.md ./
+# The pinned dependencies first, in a layer that only pyproject.toml invalidates (pyspark alone is
+# ~400 MB); then Eddy itself, which a code change rebuilds in seconds.
+RUN mkdir -p operator runtime \
+    && /opt/eddy/venv/bin/pip install --no-compile . \
+    && /opt/eddy/venv/bin/pip uninstall --yes eddy
 COPY operator/ operator/
 COPY runtime/ runtime/
-RUN /opt/eddy/venv/bin/pip install --no-compile . \
+RUN /opt/eddy/venv/bin/pip install --no-compile --no-deps . \
     && /opt/eddy/venv/bin/python -c "import eddy_operator.handlers, pyspark, confluent_kafka, rocksdict"
 
 FROM ${PYTHON_IMAGE}
