@@ -12,6 +12,9 @@
 #                       EDDY_IMAGE_ARCHIVE   absolute path of its OCI archive
 #                       PAUSE_IMAGE          eddy.local/pause:1 (for containerd's sandbox_image)
 #                       PAUSE_IMAGE_ARCHIVE  absolute path of its OCI archive
+#                       EDDY_IMAGE_ID        id of that image in buildah's store (other clones
+#                                            may retag eddy:<version> there)
+#                       PAUSE_IMAGE_ID       id of the pause image in buildah's store
 #                       BASE_IMAGE           the debootstrap base the Dockerfile was built on
 #   image.sh env      print images.env (fails if `build` has not written it)
 #
@@ -195,6 +198,18 @@ eddy_key() {
   ) | sha
 }
 
+# Each source change leaves an image of ~0.7 GB of its own; keep the newest few (other clones on
+# this machine may be on an older commit), drop the rest. Layers other images use stay.
+readonly KEEP_EDDY_IMAGES=3
+prune_eddy() {
+  local name
+  buildah images --format '{{.CreatedAtRaw}}|{{.Name}}:{{.Tag}}' 2>/dev/null \
+    | grep -F '|eddy.local/eddy:src-' | LC_ALL=C sort -r | tail -n +$((KEEP_EDDY_IMAGES + 1)) | cut -d'|' -f2 \
+    | while read -r name; do
+      buildah rmi "$name" >/dev/null 2>&1 && log "eddy: removed old ${name}" || true
+    done
+}
+
 # --- export -------------------------------------------------------------------------------
 
 # The OCI archive of an image, named <ref> inside (ctr import keeps that name); a stamp beside it
@@ -260,6 +275,7 @@ build() {
   else
     log "eddy: buildah bud of the Dockerfile on ${base_ref} (log: ${LOGS}/eddy-build.log)"
     timed eddy make_eddy "$eddy_tag" "$base_ref" "$eddy_ref"
+    prune_eddy
   fi
 
   timed export-pause export_archive pause "$pause_tag" "${PAUSE_REF}" "${PAUSE_ARCHIVE}"
@@ -270,6 +286,8 @@ EDDY_IMAGE=${eddy_short}
 EDDY_IMAGE_ARCHIVE=${EDDY_ARCHIVE}
 PAUSE_IMAGE=${PAUSE_REF}
 PAUSE_IMAGE_ARCHIVE=${PAUSE_ARCHIVE}
+EDDY_IMAGE_ID=$(image_id "$eddy_tag")
+PAUSE_IMAGE_ID=$(image_id "$pause_tag")
 BASE_IMAGE=${base_ref}
 EOF
   mv "${ENV_FILE}.tmp" "${ENV_FILE}"

@@ -70,7 +70,8 @@ def archive_image(path: str) -> tuple[str, dict]:
 @pytest.fixture(scope="module")
 def eddy_container(images: dict[str, str]) -> Iterator[str]:
     """A buildah working container of the eddy image (removed afterwards)."""
-    ref = containerd_name(images["EDDY_IMAGE"])
+    # By id: another clone on this machine may have tagged its own build eddy:<version> since.
+    ref = images.get("EDDY_IMAGE_ID") or containerd_name(images["EDDY_IMAGE"])
     proc = subprocess.run(
         ["buildah", "from", "--pull=never", "--name", f"eddy-test-{os.getpid()}", ref],
         capture_output=True, text=True, timeout=120,
