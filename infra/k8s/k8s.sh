@@ -172,10 +172,11 @@ free_port() {
     die "no free port found"
 }
 
-# make_pki <pki dir>: CA, apiserver serving cert, admin client cert and the
-# service-account signing key; kept when present so a restart reuses them.
+# make_pki <pki dir> [extra subjectAltNames, e.g. IP:10.200.0.1]: CA,
+# apiserver serving cert, admin client cert and the service-account signing
+# key; kept when present so a restart reuses them.
 make_pki() {
-    local pki="$1"
+    local pki="$1" extra="${2:+,$2}"
     [[ -f "$pki/admin.crt" ]] && return 0
     mkdir -p "$pki"
     (
@@ -192,7 +193,7 @@ make_pki() {
             "basicConstraints=CA:FALSE" \
             "keyUsage=critical,digitalSignature,keyEncipherment" \
             "extendedKeyUsage=serverAuth" \
-            "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" \
+            "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local$extra" \
             >apiserver.ext
         openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
             -out apiserver.crt -days $days -extfile apiserver.ext
@@ -490,4 +491,7 @@ main() {
     esac
 }
 
-main "$@"
+# Sourced (by ../cluster/node.sh) for its functions: no command then.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+    main "$@"
+fi
