@@ -79,6 +79,7 @@ ZONE=zone-a
 POD_UID=185
 
 # Started in this order; wait_until watches them all.
+IMPORT_PID=
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy coredns)
 
 log() { echo "node.sh: $*" >&2; }
@@ -446,7 +447,6 @@ cmd_start() {
     stage "containerd serving; importing images in the background"
     # The import (~30 s for a 0.5 GB image) overlaps the rest of the start-up;
     # start waits for it before it reports the node ready.
-    local import_pid
     (
         for key in $(sed -n 's/^\([A-Z_]*_ARCHIVE\)=.*/\1/p' "$EDDY_CACHE/images/images.env"); do
             archive="$(images_env "$key")"
@@ -455,7 +455,7 @@ cmd_start() {
                 { echo "could not import $archive"; exit 1; }
         done
     ) </dev/null >>"$dir/images.log" 2>&1 &
-    import_pid=$!
+    IMPORT_PID=$!
 
     wait_until "$dir" "the apiserver's /readyz" "$READY_TIMEOUT" kubectl_in "$dir" get --raw /readyz
     stage "apiserver ready"
@@ -497,7 +497,7 @@ cmd_start() {
     wait_until "$dir" "CoreDNS to answer kubernetes.default.svc.$CLUSTER_DOMAIN" "$READY_TIMEOUT" \
         dns_a "kubernetes.default.svc.$CLUSTER_DOMAIN"
     stage "CoreDNS answers"
-    wait "$import_pid" || fail "$dir" images "the image import failed"
+    wait "$IMPORT_PID" || fail "$dir" images "the image import failed"
     ctr --address "$dir/containerd/containerd.sock" -n k8s.io images ls -q |
         grep -qxF "$pause" || fail "$dir" images "the pause image $pause is not in containerd after the import"
     stage "images imported"
@@ -505,6 +505,9 @@ cmd_start() {
         kubectl_in "$dir" -n default get serviceaccount default
     create_storage "$dir"
 
+    for name in "${COMPONENTS[@]}"; do
+        pid_of "$dir" "$name" >/dev/null || fail "$dir" "$name" "$name exited during start-up"
+    done
     cat >"$dir/cluster.env" <<EOF
 NODE_IP=$NODE_IP
 NODE_NAME=$NODE_NAME
@@ -568,6 +571,11 @@ cmd_stop() {
     [[ -d "$dir" ]] || return 0
     dir="$(cd "$dir" && pwd)"
     cg="$(cgroup_name "$dir")"
+    # A start that failed: its image import (a subshell and its ctr), by PID.
+    if [[ -n "${IMPORT_PID:-}" ]] && alive "$IMPORT_PID"; then
+        # shellcheck disable=SC2046
+        kill $(ps -o pid= --ppid "$IMPORT_PID") "$IMPORT_PID" 2>/dev/null || true
+    fi
     stop_components "$dir" coredns kube-proxy kubelet kube-controller-manager kube-scheduler
     # The pods: their processes by PID (SIGKILL: kubelet is gone, nobody
     # waits for a graceful end), then the shims, then containerd.
