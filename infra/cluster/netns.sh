@@ -24,6 +24,8 @@
 # namespace, and every descendant of those (containers in their own
 # namespaces), is sent SIGTERM, then SIGKILL after EDDY_NETNS_KILL_TIMEOUT
 # seconds (default 10), by PID; the namespaces then vanish with the last one.
+# SIGTERM, SIGINT or SIGHUP to netns.sh: the command gets SIGTERM, then the
+# same clean-up runs, and the exit status is the command's.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,13 +38,27 @@ log() { echo "netns.sh: $*" >&2; }
 
 (($#)) || { echo "usage: $0 <command...>" >&2; exit 2; }
 
+# wait_for <pid>: wait until that child has exited (trapped signals
+# interrupt `wait`) and return its exit status.
+wait_for() {
+    while kill -0 "$1" 2>/dev/null; do wait "$1" || true; done
+    wait "$1"
+}
+
 if [[ "${EDDY_NETNS_INNER:-}" != "$$" ]]; then
     [[ "$(id -u)" == 0 ]] || { log "must run as root"; exit 2; }
-    # --fork: the new namespaces get a child; unshare waits for it and
-    # passes on its exit status. The marker is the child's own PID, known
-    # only after the fork, so it is set by a tiny shell in between.
-    exec unshare --net --mount --propagation private --fork \
-        bash -c 'export EDDY_NETNS_INNER=$$; exec "$0" "$@"' "$SELF" "$@"
+    # --fork: the new namespaces get a child, which unshare waits for (it
+    # ignores SIGTERM and SIGINT meanwhile, so this shell passes them on;
+    # --kill-child: if unshare is killed, the child gets SIGTERM). The marker
+    # is the child's own PID, known only after the fork, so a tiny shell in
+    # between sets it.
+    unshare --net --mount --propagation private --fork --kill-child=SIGTERM \
+        bash -c 'export EDDY_NETNS_INNER=$$; exec "$0" "$@"' "$SELF" "$@" <&0 &
+    outer=$!
+    trap 'kill -TERM $(ps -o pid= --ppid "$outer") 2>/dev/null || true' TERM INT HUP
+    rc=0
+    wait_for "$outer" || rc=$?
+    exit "$rc"
 fi
 unset EDDY_NETNS_INNER
 export EDDY_NETNS=1
@@ -143,7 +159,12 @@ cleanup() {
     [[ -z "$pids" ]] || log "warning: still alive after SIGKILL: $pids"
 }
 
+# In the background (with our stdin), so that a SIGTERM, SIGINT or SIGHUP
+# reaches this shell at once: it passes SIGTERM on, then cleans up.
+"$@" <&0 &
+cmd=$!
+trap 'kill -TERM "$cmd" 2>/dev/null || true' TERM INT HUP
 rc=0
-"$@" || rc=$?
+wait_for "$cmd" || rc=$?
 cleanup
 exit "$rc"
