@@ -24,6 +24,8 @@
 # namespace, and every descendant of those (containers in their own
 # namespaces), is sent SIGTERM, then SIGKILL after EDDY_NETNS_KILL_TIMEOUT
 # seconds (default 10), by PID; the namespaces then vanish with the last one.
+# Then the cgroups that node.sh start listed in /run/eddy-netns/cgroups are
+# removed (node.sh stop does it too).
 # SIGTERM, SIGINT or SIGHUP to netns.sh: the command gets SIGTERM, then the
 # same clean-up runs, and the exit status is the command's.
 set -euo pipefail
@@ -135,6 +137,22 @@ leftovers() {
 }
 
 cleanup() {
+    kill_leftovers
+    # The cgroups node.sh made (listed in $PRIV/cgroups) once their processes
+    # are gone, deepest first: they live in the host's cgroup tree.
+    local cg h
+    [[ -f "$PRIV/cgroups" ]] || return 0
+    for cg in $(sort -u "$PRIV/cgroups"); do
+        for h in /sys/fs/cgroup/*/"$cg"; do
+            [[ -d "$h" ]] || continue
+            find "$h" -depth -type d -exec rmdir {} + 2>/dev/null || true
+            [[ -d "$h" ]] && log "warning: could not remove cgroup $h"
+        done
+    done
+    return 0
+}
+
+kill_leftovers() {
     local pids deadline p
     pids="$(leftovers)"
     [[ -z "$pids" ]] && return 0

@@ -403,6 +403,8 @@ cmd_start() {
     write_node_kubeconfig "$dir"
     cg="$(cgroup_name "$dir")"
     make_cgroups "$cg"
+    # netns.sh removes them if the command ends without node.sh stop.
+    if [[ -d /run/eddy-netns ]]; then echo "$cg" >>/run/eddy-netns/cgroups; fi
     write_configs "$dir" "$cg" "$pause"
     local pki="$dir/pki"
 
