@@ -14,15 +14,18 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/eddy/venv
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 # The pinned dependencies first, in a layer that only pyproject.toml invalidates (pyspark alone is
-# ~400 MB); then Eddy itself, which a code change rebuilds in seconds.
-RUN mkdir -p operator runtime \
-    && /opt/eddy/venv/bin/pip install --no-compile . \
+# ~400 MB; README.md is a stand-in here so that editing it does not download them again); then Eddy
+# itself, which a code change rebuilds in seconds. Compiled to bytecode at install: the image's
+# root filesystem is read-only at run time, and every Spark Python worker would compile again.
+RUN mkdir -p operator runtime && touch README.md \
+    && /opt/eddy/venv/bin/pip install . \
     && /opt/eddy/venv/bin/pip uninstall --yes eddy
+COPY README.md ./
 COPY operator/ operator/
 COPY runtime/ runtime/
-RUN /opt/eddy/venv/bin/pip install --no-compile --no-deps . \
+RUN /opt/eddy/venv/bin/pip install --no-deps . \
     && /opt/eddy/venv/bin/python -c "import eddy_operator.handlers, pyspark, confluent_kafka, rocksdict"
 
 FROM ${PYTHON_IMAGE}
