@@ -1,17 +1,21 @@
 # Eddy's entry points. `make test` is what CI runs (.ci/run); `make demo` runs the word-count
 # example locally. Every target sets up what it needs (Python env, Kafka jars, Kubernetes
-# binaries) and caches it: .venv/ and .cache/ are git-ignored.
+# binaries, the node's Debian packages, the container images) and caches it: .venv/ and .cache/
+# are git-ignored.
 
 PY      := .venv/bin/python
 PYTEST  := $(PY) -m pytest
 export EDDY_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: setup test test-unit test-integration test-e2e lint demo clean-cache
+.PHONY: setup test test-unit test-integration test-e2e lint demo bench-failover clean-cache
 
 setup:
 	infra/python-env.sh
 	infra/kafka/kafka.sh fetch
 	infra/k8s/k8s.sh build
+	infra/cluster/packages.sh
+	infra/cluster/node.sh build
+	infra/image/image.sh build
 
 # Stages run cheapest first; each fails the run on any failure, including "no tests collected".
 test: setup lint test-unit test-integration test-e2e
@@ -25,9 +29,14 @@ test-unit:
 test-integration:
 	$(PYTEST) -m integration -q
 
-# The slow end-to-end tests live in e2e/ and run in a stage of their own.
+# The slow end-to-end tests live in e2e/ and run in a stage of their own, on a real one-node
+# cluster inside a network namespace of their own (pod and Service addresses never leave it).
 test-e2e:
-	@if ls e2e/test_*.py >/dev/null 2>&1; then $(PYTEST) e2e -m e2e -q; else echo "test-e2e: no e2e tests yet"; fi
+	infra/cluster/netns.sh $(PYTEST) e2e -m e2e -q
+
+# Failover figures on real pods (bench/failover.py): several minutes.
+bench-failover: setup
+	infra/cluster/netns.sh $(PY) bench/failover.py
 
 # Needs only the Python env: `eddy run` starts its own Kafka broker (fetching the jars on first use).
 demo:
