@@ -35,7 +35,8 @@
 #
 # Storage: StorageClass "eddy-local" (kubernetes.io/no-provisioner,
 # WaitForFirstConsumer, the default class) and EDDY_NODE_PVS (12) static
-# `local` PersistentVolumes eddy-pv-NN of EDDY_NODE_PV_SIZE (2Gi), ReadWriteOnce,
+# `local` PersistentVolumes eddy-pv-NN of EDDY_NODE_PV_SIZE (2Gi), ReadWriteOncePod
+# (what Spark 4 asks for its on-demand claims: one pod at a time writes a store),
 # reclaim policy Retain, with node affinity to the node, on <dir>/volumes/pv-NN
 # (owner 185:185, mode 2775: pods run as uid 185 with fsGroup 185). A claim
 # binds when its first pod is scheduled; a deleted claim leaves its volume
@@ -351,7 +352,7 @@ metadata:
 spec:
   capacity:
     storage: $PV_SIZE
-  accessModes: [ReadWriteOnce]
+  accessModes: [ReadWriteOncePod]
   persistentVolumeReclaimPolicy: Retain
   storageClassName: $STORAGE_CLASS
   volumeMode: Filesystem

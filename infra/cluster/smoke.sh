@@ -156,7 +156,7 @@ kind: PersistentVolumeClaim
 metadata:
   name: smoke-data
 spec:
-  accessModes: [ReadWriteOnce]
+  accessModes: [ReadWriteOncePod]
   storageClassName: $STORAGE_CLASS
   resources: {requests: {storage: 1Gi}}
 EOF
@@ -167,6 +167,8 @@ k wait --for=jsonpath='{.status.phase}'=Succeeded pod/smoke-writer --timeout=90s
 k wait --for=jsonpath='{.status.phase}'=Bound pvc/smoke-data --timeout=30s >/dev/null || bad "claim smoke-data not Bound"
 pv="$(k get pvc smoke-data -o jsonpath='{.spec.volumeName}')"
 ok "claim smoke-data Bound to $pv once pod A used it; pod A: $(k logs smoke-writer | tail -1)"
+# ReadWriteOncePod: one pod at a time.
+k delete pod smoke-writer --wait=true >/dev/null
 claim_pod smoke-reader 'cat /data/hello' | k apply -f - >/dev/null
 k wait --for=jsonpath='{.status.phase}'=Succeeded pod/smoke-reader --timeout=90s >/dev/null || bad "pod smoke-reader did not succeed"
 got="$(k logs smoke-reader)"
