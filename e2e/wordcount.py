@@ -213,7 +213,8 @@ class WordCount:
         for p in pods:
             exec_id = (p.metadata.labels or {}).get(builders.SPARK_EXEC_ID_LABEL)
             ready = any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
-            if p.status.phase != "Running" or not ready or exec_id is None:
+            # Spark's statefulset allocator labels a pod `EXECID` until its executor registered.
+            if p.status.phase != "Running" or not ready or exec_id is None or not exec_id.isdigit():
                 return None
             out[exec_id] = p
         return out

@@ -295,6 +295,9 @@ def build_spark_conf(spec: StreamAppSpec, storage_class: str) -> dict[str, str]:
         "spark.kubernetes.authenticate.oauthTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
         "spark.driver.host": driver_host,
         "spark.driver.bindAddress": "0.0.0.0",
+        # Executors dial the driver's stable DNS name, never the bind address (Spark 4 would hand
+        # them 0.0.0.0 when this is on).
+        "spark.kubernetes.executor.useDriverPodIP": "false",
         "spark.driver.port": str(DRIVER_PORT),
         "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
         "spark.driver.cores": str(spec.driver.cores),
