@@ -191,28 +191,37 @@ def test_operator_driver_and_executor_serve_the_run_s_figures_over_the_pod_netwo
     generation = app.channel.assignment().assignment.generation
     assert metric_sum(operator, "eddy_operator_assignment_generation", app=APP) == generation
 
+    # The runtime labels its figures with the app's Kafka application id.
+    app_id = app.app_id
     driver = app.metrics(app.pod(builders.driver_pod_name(APP)), METRICS_PORT)
-    assert metric_sum(driver, "eddy_driver_executor_losses_total", app=APP) == 2
-    assert metric_sum(driver, "eddy_driver_executors", app=APP) == EXECUTORS
-    assert metric_sum(driver, "eddy_driver_assignment_generation", app=APP) == generation
+    assert metric_sum(driver, "eddy_driver_executor_losses_total", app=app_id) == 2, driver
+    assert metric_sum(driver, "eddy_driver_executors", app=app_id) == EXECUTORS
+    assert metric_sum(driver, "eddy_driver_assignment_generation", app=app_id) == generation
     # Every line was read once by a splitting task (exactly-once: nothing counted twice).
-    splitting = sum(metric_sum(driver, "eddy_driver_task_lag_records", app=APP, task=f"0_{p}")
+    splitting = sum(metric_sum(driver, "eddy_driver_task_lag_records", app=app_id, task=f"0_{p}")
                     for p in range(PARTITIONS))
     assert splitting == 0
+    # Every line fed, and every repartitioned word count after it, went in through a task.
+    assert metric_sum(driver, "eddy_driver_records_in_total", app=app_id) >= len(app.fed)
+    assert metric_sum(driver, "eddy_driver_restoring_tasks", app=app_id) == 0
 
     executors = app.running_executors()
     message = app.channel.assignment()
     processed = 0.0
     for exec_id, pod in executors.items():
         figures = app.metrics(pod, METRICS_PORT)
-        processed += metric_sum(figures, "eddy_executor_records_in_total", app=APP)
+        processed += metric_sum(figures, "eddy_executor_records_in_total", app=app_id)
         standbys = [t for t, a in message.assignment.tasks.items() if exec_id in a.standbys]
         for task in standbys:
-            assert metric_sum(figures, "eddy_state_standby_lag_records", app=APP, task=task) <= RECOVERY_LAG
-        assert metric_sum(figures, "eddy_executor_work_items_total", app=APP) > 0, figures
+            assert metric_sum(figures, "eddy_state_standby_lag_records", app=app_id, task=task) <= RECOVERY_LAG
+        assert metric_sum(figures, "eddy_executor_work_items_total", app=app_id) > 0, figures
+        # Both executors came back from a loss and caught up: nothing left to restore anywhere.
+        assert metric_sum(figures, "eddy_state_restore_remaining_records", app=app_id) == 0, figures
+        if standbys:
+            assert metric_sum(figures, "eddy_state_restored_records_total", app=app_id) > 0, figures
     assert processed > 0
     report(f"scraped: operator failovers {metric_sum(operator, 'eddy_operator_failovers_total', app=APP):.0f}, "
-           f"driver executor losses {metric_sum(driver, 'eddy_driver_executor_losses_total', app=APP):.0f}, "
+           f"driver executor losses {metric_sum(driver, 'eddy_driver_executor_losses_total', app=app_id):.0f}, "
            f"records processed by the executors since they started {processed:.0f}")
 
 
