@@ -11,7 +11,10 @@ case "${1:-}" in
     shift
     # SPARK_JAVA_OPT_0, _1, ... in numeric order, as Spark's entrypoint reads them.
     mapfile -t java_opts < <(env | grep '^SPARK_JAVA_OPT_' | sort -t_ -k4 -n | sed 's/^[^=]*=//')
-    exec "${JAVA_HOME}/bin/java" "${java_opts[@]}" \
+    # Not exec'd: when the JVM ends (stopped, or killed), Eddy's task runner notices and closes its
+    # stores, which flushes RocksDB's memtables to the volume; the container must outlive that, or
+    # the runner dies with it and the next executor on this volume restores what was not flushed.
+    "${JAVA_HOME}/bin/java" "${java_opts[@]}" \
       "-Xms${SPARK_EXECUTOR_MEMORY}" "-Xmx${SPARK_EXECUTOR_MEMORY}" \
       -cp "${SPARK_CLASSPATH}:${SPARK_DIST_CLASSPATH:-}" \
       org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
@@ -22,7 +25,17 @@ case "${1:-}" in
       --hostname "${SPARK_EXECUTOR_POD_IP}" \
       --resourceProfileId "${SPARK_RESOURCE_PROFILE_ID}" \
       --podName "${SPARK_EXECUTOR_POD_NAME}" \
-      "$@"
+      "$@" &
+    jvm=$!
+    trap 'kill -TERM "$jvm" 2>/dev/null || true' TERM INT
+    while kill -0 "$jvm" 2>/dev/null; do wait "$jvm" || true; done
+    status=0
+    wait "$jvm" || status=$?
+    for _ in $(seq 200); do  # at most 20 s, within the pod's 30 s grace period
+      pgrep -f 'eddy_runtime[.]runner' >/dev/null || break
+      sleep 0.1
+    done
+    exit "$status"
     ;;
   driver)
     shift
