@@ -5,6 +5,7 @@ that lived for one batch is not missed."""
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 import urllib.request
@@ -21,11 +22,14 @@ from tests.servers import ControlPlane, KafkaBroker, NodeCluster
 
 APP = "wordcount"
 PARTITIONS = 4
-#: ~500 keys per counts task, so a copy on an empty volume is far more than RECOVERY_LAG behind
-WORDS = [f"w{i:04d}" for i in range(2000)]
+#: ~2,500 keys per counts task once the first 3,000 lines are in: a copy on an empty volume is far
+#: more than RECOVERY_LAG behind, and a copy that was away for a few hundred lines far less
+WORDS = [f"w{i:05d}" for i in range(20_000)]
 #: spec.state.acceptableRecoveryLag: a promoted standby may restore at most this much, and an
 #: active moves only to a copy this close to its changelog's end
 RECOVERY_LAG = 100
+#: what a copy read from its changelog when it opened: an active's restore or a standby's catch-up
+RESTORE_LINE = re.compile(r"task (\S+): store (\S+) (?:restores|tails) from \S+ offset (\d+) to (\d+)")
 
 T = TypeVar("T")
 
