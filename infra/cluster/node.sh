@@ -409,16 +409,7 @@ cmd_start() {
     write_configs "$dir" "$cg" "$pause"
     local pki="$dir/pki"
 
-    launch "$dir" etcd "$BIN/etcd" \
-        --name=default \
-        --data-dir="$dir/etcd" \
-        --listen-client-urls="http://127.0.0.1:$etcd_port" \
-        --advertise-client-urls="http://127.0.0.1:$etcd_port" \
-        --listen-peer-urls="http://127.0.0.1:$peer_port" \
-        --initial-advertise-peer-urls="http://127.0.0.1:$peer_port" \
-        --initial-cluster="default=http://127.0.0.1:$peer_port" \
-        --listen-metrics-urls="" \
-        --unsafe-no-fsync
+    launch_etcd "$dir" "$etcd_port" "$peer_port" --listen-metrics-urls=""
     # containerd starts meanwhile; it needs nothing from the control plane.
     launch "$dir" containerd /usr/bin/containerd --config "$dir/containerd/config.toml"
     wait_until "$dir" "etcd on port $etcd_port" "$READY_TIMEOUT" bash -c "exec 3<>/dev/tcp/127.0.0.1/$etcd_port"
@@ -463,26 +454,12 @@ cmd_start() {
     wait_until "$dir" "the apiserver's /readyz" "$READY_TIMEOUT" kubectl_in "$dir" get --raw /readyz
     stage "apiserver ready"
 
-    launch "$dir" kube-controller-manager "$BIN/kube-controller-manager" \
-        --kubeconfig="$dir/kubeconfig" \
-        --controllers='*' \
-        --leader-elect=false \
-        --secure-port=0 \
+    launch_controllers "$dir" \
         --allocate-node-cidrs=true \
         --cluster-cidr="$POD_CIDR" \
         --node-cidr-mask-size=24 \
         --service-cluster-ip-range="$SERVICE_CIDR" \
-        --service-account-private-key-file="$pki/sa.key" \
-        --use-service-account-credentials=true \
-        --root-ca-file="$pki/ca.crt" \
-        --cluster-signing-cert-file="$pki/ca.crt" \
-        --cluster-signing-key-file="$pki/ca.key" \
-        --profiling=false
-    launch "$dir" kube-scheduler "$BIN/kube-scheduler" \
-        --kubeconfig="$dir/kubeconfig" \
-        --leader-elect=false \
-        --secure-port=0 \
-        --profiling=false
+        --use-service-account-credentials=true
     launch "$dir" kubelet "$BIN/kubelet" \
         --config="$dir/kubelet/config.yaml" \
         --kubeconfig="$dir/kubeconfig" \

@@ -306,6 +306,47 @@ kubectl_in() {
     "$BIN/kubectl" --kubeconfig "$dir/kubeconfig" --request-timeout=5s "$@"
 }
 
+# launch_etcd <dir> <client port> <peer port> [extra flags...]: etcd on 127.0.0.1, without
+# fsync (test data; much faster on a busy disk).
+launch_etcd() {
+    local dir="$1" port="$2" peer="$3"
+    shift 3
+    launch "$dir" etcd "$BIN/etcd" \
+        --name=default \
+        --data-dir="$dir/etcd" \
+        --listen-client-urls="http://127.0.0.1:$port" \
+        --advertise-client-urls="http://127.0.0.1:$port" \
+        --listen-peer-urls="http://127.0.0.1:$peer" \
+        --initial-advertise-peer-urls="http://127.0.0.1:$peer" \
+        --initial-cluster="default=http://127.0.0.1:$peer" \
+        --unsafe-no-fsync \
+        "$@"
+}
+
+# launch_controllers <dir> [extra controller-manager flags...]: controller-manager and scheduler
+# against <dir>/kubeconfig. --secure-port=0: no health/metrics endpoints, so that several clusters
+# can run side by side without fighting over the default ports.
+launch_controllers() {
+    local dir="$1" pki="$1/pki"
+    shift
+    launch "$dir" kube-controller-manager "$BIN/kube-controller-manager" \
+        --kubeconfig="$dir/kubeconfig" \
+        --controllers='*' \
+        --leader-elect=false \
+        --secure-port=0 \
+        --service-account-private-key-file="$pki/sa.key" \
+        --root-ca-file="$pki/ca.crt" \
+        --cluster-signing-cert-file="$pki/ca.crt" \
+        --cluster-signing-key-file="$pki/ca.key" \
+        --profiling=false \
+        "$@"
+    launch "$dir" kube-scheduler "$BIN/kube-scheduler" \
+        --kubeconfig="$dir/kubeconfig" \
+        --leader-elect=false \
+        --secure-port=0 \
+        --profiling=false
+}
+
 cmd_start() {
     (($# == 2)) || die "usage: $0 start <dir> <apiserver-port>"
     local dir port etcd_port peer_port name
@@ -327,15 +368,7 @@ cmd_start() {
     etcd_port="$(free_port "$port")"
     peer_port="$(free_port "$port" "$etcd_port")"
 
-    launch "$dir" etcd "$BIN/etcd" \
-        --name=default \
-        --data-dir="$dir/etcd" \
-        --listen-client-urls="http://127.0.0.1:$etcd_port" \
-        --advertise-client-urls="http://127.0.0.1:$etcd_port" \
-        --listen-peer-urls="http://127.0.0.1:$peer_port" \
-        --initial-advertise-peer-urls="http://127.0.0.1:$peer_port" \
-        --initial-cluster="default=http://127.0.0.1:$peer_port" \
-        --unsafe-no-fsync
+    launch_etcd "$dir" "$etcd_port" "$peer_port"
     # The apiserver only retries etcd noisily; let etcd listen first.
     wait_until "$dir" "etcd on port $etcd_port" "$READY_TIMEOUT" bash -c "exec 3<>/dev/tcp/127.0.0.1/$etcd_port"
 
@@ -365,24 +398,7 @@ cmd_start() {
     wait_until "$dir" "the apiserver's /readyz" "$READY_TIMEOUT" kubectl_in "$dir" get --raw /readyz
 
     # Its clients start once it serves, so that their logs start clean.
-    # --secure-port=0: no health/metrics endpoints, so that several clusters
-    # can run side by side without fighting over the default ports.
-    launch "$dir" kube-controller-manager "$BIN/kube-controller-manager" \
-        --kubeconfig="$dir/kubeconfig" \
-        --controllers='*' \
-        --leader-elect=false \
-        --secure-port=0 \
-        --service-account-private-key-file="$pki/sa.key" \
-        --root-ca-file="$pki/ca.crt" \
-        --cluster-signing-cert-file="$pki/ca.crt" \
-        --cluster-signing-key-file="$pki/ca.key" \
-        --profiling=false
-
-    launch "$dir" kube-scheduler "$BIN/kube-scheduler" \
-        --kubeconfig="$dir/kubeconfig" \
-        --leader-elect=false \
-        --secure-port=0 \
-        --profiling=false
+    launch_controllers "$dir"
 
     wait_until "$dir" "the default namespace" "$READY_TIMEOUT" kubectl_in "$dir" get namespace default
     wait_until "$dir" "the default ServiceAccount (controller-manager)" "$READY_TIMEOUT" \
