@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from e2e.wordcount import (  # noqa: E402 - after the path is set
+    RESTORE_LINE,
     WordCount,
     caught_up,
     deploy_word_count,
@@ -47,7 +48,6 @@ from e2e.wordcount import (  # noqa: E402 - after the path is set
 )
 from tests.servers import install_operator, kafka_broker, node_cluster  # noqa: E402
 
-RESTORE_LINE = re.compile(r"task (\S+): store (\S+) restores from \S+ offset (\d+) to (\d+)")
 WORDS_PER_LINE = 10
 
 
@@ -174,10 +174,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=200_000, help="distinct keys in the counts stores")
     parser.add_argument("--standbys", default="1,0", help="scenarios: standby replicas, comma-separated")
     parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the cluster's logs, the driver logs and both channel histories (path printed)")
     args = parser.parse_args(argv)
     results = []
-    with tempfile.TemporaryDirectory(prefix="eddy-failover-") as tmp:
-        work = Path(tmp)
+    work = Path(tempfile.mkdtemp(prefix="eddy-failover-"))
+    if args.keep:
+        say(f"logs kept in {work}")
+    try:
         say("starting the cluster, Kafka and the operator")
         with node_cluster(work) as node, kafka_broker(work, host=node.node_ip) as kafka:
             install_operator(node)
@@ -185,6 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 folder = work / f"standbys-{standbys}"
                 folder.mkdir()
                 results.append(scenario(node, kafka, standbys, args.keys, folder))
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
     load = Path("/proc/loadavg").read_text().split()[0]
     print(f"\nFailover on real pods: 2 executor pods, 4 stateful tasks, exactly-once, load {load}")
     print(f"{'standbys':>8} {'changelog':>10} {'new gen':>8} {'committing':>11} {'pod back':>9} "
