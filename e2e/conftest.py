@@ -8,12 +8,12 @@ process (`make test-e2e`); pod and Service addresses never leave it.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import servers_dir  # noqa: F401 - a fixture, used by name
 from tests.servers import (
     KafkaBroker,
     NodeCluster,
@@ -24,18 +24,13 @@ from tests.servers import (
 
 
 @pytest.fixture(scope="session")
-def servers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("servers")
-
-
-@pytest.fixture(scope="session")
-def node(servers_dir: Path) -> Iterator[NodeCluster]:
+def node(servers_dir: Path) -> Iterator[NodeCluster]:  # noqa: F811 - the fixture imported above
     with node_cluster(servers_dir) as cluster:
         yield cluster
 
 
 @pytest.fixture(scope="session")
-def kafka(node: NodeCluster, servers_dir: Path) -> Iterator[KafkaBroker]:
+def kafka(node: NodeCluster, servers_dir: Path) -> Iterator[KafkaBroker]:  # noqa: F811
     """The broker listens on the node's address: pods reach it there, and so does this process."""
     with kafka_broker(servers_dir, host=node.node_ip) as broker:
         yield broker
@@ -47,11 +42,3 @@ def operator(node: NodeCluster) -> Iterator[NodeCluster]:
     install_operator(node)
     # No uninstall: the cluster goes with the session.
     yield node
-
-
-@pytest.fixture
-def namespace(node: NodeCluster) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    node.kubectl("create", "namespace", name)
-    yield name
-    node.kubectl("delete", "namespace", name, "--wait=false", check=False)
