@@ -478,8 +478,9 @@ cmd_start() {
         dns_a "kubernetes.default.svc.$CLUSTER_DOMAIN"
     stage "CoreDNS answers"
     wait "$IMPORT_PID" || fail "$dir" images "the image import failed"
-    ctr --address "$dir/containerd/containerd.sock" -n k8s.io images ls -q |
-        grep -qxF "$pause" || fail "$dir" images "the pause image $pause is not in containerd after the import"
+    # Not `ctr ... | grep -q`: grep stops at the match, ctr dies of SIGPIPE and pipefail fails it.
+    grep -qxF "$pause" < <(ctr --address "$dir/containerd/containerd.sock" -n k8s.io images ls -q) ||
+        fail "$dir" images "the pause image $pause is not in containerd after the import"
     stage "images imported"
     wait_until "$dir" "the default ServiceAccount (controller-manager)" "$READY_TIMEOUT" \
         kubectl_in "$dir" -n default get serviceaccount default

@@ -126,7 +126,7 @@ read -r uid ip version web <<<"$out"
 [[ "$uid" == 185 && "$ip" == 10.0.0.1 && "$version" == v1.* && "$web" == 200 ]] || bad "in-pod checks: $out"
 ok "kubectl exec: uid $uid; kubernetes.default.svc.cluster.local -> $ip; apiserver $version over https://kubernetes.default.svc with the pod's token; http://smoke-web.default.svc -> $web"
 
-k logs smoke-web | grep -q 'GET / ' || bad "kubectl logs smoke-web shows no request"
+grep -q 'GET / ' < <(k logs smoke-web) || bad "kubectl logs smoke-web shows no request"
 ok "kubectl logs: $(k logs smoke-web | tail -1)"
 
 # --- a claim on eddy-local shared by two pods in turn ----------------------

@@ -264,7 +264,8 @@ launch_broker() {
   local deadline=$((SECONDS + START_TIMEOUT_S)) started=0
   while ((SECONDS < deadline)); do
     kill -0 "${pid}" 2>/dev/null || fail_start "${data_dir}" "process ${pid} exited"
-    if ((started == 0)) && tail -n +"$((mark + 1))" "${log}" | grep -q "Kafka Server started"; then
+    # grep reads a process substitution, not a pipe: its early exit must not fail the test.
+    if ((started == 0)) && grep -q "Kafka Server started" < <(tail -n +"$((mark + 1))" "${log}"); then
       started=1
     fi
     if ((started == 1)) && port_open "${port}"; then
