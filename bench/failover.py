@@ -61,19 +61,27 @@ def key_lines(keys: int) -> list[str]:
             for start in range(0, keys, WORDS_PER_LINE)]
 
 
-def committed(app: WordCount, tasks: Sequence[str]) -> dict[str, int]:
-    """Task `1_p` -> the group's committed offset on partition p of the repartition topic."""
-    from confluent_kafka import Consumer, TopicPartition
+class GroupOffsets:
+    """The app's consumer group's committed offsets on the repartition topic (task `1_p` reads
+    partition p)."""
 
-    consumer = Consumer({"bootstrap.servers": app.kafka.bootstrap, "group.id": app.app_id,
-                         "enable.auto.commit": False})
-    try:
-        topic = f"{app.app_id}-words-repartition"
-        tps = [TopicPartition(topic, int(t.split("_")[1])) for t in tasks]
-        found = consumer.committed(tps, timeout=10)
-        return {f"1_{tp.partition}": tp.offset for tp in found}
-    finally:
-        consumer.close()
+    def __init__(self, app: WordCount) -> None:
+        from confluent_kafka import Consumer
+
+        # read_uncommitted: a read_committed client asks for *stable* offsets, which a group that
+        # commits in a transaction every batch almost never has, and times out.
+        self.consumer = Consumer({"bootstrap.servers": app.kafka.bootstrap, "group.id": app.app_id,
+                                  "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+        self.topic = f"{app.app_id}-words-repartition"
+
+    def of(self, tasks: Sequence[str]) -> dict[str, int]:
+        from confluent_kafka import TopicPartition
+
+        tps = [TopicPartition(self.topic, int(t.split("_")[1])) for t in tasks]
+        return {f"1_{tp.partition}": tp.offset for tp in self.consumer.committed(tps, timeout=10)}
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def restored_since(logs: dict[str, tuple[Path, int]]) -> dict[str, int]:
@@ -132,10 +140,12 @@ def scenario(node: Any, kafka: Any, standbys: int, keys: int, work: Path) -> dic
                             > steady.assignment.generation and victim not in m.assignment.executors() and m,
                             300, "the failover generation", interval=0.02)
         t_generation = time.monotonic() - t0
-        base = committed(app, orphans)
-        until(lambda: all(v > base[t] for t, v in committed(app, orphans).items()), 900,
+        offsets = GroupOffsets(app)
+        base = offsets.of(orphans)
+        until(lambda: all(v > base[t] for t, v in offsets.of(orphans).items()), 900,
               "orphaned tasks committing again", interval=0.1)
         t_committing = time.monotonic() - t0
+        offsets.close()
         restored_failover = restored_since(logs)
 
         def returned() -> str | None:

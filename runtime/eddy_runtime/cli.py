@@ -53,6 +53,8 @@ def _driver(args: argparse.Namespace) -> int:
     from eddy_runtime.driver import Driver, DriverError, DriverOptions, default_state_dir
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # py4j logs every callback connection it closes at INFO: a line a second, nothing to act on.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     path = args.streamapp or os.environ.get("EDDY_STREAMAPP")
     if not path:
         print("eddy driver: give --streamapp or set EDDY_STREAMAPP", file=sys.stderr)
