@@ -128,15 +128,16 @@ def stateful_tasks(state: channel.RuntimeState) -> list[str]:
     return sorted(t for t, stores in state.changelog_end_offsets.items() if stores)
 
 
-def caught_up(state: channel.RuntimeState, message: channel.AssignmentMessage) -> bool:
-    """Every copy the assignment names holds its task's whole changelog (per the volumes)."""
+def caught_up(state: channel.RuntimeState, message: channel.AssignmentMessage, slack: int = 0) -> bool:
+    """Every copy the assignment names holds its task's whole changelog (per the volumes), or all
+    but `slack` records of it (while input flows, a standby is always a little behind)."""
     for task in stateful_tasks(state):
         end = sum(state.changelog_end_offsets[task].values())
         for e in message.assignment.tasks[task].copies:
             held = state.executors.get(e)
             # Under exactly-once the end is past the last commit marker: one offset per store.
             stores = (held.stores.get(task) or {}) if held is not None else {}
-            if sum(stores.values()) < end - len(state.changelog_end_offsets[task]):
+            if sum(stores.values()) < end - len(state.changelog_end_offsets[task]) - slack:
                 return False
     return True
 
