@@ -25,6 +25,7 @@ import os
 import pickle
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -252,8 +253,8 @@ def executor_hosts(executors: Iterable[ExecutorRef]) -> dict[str, str]:
     """Host -> executor id, for the hosts that carry exactly one executor (every Kubernetes
     executor pod has an address of its own; local-cluster executors share 127.0.0.1)."""
     executors = list(executors)
-    shared = {e.host for e in executors if sum(1 for o in executors if o.host == e.host) > 1}
-    return {e.host: e.id for e in executors if e.host not in shared}
+    per_host = Counter(e.host for e in executors)
+    return {e.host: e.id for e in executors if per_host[e.host] == 1}
 
 
 def current_executor_id(hosts: Mapping[str, str] | None = None) -> str | None:
