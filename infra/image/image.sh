@@ -102,7 +102,9 @@ apt_sources() {
   done
 }
 
-mirror_for() { apt_sources | awk -v s="$1" '$2 == s { print $1; exit }'; }
+# The first mirror of that suite. awk reads to the end: an early `exit` would kill a later writer
+# with SIGPIPE, and pipefail would fail the build at random.
+mirror_for() { apt_sources | awk -v s="$1" '$2 == s && !found { print $1; found = 1 }'; }
 
 local_cas() { find /usr/local/share/ca-certificates -name '*.crt' -type f 2>/dev/null | sort; }
 
