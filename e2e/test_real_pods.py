@@ -109,7 +109,8 @@ def _lose_executor_and_come_back(app: WordCount, how: str) -> None:
     if how == "pod":
         app.core.delete_namespaced_pod(victim_pod.metadata.name, app.namespace)
     else:
-        # The executor's JVM, from inside its container: tini sees it die and the container ends.
+        # The executor's JVM, from inside its container: the entrypoint sees it die, waits for the
+        # task runner to close its stores, and the container ends (then restarts).
         app.kubectl("exec", victim_pod.metadata.name, "-c", builders.EXECUTOR_CONTAINER, "--",
                     "bash", "-c", "kill -9 $(pgrep -x java)")
 

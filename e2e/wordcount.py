@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
 from eddy_operator import builders, channel
 from tests.operator.cluster import apply, example
 from tests.runtime.apps import latest_counts, produce
@@ -290,23 +293,15 @@ class WordCount:
         self.channel.save(folder)
         (folder / "driver.log").write_text(self.driver_log(tail=2000))
 
-    def metrics(self, pod: Any, port: int) -> dict[str, float]:
-        """Scrape a pod's /metrics over the pod network; samples by name{labels}."""
+    def metrics(self, pod: Any, port: int) -> list[Sample]:
+        """Scrape a pod's /metrics over the pod network."""
         text = urllib.request.urlopen(f"http://{pod.status.pod_ip}:{port}/metrics", timeout=10).read().decode()
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
+        return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 
 
-def metric_sum(samples: dict[str, float], name: str, **labels: str) -> float:
-    total = 0.0
-    for key, value in samples.items():
-        if (key == name or key.startswith(name + "{")) and all(f'{k}="{v}"' in key for k, v in labels.items()):
-            total += value
-    return total
+def metric_sum(samples: list[Sample], name: str, **labels: str) -> float:
+    """The sum of the samples called `name` whose labels include `labels`."""
+    return sum(s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def deploy_word_count(node: NodeCluster, kafka: KafkaBroker, namespace: str, executors: int, standbys: int,
