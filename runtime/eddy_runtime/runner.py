@@ -277,6 +277,8 @@ class TaskRunner:
         with self._tasks_lock:
             t = self._tasks.pop(task_id, None)
         if t is not None:
+            if self.metrics is not None:
+                self.metrics.forget(t.manager.app, task_id, list(t.manager.stores))
             try:
                 t.manager.close()
             except Exception:  # noqa: BLE001
