@@ -221,12 +221,24 @@ def test_operator_driver_and_executor_serve_the_run_s_figures_over_the_pod_netwo
         processed += metric_sum(figures, "eddy_executor_records_in_total", app=app_id)
         standbys = [t for t, a in message.assignment.tasks.items() if exec_id in a.standbys]
         for task in standbys:
-            assert metric_sum(figures, "eddy_state_standby_lag_records", app=app_id, task=task) <= RECOVERY_LAG
+            assert metric_sum(figures, "eddy_executor_standby_lag_records", app=app_id, task=task) <= RECOVERY_LAG
         assert metric_sum(figures, "eddy_executor_work_items_total", app=app_id) > 0, figures
-        # Both executors came back from a loss and caught up: nothing left to restore anywhere.
-        assert metric_sum(figures, "eddy_state_restore_remaining_records", app=app_id) == 0, figures
+        actives = [t for t in stateful_tasks(app.channel.runtime_state())
+                   if message.assignment.tasks[t].active == exec_id]
+        for task in actives:
+            assert metric_sum(figures, "eddy_executor_store_entries", app=app_id, task=task, role="active") > 0
+            assert metric_sum(figures, "eddy_executor_store_size_bytes", app=app_id, task=task, role="active") > 0
+        if actives and metric_sum(figures, "eddy_executor_records_in_total", app=app_id):
+            assert metric_sum(figures, "eddy_executor_process_latency_seconds_count", app=app_id) > 0, figures
+            assert metric_sum(figures, "eddy_executor_commit_latency_seconds_count", app=app_id) > 0, figures
+        # Both executors came back from a loss and caught up: no active has anything left to
+        # restore, and a standby's catch-up is its lag.
+        assert metric_sum(figures, "eddy_executor_restore_remaining_records", app=app_id, role="active") == 0, figures
+        for task in standbys:
+            assert metric_sum(figures, "eddy_executor_restore_remaining_records", app=app_id, task=task,
+                              role="standby") <= RECOVERY_LAG, figures
         if standbys:
-            assert metric_sum(figures, "eddy_state_restored_records_total", app=app_id) > 0, figures
+            assert metric_sum(figures, "eddy_executor_restored_records_total", app=app_id) > 0, figures
     assert processed > 0
     report(f"scraped: operator failovers {metric_sum(operator, 'eddy_operator_failovers_total', app=APP):.0f}, "
            f"driver executor losses {metric_sum(driver, 'eddy_driver_executor_losses_total', app=app_id):.0f}, "

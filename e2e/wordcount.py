@@ -151,7 +151,8 @@ def processed_all(ch: Channel, after_batch: int) -> channel.RuntimeState | None:
     state = ch.runtime_state()
     if state is None or state.batch_id is None or state.batch_id <= after_batch + 1:
         return None
-    return state if state.input_lag and not any(state.input_lag.values()) and not state.restores else None
+    restoring = [r for r in state.restores if r.role == "active"]  # standbys may trail the last commit
+    return state if state.input_lag and not any(state.input_lag.values()) and not restoring else None
 
 
 def until(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.5,

@@ -5,7 +5,8 @@
   warmups, and the executors the operator saw alive when it computed it.
 - `<app>-runtime-state` (written by the driver, read by the operator): key `state.json` holds one
   `RuntimeState`: the tasks with their changelog end offsets per store, each executor's store
-  inventory (the offsets its volume holds, per task and store), and restores in progress.
+  inventory (the offsets its volume holds, per task and store), and every copy still catching up
+  (actives restoring, standbys and warmups behind their changelogs' ends) with its progress.
 
 Both documents carry `version`. A reader accepts the versions it knows and rejects others with a
 `ChannelError`; within one version, fields may be added (readers ignore keys they do not know)

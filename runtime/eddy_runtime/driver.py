@@ -49,6 +49,7 @@ from eddy_runtime.placement import (
     executor_hosts,
     live_executors,
 )
+from eddy_runtime.progress import CopyProgressTracker
 from eddy_runtime.records import decode_source, range_reader, spark_source_schema
 from eddy_runtime.state import ChangelogTopicSpec, changelog_topic_name, ensure_changelog_topics
 from eddy_runtime.work import BatchSettings, InputRange, ItemResult, SlotWork, WorkItem
@@ -200,6 +201,8 @@ class Driver:
         self._held: dict[str, dict[str, int]] = {}
         self._held_stores: dict[str, dict[str, dict[str, int]]] = {}
         self._restoring: dict[str, str] = {}
+        #: restore progress of every copy catching up (published for the operator's status)
+        self._progress = CopyProgressTracker()
         self._known_executors: set[str] = set()
         self._lost: set[str] = set()
         #: (topic, partition) -> offset -> error: records that make the user's DataFrame steps fail
@@ -636,6 +639,7 @@ class Driver:
             if e not in live_ids:
                 del self._held[e]
                 self._held_stores.pop(e, None)
+        self._progress.update(report.results, assignment, live_ids, complete=report.outcome == "ok")
         restoring = sum(1 for r in report.results if r.role == "active" and r.status == "restoring")
         assert self.compiled is not None
         standbys = sum(len(a.standbys) + len(a.warmups) for t, a in assignment.tasks.items()
@@ -680,10 +684,8 @@ class Driver:
         executors = {
             e.id: ExecutorInventory(e.id, host=e.host, stores=self._held_stores.get(e.id, {})) for e in live
         }
-        restores = tuple(
-            RestoreProgress(r.task, r.executor, r.role, r.restored, r.restored + r.restore_remaining)
-            for r in report.results if r.status == "restoring"
-        )
+        restores = tuple(RestoreProgress(c.task, c.executor, c.role, c.restored, c.restored + c.remaining)
+                         for c in self._progress.in_progress())
         state = RuntimeState(self.app, datetime.now(UTC).isoformat(), report.generation, per_task, executors,
                              restores, dict(lag), report.batch_id)
         write_runtime_state(self.options.runtime_state_target, state)

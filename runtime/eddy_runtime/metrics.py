@@ -1,15 +1,16 @@
-"""Prometheus metrics of the driver and of each executor, served over HTTP (``spec.metricsPort``).
+"""Prometheus metrics of the driver and of each executor, served over HTTP (docs/metrics.md lists them).
 
-Executors' Python workers come and go, so executors report figures inside each work item's
-result (work.py's `ItemResult`) and the driver exports them (`DriverMetrics`): batch counts and durations,
-records in/out (totals and the last batch's rate), end-to-end latency, per-task input lag,
-restoring and standby task counts, bad records; plus the state core's per-store metrics
-(`eddy_runtime.state.StateMetrics`) on the same registry.
+Executors report figures inside each work item's result (work.py's `ItemResult`) and the driver
+exports them (`DriverMetrics`, on ``spec.metricsPort``): batch counts and durations, records
+in/out (totals and the last batch's rate), end-to-end latency, per-task input lag, restoring and
+standby task counts, bad records; plus the state figures of each task's active copy
+(`eddy_runtime.state.StateMetrics`, ``eddy_state_*``) on the same registry.
 
-On Kubernetes each executor's task runner (runner.py), which lives as long as its executor, also
-serves `ExecutorMetrics` on the executor pod's metrics port: the same state metrics, but for the
-copies this executor holds (an active and a standby of one task are told apart by pod), and the
-records its work items processed.
+Each executor's task runner (runner.py), which lives as long as its executor, also serves
+`ExecutorMetrics` (``eddy_executor_*``): per task records, process and commit latency, and per
+copy it holds (active, standby or warmup) store size, entries, restore and standby progress.
+On a Kubernetes pod it listens on the pod's metrics port; elsewhere on 127.0.0.1 with a port the
+kernel picks (several executors share one host), which it writes to its state directory.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from prometheus_client.core import HistogramMetricFamily
 from eddy_runtime.state import StateMetrics
 from eddy_runtime.work import LATENCY_BUCKETS_S, ItemResult
 
-__all__ = ["DriverMetrics", "ExecutorMetrics"]
+__all__ = ["PROCESS_LATENCY_BUCKETS_S", "DriverMetrics", "ExecutorMetrics"]
+
+#: seconds per work item (a micro-batch's share of one task)
+PROCESS_LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 class _LatencyCollector:
@@ -78,10 +82,12 @@ class _Served:
         self.registry = registry or CollectorRegistry()
         self._server: Any = None
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
+        """Serve on `addr`:`port` (0: a port the kernel picks); returns the bound port."""
         from prometheus_client import start_http_server
 
         self._server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        return int(self._server.server_port)
 
     def close(self) -> None:
         if self._server is not None:
@@ -164,27 +170,41 @@ class DriverMetrics(_Served):
 
 
 class ExecutorMetrics(_Served):
-    """What one executor's task runner did, for its pod's metrics port (labels ``app``, ``task``,
-    ``role``; the state metrics as in `StateMetrics`)."""
+    """What one executor's task runner did, for its pod's metrics port (names ``eddy_executor_*``).
+
+    Per task (labels ``app``, ``task``): records in and out, process latency (seconds per work
+    item that processed input: read, user steps, stores, commit) and commit latency; per copy this
+    executor holds (labels ``app``, ``task``, ``role``, ``store``): the state figures of
+    `StateMetrics` -- store size and entries, restore and standby progress, standby lag.
+    """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         super().__init__(registry)
         r = self.registry
-        self.state = StateMetrics(registry=r)
-        labels = ["app", "task", "role"]
+        self.state = StateMetrics(registry=r, prefix="eddy_executor", per_copy=True)
+        labels = ["app", "task"]
         self.records_in = Counter("eddy_executor_records_in", "Input records processed (committed) on this executor",
                                   labels, registry=r)
         self.records_out = Counter("eddy_executor_records_out",
                                    "Records this executor wrote to output and repartition topics", labels, registry=r)
+        self.process_latency = Histogram(
+            "eddy_executor_process_latency_seconds",
+            "Wall time of one active work item that processed input (read, steps, stores, commit)", labels,
+            buckets=PROCESS_LATENCY_BUCKETS_S, registry=r,
+        )
         self.items = Counter("eddy_executor_work_items", "Work items run on this executor, by outcome",
                              ["app", "role", "status"], registry=r)
 
     def observe(self, app: str, results: Iterable[ItemResult]) -> None:
         for result in results:
             self.items.labels(app, result.role, result.status).inc()
-            if result.records_in:
-                self.records_in.labels(app, result.task, result.role).inc(result.records_in)
-            if result.records_out:
-                self.records_out.labels(app, result.task, result.role).inc(result.records_out)
+            if result.status == "processed" and result.records_in:
+                self.records_in.labels(app, result.task).inc(result.records_in)
+                self.records_out.labels(app, result.task).inc(result.records_out)
+                self.process_latency.labels(app, result.task).observe(result.duration_s)
             if result.figures is not None:
                 self.state.observe(result.figures)
+
+    def forget(self, app: str, task: str, stores: list[str]) -> None:
+        """Drop the series of a task copy this executor no longer holds."""
+        self.state.forget(app, task, stores)

@@ -63,7 +63,14 @@ from eddy_runtime.work import (
     WorkItem,
 )
 
-__all__ = ["RunnerClient", "TaskRunner", "bad_record_output", "latency_histogram", "runner_address"]
+__all__ = [
+    "METRICS_ADDRESS_FILE",
+    "RunnerClient",
+    "TaskRunner",
+    "bad_record_output",
+    "latency_histogram",
+    "runner_address",
+]
 
 log = logging.getLogger("eddy.runner")
 
@@ -178,6 +185,8 @@ class TaskRunner:
             return
         with t.lock:
             log.info("closing task %s (%s): %s", task_id, t.manager.role, why)
+            if self.metrics is not None:
+                self.metrics.forget(t.manager.app, task_id, list(t.manager.stores))
             try:
                 t.manager.close()
             except Exception:  # noqa: BLE001 - the lock is released by close() even on errors
@@ -247,7 +256,7 @@ class TaskRunner:
                 if item.role == "standby":
                     progress = t.manager.standby_chunk(max_seconds=settings.standby_chunk_seconds)
                     return ItemResult(**base, status="standby", figures=t.manager.figures(),
-                                      restore_remaining=progress.remaining)
+                                      restored=progress.restored, restore_remaining=progress.remaining)
                 return self._active(settings, sub, item, t, data, base)
             except TaskFenced as e:
                 self._close_quietly(item.task)
@@ -268,6 +277,8 @@ class TaskRunner:
         with self._tasks_lock:
             t = self._tasks.pop(task_id, None)
         if t is not None:
+            if self.metrics is not None:
+                self.metrics.forget(t.manager.app, task_id, list(t.manager.stores))
             try:
                 t.manager.close()
             except Exception:  # noqa: BLE001
@@ -428,7 +439,7 @@ def serve(address: str, executor_id: str, state_dir: str, executor_pid: int | No
     except OSError as e:  # another runner serves this state directory already
         log.info("runner for %s already running (%s); exiting", state_dir, e)
         return
-    runner = TaskRunner(executor_id, state_dir, _served_metrics())
+    runner = TaskRunner(executor_id, state_dir, _served_metrics(state_dir))
     stop = threading.Event()
     log.info("runner pid %d for executor %s serving %s (executor pid %s)", os.getpid(), executor_id, state_dir,
              executor_pid)
@@ -481,20 +492,31 @@ def serve(address: str, executor_id: str, state_dir: str, executor_pid: int | No
     log.info("runner for executor %s stopped", executor_id)
 
 
-def _served_metrics() -> ExecutorMetrics | None:
-    """The executor's metrics, served on its pod's metrics port (``EDDY_METRICS_PORT``, set by the
-    executor pod template). Only in a Kubernetes pod: local-cluster executors share the driver's
-    machine and environment, and the driver serves that port there."""
+#: in the runner's state directory: ``host:port`` its metrics are served on
+METRICS_ADDRESS_FILE = "eddy-runner-metrics"
+
+
+def _served_metrics(state_dir: str) -> ExecutorMetrics | None:
+    """The executor's metrics, served over HTTP. On a Kubernetes pod: on the pod's metrics port
+    (``EDDY_METRICS_PORT``, set by the executor pod template). Elsewhere (local-cluster, where
+    several executors share one host and the driver serves that port): on 127.0.0.1, with a port
+    the kernel picks. Either way the address goes to `METRICS_ADDRESS_FILE` and the log."""
     port = os.environ.get("EDDY_METRICS_PORT")
-    if not port or not os.environ.get("SPARK_EXECUTOR_POD_IP"):
-        return None
+    on_pod = bool(port and os.environ.get("SPARK_EXECUTOR_POD_IP"))
+    addr = "0.0.0.0" if on_pod else "127.0.0.1"
     metrics = ExecutorMetrics()
     try:
-        metrics.serve(int(port))
+        bound = metrics.serve(int(port) if on_pod and port else 0, addr)
     except (OSError, ValueError) as e:
-        log.warning("cannot serve executor metrics on port %s: %s", port, e)
+        log.warning("cannot serve executor metrics on %s:%s: %s", addr, port, e)
         return None
-    log.info("executor metrics on port %s", port)
+    target = Path(state_dir) / METRICS_ADDRESS_FILE
+    with contextlib.suppress(OSError):
+        Path(state_dir).mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(f"{addr}:{bound}\n")
+        tmp.replace(target)
+    log.info("executor metrics on http://%s:%d/metrics", addr, bound)
     return metrics
 
 

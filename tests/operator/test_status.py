@@ -174,3 +174,49 @@ def test_events_name_each_active_move_and_group_replica_placement():
     assert events[1] == ("TaskMoved", "task 0_2: active moved from executor 1 to executor 3 (pod-3)")
     assert ("StandbysPlaced", "2: 0_1@3, 0_2@2") in events
     assert ("WarmupsPlaced", "1: 0_3@3") in events
+
+
+def _shape_mismatches(value, schema, path="status"):
+    """Where `value` and the schema's properties differ: keys produced but not declared, or
+    declared but never produced (objects and arrays of objects, all the way down)."""
+    out = []
+    if schema.get("type") == "object" and "properties" in schema:
+        assert isinstance(value, dict), f"{path}: {value!r} is not an object"
+        declared, produced = set(schema["properties"]), set(value)
+        out += [f"{path}.{k}: produced, not in the CRD's schema" for k in sorted(produced - declared)]
+        out += [f"{path}.{k}: in the CRD's schema, never produced" for k in sorted(declared - produced)]
+        for k in sorted(declared & produced):
+            out += _shape_mismatches(value[k], schema["properties"][k], f"{path}.{k}")
+    elif schema.get("type") == "array" and "items" in schema:
+        assert isinstance(value, list) and value, f"{path}: needs at least one item to compare ({value!r})"
+        for i, item in enumerate(value):
+            out += _shape_mismatches(item, schema["items"], f"{path}[{i}]")
+    return out
+
+
+def test_compute_status_produces_exactly_the_fields_of_the_crds_status_schema():
+    from tests.operator.manifests import crd
+
+    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    runtime = RuntimeState("wc", "t", 4, MappingProxyType({"0_0": {"s": 100}}),
+                           restores=(RestoreProgress("0_0", "2", "standby", 40, 100),))
+    failover = Failover("2025-01-01T00:00:00.000Z", "3", "pod deleted", ("0_1",), 0.02)
+    status = compute_status(observed(runtime=runtime, last_failover=failover))
+    assert _shape_mismatches(status, schema) == []
+    # and the other way round: every field in the schema names something compute_status writes
+    assert set(status) == set(schema["properties"])
+
+
+def test_standbys_and_warmups_catching_up_are_listed_with_their_progress():
+    runtime = RuntimeState(
+        "wc", "t", 4, MappingProxyType({"0_0": {"s": 100}, "0_1": {"s": 900}}),
+        restores=(RestoreProgress("0_0", "2", "standby", 90, 100), RestoreProgress("0_1", "3", "warmup", 300, 900)),
+    )
+    s = compute_status(observed(runtime=runtime))
+    assert s["restoring"] == [
+        {"task": "0_0", "executor": "2", "role": "standby", "lag": 10, "restored": 90, "total": 100},
+        {"task": "0_1", "executor": "3", "role": "warmup", "lag": 600, "restored": 300, "total": 900},
+    ]
+    # Standbys behind are not actives restoring: the app stays ready.
+    assert s["phase"] == "Running" and s["tasks"]["restoring"] == 0
+    assert conditions(s)["Ready"] == ("True", "TasksRunning")

@@ -35,7 +35,7 @@ def test_figures_become_eddy_state_metrics_per_task_and_store() -> None:
     assert value(registry, "eddy_state_restore_remaining_records", **store) == 0
     assert value(registry, "eddy_state_restore_rate_records_per_second", **store) == 1000.0
     assert value(registry, "eddy_state_store_size_bytes", **store) == 4096
-    assert value(registry, "eddy_state_store_keys", **store) == 12
+    assert value(registry, "eddy_state_store_entries", **store) == 12
     assert value(registry, "eddy_state_changelog_offset", **store) == 99
     assert value(registry, "eddy_state_commit_latency_seconds_count") == 2
     assert value(registry, "eddy_state_commit_latency_seconds_bucket", le="0.005") == 1
@@ -49,13 +49,23 @@ def test_a_reopened_task_keeps_the_restored_counter_growing() -> None:
     assert value(registry, "eddy_state_restored_records_total", store="counts") == 1100
 
 
-def test_standby_lag_is_exported_and_series_can_be_forgotten() -> None:
-    registry = CollectorRegistry()
-    metrics = StateMetrics(registry)
-    metrics.observe(figures(restored=10, remaining=0, lag=42))
-    assert value(registry, "eddy_state_standby_lag_records", store="counts") == 42
-    metrics.forget("wc", "0_3", ["counts"])
-    assert value(registry, "eddy_state_standby_lag_records", store="counts") is None
+def test_the_driver_view_keeps_the_active_copy_and_the_executor_view_every_copy() -> None:
+    driver, executor = CollectorRegistry(), CollectorRegistry()
+    on_driver, on_executor = StateMetrics(driver), StateMetrics(executor, prefix="eddy_executor", per_copy=True)
+    for metrics in (on_driver, on_executor):
+        metrics.observe(figures(restored=10, remaining=0))
+        metrics.observe(figures(restored=10, remaining=42, lag=42))  # a standby of the same task
+    # The driver cannot tell copies apart: the standby's figures would overwrite the active's.
+    assert value(driver, "eddy_state_restore_remaining_records", store="counts") == 0
+    assert driver.get_sample_value("eddy_state_standby_lag_records", {"app": "wc", "task": "0_3",
+                                                                      "store": "counts"}) is None
+    standby = {"store": "counts", "role": "standby"}
+    assert value(executor, "eddy_executor_standby_lag_records", **standby) == 42
+    assert value(executor, "eddy_executor_restore_remaining_records", **standby) == 42
+    # One copy per task on an executor: the standby's series replaced the active's.
+    assert value(executor, "eddy_executor_store_entries", store="counts", role="active") is None
+    on_executor.forget("wc", "0_3", ["counts"])
+    assert value(executor, "eddy_executor_standby_lag_records", **standby) is None
 
 
 def test_figures_are_picklable_for_the_trip_from_executor_to_driver() -> None:

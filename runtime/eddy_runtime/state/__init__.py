@@ -16,7 +16,7 @@ Modules (Kafka Streams' names, Quix Streams' layering):
 - ``restore.py``        `StoreChangelogReader`: chunked restore with progress, bulk path
 - ``standby.py``        `StandbyUpdater`: standbys tail changelogs, report lag
 - ``manager.py``        `ProcessorStateManager`: one task's stores, restore, standby, commit
-- ``metrics.py``        `TaskFigures` (picklable) and `StateMetrics` (Prometheus, in the driver)
+- ``metrics.py``        `TaskFigures` (picklable) and `StateMetrics` (Prometheus, in the driver and the executors)
 - ``../commit.py``      `TaskCommitter`: exactly_once / at_least_once commit protocol
 
 Driver, once per app start (before any task opens)::

@@ -425,7 +425,8 @@ class ProcessorStateManager:
         for name, store in self.stores.items():
             p = by_store.get(name)
             size = store.size() if not store.closed else None
-            restoring = self.role == "active" and p is not None and not p.done
+            # An active's restore while it lasts; a standby's (or warmup's) tail always.
+            restoring = p is not None and (self.role == "standby" or not p.done)
             out.append(
                 StoreFigures(
                     store=name,

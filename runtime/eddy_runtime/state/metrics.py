@@ -1,31 +1,38 @@
 """State figures of a task, and the Prometheus metrics made from them.
 
-Executors cannot serve metrics to Prometheus themselves (their Python workers come and go), so
 `ProcessorStateManager.figures()` (manager.py) returns plain, picklable `TaskFigures` that a work
-item hands back to the Spark driver, and the driver feeds them to `StateMetrics.observe`. In a
-single process (tests, benchmarks) the same call works directly.
+item hands back; `StateMetrics.observe` turns them into metrics in two places:
 
-Metrics (labels ``app``, ``task``, ``store``; commit latency only ``app``, ``task``):
+- on each executor (`eddy_runtime.metrics.ExecutorMetrics`, prefix ``eddy_executor``, one series
+  per copy this executor holds: labels ``app``, ``task``, ``role``, ``store``); standbys report
+  their tail progress and their lag there;
+- in the driver (`DriverMetrics`, prefix ``eddy_state``, labels ``app``, ``task``, ``store``):
+  the figures of each task's active copy only, since one label set cannot tell copies apart.
 
-- ``eddy_state_restored_records_total``            records restored from changelogs
-- ``eddy_state_restore_rate_records_per_second``   current restore's rate
-- ``eddy_state_restore_remaining_records``         offsets left to restore (0 when restored)
-- ``eddy_state_restore_eta_seconds``               estimated time left (absent while unknown)
-- ``eddy_state_standby_lag_records``               standby's distance to its changelog's end
-- ``eddy_state_commit_latency_seconds``            histogram: Kafka commit + store write
-- ``eddy_state_store_size_bytes``                  RocksDB's live-data + memtable estimate
-- ``eddy_state_store_keys``                        RocksDB's key-count estimate
-- ``eddy_state_changelog_offset``                  last changelog offset held by the store
+Metrics (``<p>`` is the prefix; commit latency has labels ``app``, ``task`` only):
+
+- ``<p>_restored_records_total``               records restored from changelogs (standby tails included)
+- ``<p>_restore_rate_records_per_second``      the current restore's (or tail's) average rate
+- ``<p>_restore_remaining_records``            changelog offsets left to restore (0 when caught up)
+- ``<p>_restore_eta_seconds``                  estimated time left (absent while unknown)
+- ``<p>_standby_lag_records``                  executors only: a standby's distance to its changelog's end
+- ``<p>_commit_latency_seconds``               histogram: Kafka commit + store write
+- ``<p>_store_size_bytes``                     RocksDB's live-data estimate
+- ``<p>_store_entries``                        RocksDB's key-count estimate
+- ``<p>_changelog_offset``                     last changelog offset held by the store
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["StateMetrics", "StoreFigures", "TaskFigures"]
+__all__ = ["COMMIT_LATENCY_BUCKETS_S", "StateMetrics", "StoreFigures", "TaskFigures"]
+
+COMMIT_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,7 @@ class StoreFigures:
     changelog_offset: int | None
     #: records restored by this manager since it opened (all restores and standby tailing)
     restored_records: int
+    #: an active's restore, or a standby's tail: average records/s since it began
     restore_rate: float
     restore_remaining: int
     restore_eta_s: float | None
@@ -58,49 +66,63 @@ class TaskFigures:
 
 
 class StateMetrics:
-    """Prometheus metrics for the state of many tasks (one instance per process)."""
+    """Prometheus metrics for the state of many tasks (one instance per registry).
 
-    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        labels = ["app", "task", "store"]
-        self.restored = Counter(
-            "eddy_state_restored_records", "Records restored from changelogs into stores", labels,
-            registry=registry,
-        )
-        self.restore_rate = Gauge(
-            "eddy_state_restore_rate_records_per_second", "Rate of the current restore", labels,
-            registry=registry,
-        )
-        self.restore_remaining = Gauge(
-            "eddy_state_restore_remaining_records", "Changelog offsets left to restore", labels,
-            registry=registry,
-        )
-        self.restore_eta = Gauge(
-            "eddy_state_restore_eta_seconds", "Estimated seconds until the restore is done", labels,
-            registry=registry,
-        )
-        self.standby_lag = Gauge(
-            "eddy_state_standby_lag_records", "Standby's distance to its changelog's end", labels,
-            registry=registry,
+    `per_copy`: the executor's view (a ``role`` label, standby figures and standby lag kept);
+    otherwise the driver's view (figures of active copies only).
+    """
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY, prefix: str = "eddy_state",
+                 per_copy: bool = False) -> None:
+        self.per_copy = per_copy
+        labels = ["app", "task", "role", "store"] if per_copy else ["app", "task", "store"]
+        p = prefix
+        self.restored = Counter(f"{p}_restored_records", "Records restored from changelogs into stores", labels,
+                                registry=registry)
+        self.restore_rate = Gauge(f"{p}_restore_rate_records_per_second",
+                                  "Average rate of the current restore (or standby tail)", labels, registry=registry)
+        self.restore_remaining = Gauge(f"{p}_restore_remaining_records", "Changelog offsets left to restore",
+                                       labels, registry=registry)
+        self.restore_eta = Gauge(f"{p}_restore_eta_seconds", "Estimated seconds until the restore is done",
+                                 labels, registry=registry)
+        self.standby_lag = (
+            Gauge(f"{p}_standby_lag_records", "Standby's distance to its changelog's end", labels, registry=registry)
+            if per_copy else None
         )
         self.commit_latency = Histogram(
-            "eddy_state_commit_latency_seconds", "Task commit latency (Kafka commit + store write)",
-            ["app", "task"],
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
-            registry=registry,
+            f"{p}_commit_latency_seconds", "Task commit latency (Kafka commit + store write)", ["app", "task"],
+            buckets=COMMIT_LATENCY_BUCKETS_S, registry=registry,
         )
-        self.size = Gauge("eddy_state_store_size_bytes", "Estimated store size", labels, registry=registry)
-        self.keys = Gauge("eddy_state_store_keys", "Estimated number of keys in a store", labels,
+        self.size = Gauge(f"{p}_store_size_bytes", "Estimated store size (RocksDB live data)", labels,
                           registry=registry)
-        self.changelog_offset = Gauge(
-            "eddy_state_changelog_offset", "Last changelog offset held by the store", labels,
-            registry=registry,
-        )
+        self.entries = Gauge(f"{p}_store_entries", "Estimated number of entries in a store", labels,
+                             registry=registry)
+        self.changelog_offset = Gauge(f"{p}_changelog_offset", "Last changelog offset held by the store", labels,
+                                      registry=registry)
         # Figures carry cumulative counts per manager; the counter gets the increase.
-        self._last_restored: dict[tuple[str, str, str], int] = {}
+        self._last_restored: dict[tuple[str, ...], int] = {}
+        #: per copy (app, task, store): the role its series carry now
+        self._roles: dict[tuple[str, str, str], str] = {}
+
+    def _gauges(self) -> list[Any]:
+        gauges = [self.restore_rate, self.restore_remaining, self.restore_eta, self.size, self.entries,
+                  self.changelog_offset]
+        return gauges + ([self.standby_lag] if self.standby_lag is not None else [])
+
+    def _key(self, app: str, task: str, role: str, store: str) -> tuple[str, ...]:
+        if not self.per_copy:
+            return (app, task, store)
+        before = self._roles.get((app, task, store))
+        if before is not None and before != role:  # promoted (or demoted): drop the old role's series
+            self._remove((app, task, before, store))
+        self._roles[(app, task, store)] = role
+        return (app, task, role, store)
 
     def observe(self, figures: TaskFigures) -> None:
+        if not self.per_copy and figures.role != "active":
+            return
         for s in figures.stores:
-            key = (figures.app, figures.task_id, s.store)
+            key = self._key(figures.app, figures.task_id, figures.role, s.store)
             before = self._last_restored.get(key, 0)
             # A smaller figure means a new manager (reopened task): its count starts from 0.
             delta = s.restored_records - before if s.restored_records >= before else s.restored_records
@@ -111,26 +133,35 @@ class StateMetrics:
             self.restore_remaining.labels(*key).set(s.restore_remaining)
             if s.restore_eta_s is not None:
                 self.restore_eta.labels(*key).set(s.restore_eta_s)
-            if s.standby_lag is not None:
+            elif s.restore_remaining == 0:
+                self.restore_eta.labels(*key).set(0)
+            else:  # unknown (no rate yet)
+                with contextlib.suppress(KeyError):
+                    self.restore_eta.remove(*key)
+            if self.standby_lag is not None and s.standby_lag is not None:
                 self.standby_lag.labels(*key).set(s.standby_lag)
-            else:
-                self.standby_lag.labels(*key).set(0)
             self.size.labels(*key).set(s.size_bytes)
-            self.keys.labels(*key).set(s.keys)
+            self.entries.labels(*key).set(s.keys)
             if s.changelog_offset is not None:
                 self.changelog_offset.labels(*key).set(s.changelog_offset)
         hist = self.commit_latency.labels(figures.app, figures.task_id)
         for latency in figures.commit_latencies_s:
             hist.observe(latency)
 
+    def _remove(self, key: tuple[str, ...]) -> None:
+        self._last_restored.pop(key, None)
+        for metric in (self.restored, *self._gauges()):
+            with contextlib.suppress(KeyError):
+                metric.remove(*key)
+
     def forget(self, app: str, task_id: str, stores: list[str]) -> None:
         """Drop a task's series (when it moved away from this process's view)."""
         for store in stores:
-            key = (app, task_id, store)
-            self._last_restored.pop(key, None)
-            for metric in (self.restored, self.restore_rate, self.restore_remaining, self.restore_eta,
-                           self.standby_lag, self.size, self.keys, self.changelog_offset):
-                with contextlib.suppress(KeyError):
-                    metric.remove(*key)
+            if self.per_copy:
+                role = self._roles.pop((app, task_id, store), None)
+                if role is not None:
+                    self._remove((app, task_id, role, store))
+            else:
+                self._remove((app, task_id, store))
         with contextlib.suppress(KeyError):
             self.commit_latency.remove(app, task_id)

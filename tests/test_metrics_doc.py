@@ -1,0 +1,45 @@
+"""docs/metrics.md lists exactly the metrics the registries export, with their types."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.exported_metrics import exported
+from tests.operator.manifests import REPO
+
+pytestmark = pytest.mark.unit
+
+DOC = REPO / "docs" / "metrics.md"
+ROW = re.compile(r"^\| `(eddy_[a-z0-9_]+)` \| (counter|gauge|histogram) \|([^|]*)\|", re.M)
+
+
+def test_the_metrics_reference_lists_exactly_the_exported_metrics_with_their_types():
+    documented = {name: kind for name, kind, _ in ROW.findall(DOC.read_text())}
+    found = exported()
+    types = {name: kind for per in found.types.values() for name, kind in per.items()}
+    assert sorted(set(types) - set(documented)) == [], "exported but not in docs/metrics.md"
+    assert sorted(set(documented) - set(types)) == [], "in docs/metrics.md but exported by no registry"
+    assert {n: k for n, k in documented.items() if types[n] != k} == {}, "documented with the wrong type"
+
+
+def test_the_metrics_reference_names_each_metrics_labels():
+    from prometheus_client import REGISTRY
+
+    from eddy_runtime.metrics import DriverMetrics, ExecutorMetrics
+
+    documented = {name: {x.strip(" `") for x in re.findall(r"`([a-z_]+)`", labels)}
+                  for name, _, labels in ROW.findall(DOC.read_text())}
+    labels: dict[str, set[str]] = {}
+    for registry in (REGISTRY, DriverMetrics("x").registry, ExecutorMetrics().registry):
+        for collector in list(registry._collector_to_names):  # noqa: SLF001 - the declared label names
+            names = getattr(collector, "_labelnames", None)
+            metric = getattr(collector, "_name", None)
+            if metric and metric.startswith("eddy_") and names is not None:
+                suffix = "_total" if getattr(collector, "_type", "") == "counter" else ""
+                labels[metric + suffix] = set(names)
+    assert labels, "no labelled metric found"
+    wrong = {n: (sorted(documented.get(n, set())), sorted(ls)) for n, ls in labels.items()
+             if not ls <= documented.get(n, set())}
+    assert wrong == {}, "metrics whose labels docs/metrics.md does not name: {documented, declared}"
