@@ -149,6 +149,8 @@ def test_kubectl_scale_changes_executor_replicas_without_restarting_the_driver(k
         ({"processingGuarantee": "exactly_twice"}, "spec.processingGuarantee", "Unsupported value"),
         ({"sparkConf": {"spark.executor.instances": "9"}}, "spec.sparkConf", "operator owns"),
         ({"kafka__config": {"sasl.password": "x"}}, "spec.kafka.config", "Secret references"),
+        # removed: the commit cadence is triggerInterval (each micro-batch commits as one unit)
+        ({"commitInterval": "30s"}, "spec.commitInterval", "unknown field"),
     ],
 )
 def test_invalid_manifests_are_rejected_by_the_apiserver_naming_the_field(crd, namespace, changes, field, says):
