@@ -3,9 +3,15 @@
     eddy-operator                       # every namespace
     eddy-operator -n team-a -n team-b   # only these namespaces (namespaced RBAC)
 
+Several replicas may run: they elect a leader through a Lease in the operator's own namespace
+(`eddy_operator.leader`); the leader runs kopf, the others wait and serve liveness and metrics.
+A leader that cannot renew the Lease in time exits with status 3 so the kubelet restarts it; on
+SIGTERM it stops handling, then clears the Lease's holder so a standby takes over at once.
+
 Environment: EDDY_OPERATOR_METRICS_PORT (8080; -1 turns metrics off),
-EDDY_OPERATOR_METRICS_ADDRESS (0.0.0.0), EDDY_OPERATOR_RESYNC_SECONDS (30), KUBECONFIG when run
-outside a cluster.
+EDDY_OPERATOR_METRICS_ADDRESS (0.0.0.0), EDDY_OPERATOR_RESYNC_SECONDS (30), POD_NAME and
+POD_NAMESPACE (the downward API: the candidate's identity and the Lease's namespace), the
+EDDY_OPERATOR_* variables named in `--help` for the flags, KUBECONFIG when run outside a cluster.
 """
 
 from __future__ import annotations
@@ -13,9 +19,22 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
+import threading
+from typing import Any
+
+EXIT_LOST_LEADERSHIP = 3
 
 
-def main(argv: list[str] | None = None) -> None:
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    try:
+        return float(value) if value else default
+    except ValueError:
+        raise SystemExit(f"eddy-operator: {name}={value!r} is not a number of seconds") from None
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eddy-operator", description="Run the Eddy StreamApp operator.")
     parser.add_argument(
         "-n",
@@ -27,25 +46,128 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--liveness",
         default=os.environ.get("EDDY_OPERATOR_LIVENESS", "http://0.0.0.0:8081/healthz"),
-        help="liveness endpoint URL ('' to disable)",
+        help="liveness endpoint URL ('' to disable; $EDDY_OPERATOR_LIVENESS)",
+    )
+    election = parser.add_argument_group("leader election (a coordination.k8s.io/v1 Lease)")
+    election.add_argument(
+        "--leader-election",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("EDDY_OPERATOR_LEADER_ELECTION", "true").lower() not in ("false", "0", "no"),
+        help="run only while holding the Lease (default: on; $EDDY_OPERATOR_LEADER_ELECTION)",
+    )
+    election.add_argument(
+        "--lease-name",
+        default=os.environ.get("EDDY_OPERATOR_LEASE_NAME", "eddy-operator"),
+        help="the Lease's name ($EDDY_OPERATOR_LEASE_NAME; default eddy-operator)",
+    )
+    election.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("EDDY_OPERATOR_LEASE_NAMESPACE"),
+        help="the Lease's namespace ($EDDY_OPERATOR_LEASE_NAMESPACE; default $POD_NAMESPACE)",
+    )
+    election.add_argument(
+        "--lease-duration",
+        type=float,
+        default=_env_float("EDDY_OPERATOR_LEASE_DURATION", 15.0),
+        help="seconds a standby waits for a silent leader before taking over ($EDDY_OPERATOR_LEASE_DURATION; 15)",
+    )
+    election.add_argument(
+        "--lease-renew",
+        type=float,
+        default=_env_float("EDDY_OPERATOR_LEASE_RENEW", 5.0),
+        help="seconds between the leader's renewals ($EDDY_OPERATOR_LEASE_RENEW; 5)",
+    )
+    election.add_argument(
+        "--lease-retry",
+        type=float,
+        default=_env_float("EDDY_OPERATOR_LEASE_RETRY", 2.0),
+        help="seconds between attempts after a failed or refused one, and each request's timeout; "
+        "the leader gives up after duration - 2 x retry without a renewal ($EDDY_OPERATOR_LEASE_RETRY; 2)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    args = parser.parse_args(argv)
+    return parser
 
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+
+def _run_kopf(args: argparse.Namespace, stop_flag: threading.Event | None) -> None:
     import kopf
 
     import eddy_operator.handlers  # noqa: F401  (registers the handlers)
 
     kopf.run(
+        # kopf's own peering stays off: with leader election the Lease decides who acts.
         standalone=True,
         clusterwide=not args.namespace,
         namespaces=args.namespace or (),
         liveness_endpoint=args.liveness or None,
+        stop_flag=stop_flag,
     )
+
+
+def _exit_lost_leadership() -> None:
+    """No graceful stop: handlers must not act once the Lease may belong to another replica."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(EXIT_LOST_LEADERSHIP)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from eddy_operator import health, leader, metrics
+    from eddy_operator.kube import load_config
+
+    try:
+        timing = leader.LeaderTiming(args.lease_duration, args.lease_renew, args.lease_retry)
+        namespace = leader.lease_namespace(args.lease_namespace) if args.leader_election else ""
+    except leader.LeaderElectionError as err:
+        parser.error(str(err))
+
+    port = int(os.environ.get("EDDY_OPERATOR_METRICS_PORT", "8080"))
+    if port >= 0:  # before the election: a standby is scraped too
+        metrics.serve(os.environ.get("EDDY_OPERATOR_METRICS_ADDRESS", "0.0.0.0"), port)
+    if not args.leader_election:
+        metrics.LEADER.set(1)
+        _run_kopf(args, None)
+        return
+
+    lock = leader.LeaseLock(load_config(), namespace, args.lease_name, request_timeout_s=timing.retry_interval_s)
+    elector = leader.LeaderElector(
+        lock, leader.identity_for(os.environ.get("POD_NAME")), timing, on_lost=_exit_lost_leadership
+    )
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        logging.getLogger(__name__).info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    standby = (
+        health.StandbyHealthServer(args.liveness, lambda: elector.last_attempt_at, timing.lease_duration_s)
+        if args.liveness
+        else None
+    )
+    try:
+        leading = elector.campaign(stop)
+    finally:
+        if standby is not None:
+            standby.close()
+    if not leading:
+        return
+    metrics.LEADER.set(1)
+    elector.keep_renewing()
+    try:
+        # kopf installs its own SIGTERM/SIGINT handlers; `stop` covers a signal that came before.
+        _run_kopf(args, stop)
+    finally:
+        elector.stop_renewing()
+        elector.release()
+        metrics.LEADER.set(0)
+        metrics.shutdown()
 
 
 if __name__ == "__main__":
