@@ -17,13 +17,17 @@ EDDY_OPERATOR_* variables named in `--help` for the flags, KUBECONFIG when run o
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 EXIT_LOST_LEADERSHIP = 3
+# Set while kopf runs: what a signal must call to stop it.
+_STOP_CALLBACKS: list[Callable[[], None]] = []
 
 
 def _env_float(name: str, default: float) -> float:
@@ -88,19 +92,47 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run_kopf(args: argparse.Namespace, stop_flag: threading.Event | None) -> None:
+def _run_kopf(args: argparse.Namespace, stop: threading.Event | None) -> None:
     import kopf
 
     import eddy_operator.handlers  # noqa: F401  (registers the handlers)
 
-    kopf.run(
-        # kopf's own peering stays off: with leader election the Lease decides who acts.
-        standalone=True,
-        clusterwide=not args.namespace,
-        namespaces=args.namespace or (),
-        liveness_endpoint=args.liveness or None,
-        stop_flag=stop_flag,
-    )
+    async def operate() -> None:
+        # kopf waits on a non-asyncio stop flag in a thread that never ends (asyncio.run could
+        # not finish), and when a signal stops it, it waits 5 s for its own stop-flag waiter:
+        # so an asyncio.Event, set by signals once kopf is up (before that, by `request_stop`).
+        flag, ready = asyncio.Event(), asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if stop is not None:
+            if stop.is_set():
+                return
+            _STOP_CALLBACKS.append(lambda: loop.call_soon_threadsafe(flag.set))
+
+            async def take_signals() -> None:
+                await ready.wait()  # kopf has installed its handlers: replace them
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.add_signal_handler(sig, _log_and_set, sig, flag)
+
+            signals_task = asyncio.create_task(take_signals())  # noqa: F841 - runs until kopf is ready
+        await kopf.operator(
+            ready_flag=ready,
+            # kopf's own peering stays off: with leader election the Lease decides who acts.
+            standalone=True,
+            clusterwide=not args.namespace,
+            namespaces=args.namespace or (),
+            liveness_endpoint=args.liveness or None,
+            stop_flag=flag,
+        )
+
+    try:
+        asyncio.run(operate())
+    finally:
+        _STOP_CALLBACKS.clear()
+
+
+def _log_and_set(sig: signal.Signals, flag: asyncio.Event) -> None:
+    logging.getLogger(__name__).info("signal %s: stopping", sig.name)
+    flag.set()
 
 
 def _exit_lost_leadership() -> None:
@@ -143,6 +175,8 @@ def main(argv: list[str] | None = None) -> None:
     def request_stop(signum: int, _frame: Any) -> None:
         logging.getLogger(__name__).info("signal %d: stopping", signum)
         stop.set()
+        for callback in list(_STOP_CALLBACKS):
+            callback()
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
