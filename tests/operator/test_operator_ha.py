@@ -56,6 +56,12 @@ def leader_and_standby(kube, namespace, procs, timeout=60.0):
     return leaders[0], next(p for p in procs if p is not leaders[0])
 
 
+def kopf_is_serving(op: OperatorProcess) -> bool:
+    """kopf's liveness endpoint (not the standby's, on the same port) answers with the probe's result."""
+    status, body = op.get(op.health_port, "/healthz")
+    return status == 200 and "handlers" in body
+
+
 class GenerationRecorder:
     """Every version of the assignment ConfigMap, read from a watch (no version is missed)."""
 
@@ -132,7 +138,7 @@ def test_the_standby_serves_liveness_and_metrics_and_only_the_leader_handles(crd
         lambda: (r := standby.get(standby.health_port, "/healthz"))[0] == 200 and r, 30, 0.2, "standby /healthz"
     )
     assert json.loads(body)["role"] == "standby"
-    wait_for(lambda: leader.get(leader.health_port, "/healthz")[0] == 200, 30, 0.2, "leader /healthz (kopf's)")
+    wait_for(lambda: kopf_is_serving(leader), 60, 0.2, "leader /healthz (kopf's)")
     status, body = leader.get(leader.health_port, "/healthz")
     assert json.loads(body) == {"handlers": "ok"}, body  # the probe handler ran and passed
     assert wait_for(lambda: leader.metric("eddy_operator_leader") == 1.0, 10, 0.2, "leader gauge 1")
@@ -207,7 +213,7 @@ def test_leader_killed_during_a_failover_is_replaced_and_the_failover_completes_
 
 def test_a_stopped_leader_releases_the_lease_and_the_standby_takes_over_at_once(crd, namespace, operators):
     leader, standby = leader_and_standby(crd, namespace, operators)
-    wait_for(lambda: leader.get(leader.health_port, "/healthz")[0] == 200, 30, 0.2, "the leader running kopf")
+    wait_for(lambda: kopf_is_serving(leader), 60, 0.2, "the leader running kopf")
     t0 = time.monotonic()
     assert leader.stop() == 0, leader.log_tail()
     stopped = time.monotonic() - t0
@@ -220,7 +226,7 @@ def test_a_stopped_leader_releases_the_lease_and_the_standby_takes_over_at_once(
 
 def test_a_leader_whose_lease_is_taken_exits_non_zero_at_once(crd, namespace, operators):
     leader, _standby = leader_and_standby(crd, namespace, operators)
-    wait_for(lambda: leader.get(leader.health_port, "/healthz")[0] == 200, 30, 0.2, "the leader running kopf")
+    wait_for(lambda: kopf_is_serving(leader), 60, 0.2, "the leader running kopf")
     lock = LeaseLock(crd.api_client(), namespace, "eddy-operator", request_timeout_s=5)
     current = lock.get()
     assert current is not None
@@ -228,3 +234,95 @@ def test_a_leader_whose_lease_is_taken_exits_non_zero_at_once(crd, namespace, op
     code = leader.proc.wait(RENEW_S + RETRY_S + 5)
     assert code == 3, leader.log_tail()
     assert "lost leadership" in leader.log_tail()
+
+
+class FreezableProxy:
+    """A TCP relay on loopback in front of the apiserver; `freeze()` stops relaying (connections
+    stay open, bytes stop moving), as a network partition between one replica and the apiserver."""
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        import socket
+
+        self.upstream = (upstream_host, upstream_port)
+        self.frozen = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            self.sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src, dst) -> None:
+        try:
+            while data := src.recv(65536):
+                while self.frozen.is_set():
+                    time.sleep(0.05)
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def freeze(self) -> None:
+        self.frozen.set()
+
+    def close(self) -> None:
+        self.listener.close()
+        for s in self.sockets:
+            s.close()
+
+
+def test_a_leader_cut_off_from_the_apiserver_exits_before_the_standby_may_lead(crd, namespace, tmp_path):
+    """The leader reaches the apiserver through a relay that then stops relaying: it must stop
+    (exit 3) renew-deadline after its last renewal, before the standby, which measures a whole
+    lease duration from when it last saw a renewal, takes the Lease."""
+    import urllib.parse
+
+    import yaml
+
+    config = yaml.safe_load(crd.kubeconfig.read_text())
+    server = urllib.parse.urlsplit(config["clusters"][0]["cluster"]["server"])
+    proxy = FreezableProxy(server.hostname, server.port)
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+    relayed = tmp_path / "relayed-kubeconfig"
+    relayed.write_text(yaml.safe_dump(config))
+
+    class Relayed:  # the same control plane, reached through the relay
+        kubeconfig = relayed
+
+    leader = OperatorProcess(Relayed, "op-cut", namespace, tmp_path, ("--namespace", namespace, *ELECTION))  # type: ignore[arg-type]
+    standby = None
+    try:
+        wait_for(lambda: leader.is_holder(lease_holder(crd, namespace)), 60, 0.2, "op-cut leading")
+        standby = OperatorProcess(crd, "op-direct", namespace, tmp_path, ("--namespace", namespace, *ELECTION))
+        wait_for(lambda: standby.get(standby.health_port, "/healthz")[0] == 200, 60, 0.2, "the standby campaigning")
+        wait_for(lambda: kopf_is_serving(leader), 60, 0.2, "the leader running kopf")
+        proxy.freeze()
+        frozen_at = time.monotonic()
+        code = leader.proc.wait(LEASE_S + 5)
+        exited = time.monotonic() - frozen_at
+        wait_for(lambda: standby.is_holder(lease_holder(crd, namespace)), LEASE_S + 10, 0.1, "op-direct leading")
+        took_over = time.monotonic() - frozen_at
+        assert code == 3, leader.log_tail()
+        assert "lost leadership" in leader.log_tail()
+        report(
+            f"\nleader cut off from the apiserver: it exited (status {code}) {exited:.1f}s later; "
+            f"the standby held the Lease {took_over:.1f}s later (lease {LEASE_S}s, renew deadline "
+            f"{LEASE_S - 2 * RETRY_S}s)"
+        )
+        assert exited < took_over, "the old leader was still running when the standby took over"
+        assert exited <= LEASE_S - 2 * RETRY_S + 1
+    finally:
+        if standby is not None:
+            standby.stop()
+        leader.stop(5)
+        proxy.close()
