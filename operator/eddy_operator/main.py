@@ -104,9 +104,9 @@ def _run_kopf(args: argparse.Namespace, stop: threading.Event | None) -> None:
         flag, ready = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
         if stop is not None:
-            if stop.is_set():
-                return
             _STOP_CALLBACKS.append(lambda: loop.call_soon_threadsafe(flag.set))
+            if stop.is_set():  # a signal came before the callback was there
+                return
 
             async def take_signals() -> None:
                 await ready.wait()  # kopf has installed its handlers: replace them
