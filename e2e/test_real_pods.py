@@ -14,7 +14,8 @@ on one app, each step feeding more input and checking the counts exactly:
 4. Prometheus figures scraped from the operator, the driver and an executor over the pod network;
 5. the driver pod deleted: its StatefulSet brings it back and the app resumes from committed
    offsets and the executors' volumes;
-6. the operator pod deleted: it comes back and creates nothing twice;
+6. the leading operator pod deleted: the standby replica takes the Lease at once, a new pod
+   comes back as the standby, and nothing is created twice;
 7. `kubectl get sapp` and `kubectl describe sapp` tell the story.
 """
 
@@ -187,14 +188,39 @@ def test_sigkilled_executor_jvm_fails_over_and_its_container_restores_from_its_v
     _lose_executor_and_come_back(wordcount, "jvm")
 
 
+OPERATOR_SELECTOR = "app.kubernetes.io/name=eddy-operator"
+LEASE = "eddy-eddy-operator"  # the chart's full name for the release "eddy"
+
+
+def lease_holder(app: WordCount) -> str | None:
+    from kubernetes import client
+
+    lease = client.CoordinationV1Api(app.core.api_client).read_namespaced_lease(LEASE, OPERATOR_NAMESPACE)
+    return lease.spec.holder_identity or None
+
+
+def operator_pods(app: WordCount) -> tuple[Any, list[Any]]:
+    """The operator pod holding the Lease (identity: pod name + random suffix) and the others."""
+    holder = until(lambda: lease_holder(app), 60, "a leader in the operator's Lease")
+    pods = [p for p in app.core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=OPERATOR_SELECTOR).items
+            if p.metadata.deletion_timestamp is None]
+    leaders = [p for p in pods if holder.rsplit("-", 1)[0] == p.metadata.name]
+    assert len(leaders) == 1, (holder, [p.metadata.name for p in pods])
+    return leaders[0], [p for p in pods if p is not leaders[0]]
+
+
 def test_operator_driver_and_executor_serve_the_run_s_figures_over_the_pod_network(wordcount: WordCount):
     app = wordcount
     app.steady()
     app.feed(200)
     app.counted_everything(300, "input counted before the scrape")
-    operator_pod = next(iter(app.core.list_namespaced_pod(
-        OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/name=eddy-operator").items))
-    operator = app.metrics(operator_pod, 8080)
+    leader, standbys = operator_pods(app)
+    operator = app.metrics(leader, 8080)
+    assert metric_sum(operator, "eddy_operator_leader") == 1
+    for standby in standbys:  # scraped too (the metrics Service selects every replica), handling nothing
+        figures = app.metrics(standby, 8080)
+        assert metric_sum(figures, "eddy_operator_leader") == 0
+        assert metric_sum(figures, "eddy_operator_failovers_total") == 0
     assert metric_sum(operator, "eddy_operator_failovers_total", namespace=app.namespace, app=APP) >= 2, operator
     generation = app.channel.assignment().assignment.generation
     assert metric_sum(operator, "eddy_operator_assignment_generation", app=APP) == generation
@@ -260,10 +286,9 @@ def test_deleted_driver_pod_comes_back_and_resumes_from_committed_offsets_and_vo
     report(f"driver pod replaced; new input counted exactly {time.monotonic() - t0:.0f}s after the delete")
 
 
-def test_deleted_operator_pod_comes_back_and_creates_nothing_twice(wordcount: WordCount):
+def test_deleted_leader_operator_pod_hands_over_to_the_standby_and_nothing_is_created_twice(wordcount: WordCount):
     app = wordcount
     app.steady()
-    selector = "app.kubernetes.io/name=eddy-operator"
 
     def owned() -> list[tuple[str, str]]:
         out = app.kubectl("get", "statefulsets,services,configmaps,serviceaccounts,roles,rolebindings,pdb",
@@ -272,18 +297,28 @@ def test_deleted_operator_pod_comes_back_and_creates_nothing_twice(wordcount: Wo
 
     before = owned()
     generation = app.channel.assignment().assignment.generation
-    old = next(iter(app.core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=selector).items))
+    old, standbys = operator_pods(app)
+    assert len(standbys) == 1, [p.metadata.name for p in standbys]
+    t0 = time.monotonic()
     app.core.delete_namespaced_pod(old.metadata.name, OPERATOR_NAMESPACE)
-    until(lambda: [p for p in app.core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=selector).items
-                   if p.metadata.uid != old.metadata.uid and p.status.phase == "Running"
+    # the leader stops handling and clears the Lease as it goes: the standby takes it at once
+    new_holder = until(lambda: (h := lease_holder(app)) and h.rsplit("-", 1)[0] == standbys[0].metadata.name and h,
+                       30, "the standby holding the Lease", interval=0.1)
+    handover = time.monotonic() - t0
+    until(lambda: [p for p in app.core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=OPERATOR_SELECTOR).items
+                   if p.metadata.uid != old.metadata.uid and p.metadata.name != standbys[0].metadata.name
+                   and p.status.phase == "Running"
                    and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])],
-          180, "a new operator pod", interval=1)
+          180, "a new operator pod (the new standby)", interval=1)
     app.feed(500)
-    app.counted_everything(300, "input counted with the new operator")
+    app.counted_everything(300, "input counted with the new leader")
     assert owned() == before
-    # The new operator picks the app up where the old one left it: same generation, no reshuffle.
+    # The new leader picks the app up where the old one left it: same generation, no reshuffle.
     assert app.channel.assignment().assignment.generation == generation
-    assert len(app.core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=selector).items) == 1
+    pods = app.core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=OPERATOR_SELECTOR).items
+    assert len([p for p in pods if p.metadata.deletion_timestamp is None]) == 2
+    assert lease_holder(app) == new_holder
+    report(f"leader operator pod deleted: the standby held the Lease {handover:.1f}s later")
 
 
 def test_kubectl_get_and_describe_tell_the_story(wordcount: WordCount):

@@ -591,6 +591,20 @@ def build_driver_statefulset(spec: StreamAppSpec, owner: Owner, conf_hash: str) 
                                 "periodSeconds": 5,
                                 "failureThreshold": 3,
                             },
+                            # /healthz (eddy_runtime.health, beside /metrics) fails when no micro-batch
+                            # started or finished for max(120 s, 20 x triggerInterval). The startup probe
+                            # covers the SparkSession's start, before the endpoint is served.
+                            "startupProbe": {
+                                "httpGet": {"path": "/healthz", "port": "metrics"},
+                                "periodSeconds": 10,
+                                "failureThreshold": 60,
+                            },
+                            "livenessProbe": {
+                                "httpGet": {"path": "/healthz", "port": "metrics"},
+                                "periodSeconds": 10,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 3,
+                            },
                             "resources": {
                                 "requests": {"cpu": str(spec.driver.cores), "memory": f"{memory}Mi"},
                                 "limits": {"memory": f"{memory}Mi"},

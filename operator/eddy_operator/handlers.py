@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from eddy_operator import builders, channel, metrics
+from eddy_operator import builders, channel, health, metrics
 from eddy_operator.assignment import Orchestrator, Snapshot, pod_info, zone_of
 from eddy_operator.kube import Kube
 from eddy_operator.reconcile import clean_up, reconcile
@@ -55,6 +55,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     memo.metrics_server = (
         metrics.serve(os.environ.get("EDDY_OPERATOR_METRICS_ADDRESS", "0.0.0.0"), port) if port >= 0 else None
     )
+    memo.resync_round_at = time.monotonic()  # the liveness probe watches this move
     # The indexes are empty now and filled by kopf as its watches list the cluster.
     memo.resync_task = asyncio.create_task(_resync_forever(memo, _indexes(kwargs)))
 
@@ -70,6 +71,18 @@ async def _resync_forever(memo: kopf.Memo, indexes: dict[str, Any]) -> None:
                 await _sync(memo, namespace, app, "resync", time.monotonic(), **indexes)
             except Exception:  # one broken app must not stop the others' resync
                 log.exception("resync of %s/%s failed", namespace, app)
+        memo.resync_round_at = time.monotonic()
+
+
+@kopf.on.probe(id="handlers")
+async def handlers_alive(memo: kopf.Memo, **_: Any) -> str:
+    """Fails kopf's liveness endpoint when the handlers could no longer act (see `health`)."""
+    if not await health.executor_responds():
+        raise kopf.PermanentError("the handlers' thread pool runs nothing (every worker is stuck)")
+    problem = health.resync_problem(memo.get("resync_round_at", time.monotonic()), time.monotonic(), RESYNC_SECONDS)
+    if problem is not None:
+        raise kopf.PermanentError(problem)
+    return "ok"
 
 
 @kopf.on.cleanup()
@@ -77,10 +90,8 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     task = memo.get("resync_task")
     if task is not None:
         task.cancel()
-    server = memo.get("metrics_server")
-    if server is not None:
-        await asyncio.to_thread(server.shutdown)
-        server.server_close()
+    if memo.get("metrics_server") is not None:
+        await asyncio.to_thread(metrics.shutdown)
 
 
 # --- indexes: the operator's view of the cluster, kept current by kopf's watches -------------

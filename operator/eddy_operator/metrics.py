@@ -61,8 +61,23 @@ def forget_app(namespace: str, app: str) -> None:
             metric.remove(namespace, app)
 
 
+LEADER = Gauge("eddy_operator_leader", "1 while this replica holds the leader Lease and handles StreamApps")
+_server: Any = None
+
+
 def serve(address: str, port: int) -> Any:
-    """Start the /metrics HTTP server; returns the server (call `.shutdown()` to stop)."""
-    server, _thread = start_http_server(port, addr=address)
-    log.info("metrics on http://%s:%d/metrics", address, server.server_port)
-    return server
+    """Start the /metrics HTTP server once per process (`main` starts it before the leader
+    election, so that a standby answers scrapes too); returns the server."""
+    global _server
+    if _server is None:
+        _server, _thread = start_http_server(port, addr=address)
+        log.info("metrics on http://%s:%d/metrics", address, _server.server_port)
+    return _server
+
+
+def shutdown() -> None:
+    global _server
+    if _server is not None:
+        _server.shutdown()
+        _server.server_close()
+        _server = None

@@ -65,6 +65,18 @@ RESERVED_SPARK_CONF: frozenset[str] = frozenset(
     }
 )
 
+# Fields that older manifests may still carry, with what to do instead. The CRD no longer
+# declares them either, so the apiserver answers "unknown field" under strict validation.
+REMOVED_FIELDS: Mapping[str, str] = MappingProxyType(
+    {
+        "commitInterval": (
+            "unknown field (removed): each micro-batch commits as one atomic unit (one Kafka "
+            "transaction per task under exactly_once), so the commit cadence is spec.triggerInterval "
+            "(what Kafka Streams calls commit.interval.ms); set triggerInterval instead"
+        ),
+    }
+)
+
 # Kafka client settings that carry credentials: only Secret references may provide them.
 _SECRET_CONFIG_WORDS = ("password", "secret", "sasl.jaas.config", "ssl.key.pem", "ssl.keystore")
 
@@ -261,9 +273,8 @@ class StreamAppSpec:
     application_id: str
     image_pull_policy: str = "IfNotPresent"
     processing_guarantee: ProcessingGuarantee = ProcessingGuarantee.EXACTLY_ONCE
+    # Also the commit cadence: each micro-batch commits as one unit (see REMOVED_FIELDS).
     trigger_interval_s: float = 1.0
-    # None: commit at the end of every micro-batch.
-    commit_interval_s: float | None = None
     bad_record_policy: BadRecordPolicy = BadRecordPolicy.FAIL
     # Set exactly when the policy is dead-letter (defaults to `<applicationId>-dlq`).
     dead_letter_topic: str | None = None
@@ -439,6 +450,11 @@ def _parse_manifest(manifest: Mapping[str, Any]) -> StreamAppSpec:
     namespace = meta.get("namespace") or "default"
     generation = meta.get("generation")
 
+    spec_obj = manifest.get("spec")
+    if isinstance(spec_obj, Mapping):
+        for removed, reason in REMOVED_FIELDS.items():
+            if removed in spec_obj:
+                raise SpecError(f"spec.{removed}", reason)
     s = _Fields(
         manifest.get("spec"),
         "spec",
@@ -450,7 +466,6 @@ def _parse_manifest(manifest: Mapping[str, Any]) -> StreamAppSpec:
             "kafka",
             "processingGuarantee",
             "triggerInterval",
-            "commitInterval",
             "badRecordPolicy",
             "deadLetterTopic",
             "executors",
@@ -472,8 +487,6 @@ def _parse_manifest(manifest: Mapping[str, Any]) -> StreamAppSpec:
     kafka = _parse_kafka(s.obj.get("kafka"))
     guarantee = s.enum("processingGuarantee", ProcessingGuarantee)
     trigger = parse_duration(s.str_("triggerInterval") or "", "spec.triggerInterval")
-    commit_text = s.str_("commitInterval")
-    commit = parse_duration(commit_text, "spec.commitInterval") if commit_text is not None else None
     policy = s.enum("badRecordPolicy", BadRecordPolicy)
     dlq = s.str_("deadLetterTopic", pattern=_TOPIC_RE, max_len=249)
     if policy is BadRecordPolicy.DEAD_LETTER:
@@ -506,7 +519,6 @@ def _parse_manifest(manifest: Mapping[str, Any]) -> StreamAppSpec:
         kafka=kafka,
         processing_guarantee=guarantee,
         trigger_interval_s=trigger,
-        commit_interval_s=commit,
         bad_record_policy=policy,
         dead_letter_topic=dlq,
         executors=executors,

@@ -39,6 +39,7 @@ from eddy_operator.assignor import Assignment, AssignorSettings, Executor, assig
 from eddy_operator.spec import StreamAppSpec
 from eddy_runtime.channel_io import ChannelLocation, read_assignment, write_runtime_state
 from eddy_runtime.compiler import CompiledApp, SubTopology, compile_topology
+from eddy_runtime.health import BatchProgress, HealthAndMetricsServer
 from eddy_runtime.metrics import DriverMetrics
 from eddy_runtime.pipeline import PipelineError, Topology
 from eddy_runtime.placement import (
@@ -212,6 +213,8 @@ class Driver:
         self._planned_generation = -1
         self._earliest: dict[tuple[str, int], int] = {}
         self._stop = threading.Event()
+        self._health: HealthAndMetricsServer | None = None
+        self.progress = BatchProgress(spec.trigger_interval_s)
         self._watch: BatchWatch | None = None
         self._failed_batches = 0
         self._last_batch_end = time.monotonic()
@@ -783,15 +786,19 @@ class Driver:
         """Run batches every trigger interval until stopped (or `until` says so)."""
         if self.compiled is None:
             self.prepare()
-        if self.options.metrics_port:
-            self.metrics.serve(self.options.metrics_port, self.options.metrics_addr)
-            log.info("metrics on http://%s:%d/metrics", self.options.metrics_addr, self.options.metrics_port)
         interval = self.spec.trigger_interval_s
+        self.progress = BatchProgress(interval)
+        if self.options.metrics_port:  # /metrics and the liveness probe's /healthz
+            self._health = HealthAndMetricsServer(
+                self.options.metrics_port, self.options.metrics_addr, self.metrics.registry, self.progress)
+            log.info("metrics and /healthz on http://%s:%d", self.options.metrics_addr, self.options.metrics_port)
         n = 0
         try:
             while not self._stop.is_set():
                 started = time.monotonic()
+                self.progress.batch_started()
                 report = self.run_batch()
+                self.progress.batch_finished()
                 n += 1
                 if on_batch is not None:
                     on_batch(report)
@@ -811,6 +818,9 @@ class Driver:
             self.close_tasks()
         finally:
             self.metrics.close()
+            if self._health is not None:
+                self._health.close()
+                self._health = None
             if self._offsets_consumer is not None:
                 self._offsets_consumer.close()
                 self._offsets_consumer = None

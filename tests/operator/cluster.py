@@ -257,3 +257,95 @@ def caught_up_inventory(
         for e in placement.copies:
             held.setdefault(e, {})[task] = end_offsets[task]
     return copy.deepcopy(held)
+
+
+# --- the operator as separate processes (leader election) --------------------------------------
+
+
+class OperatorProcess:
+    """`python -m eddy_operator` as its own process (so SIGKILL is real), logging to a file,
+    campaigning for the Lease `eddy-operator` in `lease_namespace` as pod `pod_name`."""
+
+    def __init__(
+        self, kube: ControlPlane, pod_name: str, lease_namespace: str, log_dir: Any, args: tuple[str, ...] = ()
+    ) -> None:
+        import subprocess
+
+        self.pod_name = pod_name
+        self.metrics_port, self.health_port = free_port(), free_port()
+        self.log_path = log_dir / f"{pod_name}.log"
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kube.kubeconfig),
+            "POD_NAME": pod_name,
+            "POD_NAMESPACE": lease_namespace,
+            "EDDY_OPERATOR_METRICS_PORT": str(self.metrics_port),
+            "EDDY_OPERATOR_METRICS_ADDRESS": "127.0.0.1",
+            "EDDY_OPERATOR_RESYNC_SECONDS": "5",
+        }
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "eddy_operator",
+                    f"--liveness=http://127.0.0.1:{self.health_port}/healthz",
+                    *args,
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def is_holder(self, holder: str | None) -> bool:
+        """Identities are the pod name and a random suffix."""
+        return bool(holder) and holder.rsplit("-", 1)[0] == self.pod_name  # type: ignore[union-attr]
+
+    def get(self, port: int, path: str) -> tuple[int, str]:
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    def metric(self, name: str) -> float | None:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        _status, text = self.get(self.metrics_port, "/metrics")
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and not sample.labels:
+                    return float(sample.value)
+        return None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text()[-chars:]
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM, then SIGKILL after `timeout`; the exit status."""
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return int(self.proc.returncode)
+
+
+def lease_holder(kube: ControlPlane, namespace: str, name: str = "eddy-operator") -> str | None:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        lease = client.CoordinationV1Api(kube.api_client()).read_namespaced_lease(name, namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return lease.spec.holder_identity or None

@@ -62,7 +62,6 @@ def full(name: str = "orders") -> dict[str, Any]:
             },
             "processingGuarantee": "at_least_once",
             "triggerInterval": "500ms",
-            "commitInterval": "30s",
             "badRecordPolicy": "dead-letter",
             "deadLetterTopic": "orders-bad",
             "executors": {

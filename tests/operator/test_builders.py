@@ -155,6 +155,18 @@ def test_driver_statefulset_runs_eddy_driver_with_conf_and_manifest_mounted():
     assert pod["spec"]["serviceAccountName"] == "wordcount-driver"
 
 
+def test_driver_is_restarted_when_its_batch_loop_stops_but_not_while_spark_starts():
+    _, objs = objects()
+    (c,) = by_kind(objs)[("StatefulSet", "wordcount-driver")]["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    for probe in ("livenessProbe", "startupProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, probe
+    assert ports["metrics"] == 9108  # served by eddy_runtime.health beside /metrics
+    # the startup probe allows 10 minutes for the SparkSession before liveness counts
+    assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] == 600
+    assert c["livenessProbe"]["periodSeconds"] * c["livenessProbe"]["failureThreshold"] == 30
+
+
 def test_the_driver_can_load_the_streamapp_it_is_given(tmp_path):
     body = minimal()
     body["metadata"]["namespace"] = "apps"

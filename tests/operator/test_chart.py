@@ -195,7 +195,7 @@ def test_helm_install_creates_the_charts_objects(kube, namespace):
     )
     try:
         names = {}
-        for kind in ("deployment", "serviceaccount", "service", "role", "rolebinding"):
+        for kind in ("deployment", "serviceaccount", "service", "role", "rolebinding", "poddisruptionbudget"):
             items = json.loads(
                 kube.kubectl(
                     "get", kind, "-n", namespace, "-l", f"app.kubernetes.io/instance={release}", "-o", "json"
@@ -212,8 +212,9 @@ def test_helm_install_creates_the_charts_objects(kube, namespace):
             "deployment": [full_name],
             "serviceaccount": [full_name],
             "service": [f"{full_name}-metrics"],
-            "role": [full_name],
-            "rolebinding": [full_name],
+            "role": sorted([full_name, f"{full_name}-leader-election"]),
+            "rolebinding": sorted([full_name, f"{full_name}-leader-election"]),
+            "poddisruptionbudget": [full_name],
             "clusterrole": [f"{full_name}-cluster"],
             "clusterrolebinding": [f"{full_name}-cluster"],
         }
@@ -223,7 +224,83 @@ def test_helm_install_creates_the_charts_objects(kube, namespace):
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
         assert pod["containers"][0]["livenessProbe"]["httpGet"]["path"] == "/healthz"
-        assert deploy["status"].get("readyReplicas") == 1
+        assert deploy["status"].get("readyReplicas") == 2
+        # the replicas' ServiceAccount may take and renew its Lease, and only that one
+        sa = f"system:serviceaccount:{namespace}:{full_name}"
+        for verb, resource, allowed in [
+            ("create", "leases.coordination.k8s.io", "yes"),
+            ("get", f"leases.coordination.k8s.io/{full_name}", "yes"),
+            ("update", f"leases.coordination.k8s.io/{full_name}", "yes"),
+            ("update", "leases.coordination.k8s.io/someone-elses", "no"),
+        ]:
+            proc = kube.kubectl("auth", "can-i", verb, resource, "-n", namespace, "--as", sa, check=False)
+            assert proc.stdout.strip() == allowed, (verb, resource, proc.stdout, proc.stderr)
         print(f"\nhelm install {release}: {names}")
     finally:
         _helm(kube, "uninstall", release, "--namespace", namespace, check=False)
+
+
+def _render(kube, *values):
+    import yaml
+
+    out = _helm(kube, "template", "eddy", str(CHART), "--namespace", "eddy-system", *values).stdout
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out) if d}
+
+
+@pytest.mark.integration
+def test_the_chart_runs_two_replicas_that_elect_a_leader_and_survive_a_drain(kube):
+    objs = _render(kube)
+    deploy = objs[("Deployment", "eddy-eddy-operator")]
+    assert deploy["spec"]["replicas"] == 2
+    # a rollout starts a standby before it stops a replica
+    rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert deploy["spec"]["strategy"] == rolling
+    pod = deploy["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert {k: env[k]["value"] for k in env if k.startswith("EDDY_OPERATOR_LEASE")} == {
+        "EDDY_OPERATOR_LEASE_NAME": "eddy-eddy-operator",
+        "EDDY_OPERATOR_LEASE_DURATION": "15",
+        "EDDY_OPERATOR_LEASE_RENEW": "5",
+        "EDDY_OPERATOR_LEASE_RETRY": "2",
+    }
+    assert env["EDDY_OPERATOR_LEADER_ELECTION"]["value"] == "true"
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}, probe
+    assert "--liveness=http://0.0.0.0:8081/healthz" in c["args"]
+    term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
+    pdb = objs[("PodDisruptionBudget", "eddy-eddy-operator")]
+    assert pdb["spec"] == {"minAvailable": 1, "selector": deploy["spec"]["selector"]}
+    role = objs[("Role", "eddy-eddy-operator-leader-election")]
+    assert role["metadata"]["namespace"] == "eddy-system"
+    assert [(r["verbs"], r.get("resourceNames")) for r in role["rules"]] == [
+        (["create"], None),
+        (["get", "update"], ["eddy-eddy-operator"]),
+    ]
+    # a user's affinity replaces the default one
+    custom = _render(kube, "--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                     ".nodeSelectorTerms[0].matchExpressions[0].key=pool",
+                     "--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                     ".nodeSelectorTerms[0].matchExpressions[0].operator=Exists")
+    assert list(custom[("Deployment", "eddy-eddy-operator")]["spec"]["template"]["spec"]["affinity"]) == [
+        "nodeAffinity"
+    ]
+
+
+@pytest.mark.integration
+def test_one_replica_has_no_pdb_and_no_election_means_one_recreated_replica(kube):
+    single = _render(kube, "--set", "replicaCount=1")
+    assert ("PodDisruptionBudget", "eddy-eddy-operator") not in single
+    assert single[("Deployment", "eddy-eddy-operator")]["spec"]["replicas"] == 1
+    off = _render(kube, "--set", "replicaCount=1", "--set", "leaderElection.enabled=false")
+    deploy = off[("Deployment", "eddy-eddy-operator")]
+    assert deploy["spec"]["strategy"] == {"type": "Recreate"}
+    assert ("Role", "eddy-eddy-operator-leader-election") not in off
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["EDDY_OPERATOR_LEADER_ELECTION"] == "false"
+    proc = _helm(kube, "template", "eddy", str(CHART), "--set", "leaderElection.enabled=false", check=False)
+    assert proc.returncode != 0 and "replicaCount > 1 needs leaderElection.enabled" in proc.stderr, proc.stderr

@@ -50,7 +50,6 @@ def test_minimal_manifest_gets_kafka_streams_like_defaults():
     assert spec.pipeline.function == "build"
     assert spec.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE
     assert spec.trigger_interval_s == 1.0
-    assert spec.commit_interval_s is None
     assert spec.bad_record_policy is BadRecordPolicy.FAIL
     assert spec.dead_letter_topic is None
     assert spec.executors.replicas == 2
@@ -75,7 +74,6 @@ def test_full_manifest_keeps_every_field():
     assert spec.kafka.config == {"compression.type": "zstd"}
     assert spec.processing_guarantee is ProcessingGuarantee.AT_LEAST_ONCE
     assert spec.trigger_interval_s == 0.5
-    assert spec.commit_interval_s == 30.0
     assert spec.dead_letter_topic == "orders-bad"
     assert spec.executors.tolerations[0].to_k8s() == {
         "key": "dedicated",
@@ -129,7 +127,7 @@ def test_spec_is_frozen():
         (lambda s: s.update(executors={"replicas": 0}), "spec.executors.replicas", "at least 1"),
         (lambda s: s.update(executors={"replicas": "3"}), "spec.executors.replicas", "integer"),
         (lambda s: s.update(triggerInterval="fast"), "spec.triggerInterval", "duration"),
-        (lambda s: s.update(commitInterval="0s"), "spec.commitInterval", "duration"),
+        (lambda s: s.update(commitInterval="30s"), "spec.commitInterval", "set triggerInterval instead"),
         (lambda s: s.update(processingGuarantee="exactly_twice"), "spec.processingGuarantee", "one of"),
         (lambda s: s.update(badRecordPolicy="ignore"), "spec.badRecordPolicy", "one of"),
         (lambda s: s.update(deadLetterTopic="dlq"), "spec.deadLetterTopic", "only allowed"),
