@@ -95,6 +95,18 @@ class KafkaBroker:
     credentials: KafkaCredentials | None = None
     _admin: object | None = field(default=None, repr=False)
 
+    def kafka_spec(self, listener: str = "plaintext") -> dict[str, object]:
+        """``spec.kafka`` of a StreamApp on the ``plaintext`` or the ``sasl_ssl`` listener."""
+        return {"bootstrapServers": self.bootstrap} if listener == "plaintext" else self.security_spec()
+
+    def client_config(self, listener: str = "plaintext"):  # -> eddy_runtime.kafka_client.KafkaClientConfig
+        """What the runtime's clients get for that listener (credentials from the environment)."""
+        from eddy_runtime.kafka_client import KafkaClientConfig
+
+        if listener == "plaintext":
+            return KafkaClientConfig.of(self.bootstrap)
+        return KafkaClientConfig(self.secure_bootstrap, protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512")
+
     def security_spec(self) -> dict[str, object]:
         """``spec.kafka`` of a StreamApp that talks to the SASL_SSL listener (credentials from env)."""
         return {"bootstrapServers": self.secure_bootstrap,
