@@ -162,8 +162,8 @@ def admin(cfg: KafkaClientConfig | str, settings: Mapping[str, Any] | None = Non
     return AdminClient(KafkaClientConfig.of(cfg).client_settings(settings))
 
 
-_REFUSALS = ("_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "_SSL", "SSL", "TOPIC_AUTHORIZATION_FAILED",
-             "CLUSTER_AUTHORIZATION_FAILED")
+#: librdkafka errors that retrying cannot fix: a refused login, a failed TLS handshake
+_REFUSALS = ("_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "_SSL")
 
 
 def check_connection(cfg: KafkaClientConfig | str, timeout_s: float = 30.0) -> None:
@@ -192,6 +192,6 @@ def check_connection(cfg: KafkaClientConfig | str, timeout_s: float = 30.0) -> N
             last = str(e.args[0].str() if e.args else e)
         client.poll(0)  # delivers the error callbacks queued meanwhile
         if refused:
-            raise KafkaAuthenticationFailed(f"Kafka at {kc.describe()} refused this client: {refused[0]}")
+            raise KafkaAuthenticationFailed(f"Kafka at {kc.describe()}: login or TLS handshake failed: {refused[0]}")
         if time.monotonic() > deadline:
             raise KafkaUnreachable(f"Kafka at {kc.describe()} did not answer within {timeout_s:g} s: {last}")

@@ -69,4 +69,4 @@ def test_eddy_run_with_a_wrong_password_says_so(kafka, kafka_credentials, tmp_pa
                            kafka.secure_bootstrap, "--no-feed"], cwd=REPO, capture_output=True, text=True,
                           timeout=120, env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "refused this client" in proc.stderr and "invalid credentials" in proc.stderr, proc.stderr[-3000:]
+    assert "login or TLS handshake failed" in proc.stderr and "invalid credentials" in proc.stderr, proc.stderr[-3000:]

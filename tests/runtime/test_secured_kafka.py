@@ -4,6 +4,7 @@ over SASL_SSL are the `sasl_ssl` cases of test_wordcount.py, test_restore.py, te
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
@@ -28,7 +29,8 @@ def test_a_wrong_password_fails_the_app_at_once_naming_the_refusal(kafka, spark,
         driver.prepare()
     took = time.monotonic() - started
     message = str(e.value)
-    assert "refused" in message and "SCRAM-SHA-512" in message and "invalid credentials" in message, message
+    assert "login or TLS handshake failed" in message and "invalid credentials" in message, message
+    assert "SCRAM-SHA-512" in message, message
     assert kafka.secure_bootstrap in message
     assert kafka.credentials.password not in message
     assert took < 15, f"a refused login took {took:.1f} s to surface"
@@ -45,3 +47,14 @@ def test_the_right_credentials_pass_the_check(kafka, spark, tmp_path):
     driver = driver_for(spark, secured_app(kafka, kafka.unique_name("goodpw")), str(tmp_path / "state"))
     compiled = driver.prepare()
     assert compiled.subtopologies
+
+
+def test_a_ca_that_did_not_sign_the_broker_fails_the_app_at_once(kafka, spark, tmp_path, monkeypatch):
+    other_ca = tmp_path / "other-ca.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=other",
+                    "-keyout", str(tmp_path / "other-ca.key"), "-out", str(other_ca)],
+                   check=True, capture_output=True, timeout=60)
+    monkeypatch.setenv("EDDY_KAFKA_SSL_CA_LOCATION", str(other_ca))
+    driver = driver_for(spark, secured_app(kafka, kafka.unique_name("badca")), str(tmp_path / "state"))
+    with pytest.raises(DriverError, match="login or TLS handshake failed: .*certificate verify failed"):
+        driver.prepare()
