@@ -300,16 +300,30 @@ class WordCount:
         return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 
 
+def create_kafka_secrets(node: NodeCluster, kafka: KafkaBroker, namespace: str) -> None:
+    """The Secrets `KafkaBroker.security_spec` names: the SCRAM user and the broker's CA."""
+    creds = kafka.credentials
+    assert creds is not None
+    node.kubectl("-n", namespace, "create", "secret", "generic", "kafka-user",
+                 f"--from-literal=username={creds.username}", f"--from-literal=password={creds.password}")
+    node.kubectl("-n", namespace, "create", "secret", "generic", "kafka-ca", f"--from-file=ca.crt={creds.ca_file}")
+
+
 def metric_sum(samples: list[Sample], name: str, **labels: str) -> float:
     """The sum of the samples called `name` whose labels include `labels`."""
     return sum(s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def deploy_word_count(node: NodeCluster, kafka: KafkaBroker, namespace: str, executors: int, standbys: int,
-                      recovery_lag: int = RECOVERY_LAG) -> WordCount:
+                      recovery_lag: int = RECOVERY_LAG, listener: str = "plaintext") -> WordCount:
     """`kubectl apply` the example StreamApp into a new namespace, with this broker, its own
-    topics, `executors` executor pods and `standbys` standby copies per stateful task."""
+    topics, `executors` executor pods and `standbys` standby copies per stateful task.
+
+    `listener` ``sasl_ssl``: the app talks SASL_SSL + SCRAM-SHA-512 to the broker, its
+    credentials and CA in Secrets that ``spec.kafka.security`` references, as a user sets it up."""
     node.kubectl("create", "namespace", namespace)
+    if listener == "sasl_ssl":
+        create_kafka_secrets(node, kafka, namespace)
     app_id = kafka.unique_name("wc")
     source = kafka.create_topic(f"{app_id}-lines", partitions=PARTITIONS)
     output = f"{app_id}-counts"
@@ -318,7 +332,7 @@ def deploy_word_count(node: NodeCluster, kafka: KafkaBroker, namespace: str, exe
         applicationId=app_id,
         imagePullPolicy="Never",
         pipeline__args={"input_topic": source, "output_topic": output},
-        kafka__bootstrapServers=kafka.bootstrap,
+        kafka=kafka.kafka_spec(listener),
         triggerInterval="500ms",
         executors__replicas=executors,
         state__standbyReplicas=standbys,

@@ -3,7 +3,13 @@
 Each server starts once per test session, on demand (only when a test asks for it), and stops at
 the end. Fixtures:
 
-- ``kafka``: a real KRaft broker (``.bootstrap``, ``.admin``, ``.create_topic``, ``.new_topic``).
+- ``kafka``: a real KRaft broker (``.bootstrap``, ``.admin``, ``.create_topic``, ``.new_topic``);
+  it also serves SASL_SSL with SCRAM-SHA-512 on ``.secure_bootstrap`` (``.credentials``: user,
+  password, CA file; ``.security_spec()``: the ``spec.kafka`` of an app that uses it).
+- ``kafka_credentials``: that listener's credentials, exported for the whole session as a user
+  exports them for ``eddy run`` (``EDDY_KAFKA_SASL_USERNAME``, ``_PASSWORD``,
+  ``EDDY_KAFKA_SSL_CA_LOCATION``) before Spark starts, so its executors inherit them. Apps on the
+  PLAINTEXT listener ignore them.
 - ``kube``: a real control plane (``.kubeconfig``, ``.kubectl(...)``, ``.api_client()``);
   ``namespace``: a fresh namespace per test.
 - ``spark``: a SparkSession on ``local-cluster[2,1,1024]`` (two executor JVMs).
@@ -18,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import ControlPlane, KafkaBroker, control_plane, kafka_broker, spark_env
+from tests.servers import ControlPlane, KafkaBroker, KafkaCredentials, control_plane, kafka_broker, spark_env
 
 
 @pytest.fixture(scope="session")
@@ -27,8 +33,21 @@ def servers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def kafka(servers_dir: Path) -> Iterator[KafkaBroker]:
-    with kafka_broker(servers_dir) as broker:
+def kafka_credentials(servers_dir: Path) -> Iterator[KafkaCredentials]:
+    credentials = KafkaCredentials.for_broker(servers_dir / "kafka")
+    saved = {k: os.environ.get(k) for k in credentials.env()}
+    os.environ.update(credentials.env())
+    yield credentials
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def kafka(servers_dir: Path, kafka_credentials: KafkaCredentials) -> Iterator[KafkaBroker]:
+    with kafka_broker(servers_dir, credentials=kafka_credentials) as broker:
         yield broker
 
 
@@ -47,7 +66,9 @@ def namespace(kube: ControlPlane) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def spark():  # -> pyspark.sql.SparkSession
+def spark(kafka_credentials: KafkaCredentials):  # -> pyspark.sql.SparkSession
+    # The executor JVMs (and their Python workers) inherit this process's environment, with the
+    # Kafka credentials in it: nothing secret goes into the SparkConf or a task closure.
     os.environ.update(spark_env())
     from pyspark.sql import SparkSession
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -60,13 +61,60 @@ def run_script(*args: str, timeout: float = 1800, env: dict[str, str] | None = N
     return proc.stdout
 
 
+@dataclass(frozen=True)
+class KafkaCredentials:
+    """The SCRAM-SHA-512 user of a broker's SASL_SSL listener and the CA that signed its
+    certificate (made by kafka.sh under ``<data-dir>/tls/``), decided before the broker starts so
+    that Spark's executors, which inherit the test process's environment, can be given them."""
+
+    username: str
+    password: str = field(repr=False)
+    ca_file: Path
+
+    @classmethod
+    def for_broker(cls, data_dir: Path) -> KafkaCredentials:
+        return cls("eddy-test", secrets.token_urlsafe(18), data_dir / "tls" / "ca.crt")
+
+    def env(self) -> dict[str, str]:
+        """The variables a user sets for ``eddy run`` (and the operator sets from Secrets)."""
+        return {"EDDY_KAFKA_SASL_USERNAME": self.username, "EDDY_KAFKA_SASL_PASSWORD": self.password,
+                "EDDY_KAFKA_SSL_CA_LOCATION": str(self.ca_file)}
+
+
 @dataclass
 class KafkaBroker:
-    """A running one-node KRaft broker (on 127.0.0.1, or on the node address for real pods)."""
+    """A running one-node KRaft broker (on 127.0.0.1, or on the node address for real pods).
+
+    It serves PLAINTEXT on `bootstrap` and SASL_SSL with SCRAM-SHA-512 on `secure_bootstrap`
+    (user and CA in `credentials`); both listeners reach the same topics.
+    """
 
     bootstrap: str
     data_dir: Path
+    secure_bootstrap: str = ""
+    credentials: KafkaCredentials | None = None
     _admin: object | None = field(default=None, repr=False)
+
+    def kafka_spec(self, listener: str = "plaintext") -> dict[str, object]:
+        """``spec.kafka`` of a StreamApp on the ``plaintext`` or the ``sasl_ssl`` listener."""
+        return {"bootstrapServers": self.bootstrap} if listener == "plaintext" else self.security_spec()
+
+    def client_config(self, listener: str = "plaintext"):  # -> eddy_runtime.kafka_client.KafkaClientConfig
+        """What the runtime's clients get for that listener (credentials from the environment)."""
+        from eddy_runtime.kafka_client import KafkaClientConfig
+
+        if listener == "plaintext":
+            return KafkaClientConfig.of(self.bootstrap)
+        return KafkaClientConfig(self.secure_bootstrap, protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512")
+
+    def security_spec(self) -> dict[str, object]:
+        """``spec.kafka`` of a StreamApp that talks to the SASL_SSL listener (credentials from env)."""
+        return {"bootstrapServers": self.secure_bootstrap,
+                "security": {"protocol": "SASL_SSL",
+                             "sasl": {"mechanism": "SCRAM-SHA-512",
+                                      "usernameSecretRef": {"name": "kafka-user", "key": "username"},
+                                      "passwordSecretRef": {"name": "kafka-user", "key": "password"}},
+                             "tls": {"caSecretRef": {"name": "kafka-ca", "key": "ca.crt"}}}}
 
     @property
     def admin(self):  # -> confluent_kafka.admin.AdminClient
@@ -94,13 +142,21 @@ class KafkaBroker:
 
 
 @contextmanager
-def kafka_broker(base_dir: Path, host: str = "127.0.0.1") -> Iterator[KafkaBroker]:
+def kafka_broker(base_dir: Path, host: str = "127.0.0.1",
+                 credentials: KafkaCredentials | None = None) -> Iterator[KafkaBroker]:
+    """A broker in ``<base_dir>/kafka`` with a PLAINTEXT and a SASL_SSL listener (``KAFKA_SECURE=1``)."""
     run_script(REPO / "infra/kafka/kafka.sh", "fetch")
-    port = free_port(2)
+    port = free_port(3)
     data_dir = base_dir / "kafka"
     data_dir.mkdir(parents=True, exist_ok=True)
-    run_script(REPO / "infra/kafka/kafka.sh", "start", data_dir, str(port), timeout=180, env={"KAFKA_HOST": host})
-    broker = KafkaBroker(bootstrap=f"{host}:{port}", data_dir=data_dir)
+    credentials = credentials or KafkaCredentials.for_broker(data_dir)
+    run_script(REPO / "infra/kafka/kafka.sh", "start", data_dir, str(port), timeout=180,
+               env={"KAFKA_HOST": host, "KAFKA_SECURE": "1", "KAFKA_SCRAM_USER": credentials.username,
+                    "KAFKA_SCRAM_PASSWORD": credentials.password})
+    if not credentials.ca_file.is_file():
+        raise ServerFailed(f"kafka.sh made no CA at {credentials.ca_file}")
+    broker = KafkaBroker(bootstrap=f"{host}:{port}", data_dir=data_dir, secure_bootstrap=f"{host}:{port + 2}",
+                         credentials=credentials)
     try:
         yield broker
     finally:

@@ -16,6 +16,13 @@
 #   KAFKA_HOST   address the broker listens on and advertises (default 127.0.0.1;
 #                the real-pod tests use the node address inside their network namespace)
 #   JAVA         java executable (default: java on PATH)
+#   KAFKA_SECURE=1  also listen with SASL_SSL (SCRAM-SHA-512) on <port>+2: a CA and a
+#                server certificate for $KAFKA_HOST are made under <data-dir>/tls/
+#                (ca.crt is what clients trust), and the SCRAM user is created when
+#                the storage is formatted. The PLAINTEXT and controller listeners stay
+#                as they are; brokers talk to each other over PLAINTEXT.
+#   KAFKA_SCRAM_USER, KAFKA_SCRAM_PASSWORD  that user (default eddy / a random password,
+#                written to <data-dir>/tls/scram.password)
 #
 # <data-dir> ends up holding server.properties, the log dirs (logs/), kafka.pid
 # and kafka.log (JVM stdout/stderr and the log4j output). Starting again in the
@@ -183,6 +190,64 @@ log.cleaner.dedupe.buffer.size=16777216
 EOF
 }
 
+scram_user() { echo "${KAFKA_SCRAM_USER:-eddy}"; }
+
+# A CA and a server certificate whose subjectAltName is $HOST, made once per data dir
+# (clients keep trusting ca.crt across broker restarts) and again when the host changes.
+make_certificates() {
+  local tls="$1"
+  mkdir -p "${tls}"
+  if [[ -f "${tls}/server.pem" && "$(cat "${tls}/host" 2>/dev/null)" == "${HOST}" ]]; then
+    return 0
+  fi
+  local san="IP:${HOST}"
+  [[ "${HOST}" =~ ^[0-9.]+$ ]] || san="DNS:${HOST}"
+  (
+    set -e
+    cd "${tls}"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=eddy-test-ca" \
+      -keyout ca.key -out ca.crt
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=${HOST}" -keyout server.key -out server.csr
+    printf 'subjectAltName=%s\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' "${san}" >server.ext
+    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 \
+      -extfile server.ext -out server.crt
+    # Kafka's PEM keystore: the PKCS#8 key, then the certificate chain.
+    openssl pkcs8 -topk8 -nocrypt -in server.key >server.pem
+    cat server.crt ca.crt >>server.pem
+    chmod 600 ca.key server.key server.pem
+  ) >>"${tls}/openssl.log" 2>&1 || die "making certificates in ${tls} failed (see ${tls}/openssl.log)"
+  echo "${HOST}" >"${tls}/host"
+}
+
+# add_sasl_ssl_listener <data-dir> <port> <cport> <sasl-ssl-port>: the SASL_SSL listener
+# (SCRAM-SHA-512 over TLS) beside the PLAINTEXT one, in the server.properties just written.
+add_sasl_ssl_listener() {
+  local data_dir="$1" port="$2" cport="$3" sport="$4" props="$1/server.properties" tls="$1/tls"
+  if [[ -f "${data_dir}/logs/meta.properties" && ! -f "${tls}/scram.password" ]]; then
+    die "${data_dir} was formatted without a SCRAM user; start KAFKA_SECURE=1 brokers in a fresh data dir"
+  fi
+  if port_open "${sport}"; then die "port ${sport} on ${HOST} is already in use"; fi
+  make_certificates "${tls}"
+  if [[ ! -f "${tls}/scram.password" ]]; then
+    (umask 077; echo "${KAFKA_SCRAM_PASSWORD:-$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')}" \
+      >"${tls}/scram.password")
+  fi
+  sed -i \
+    -e "s|^listeners=.*|listeners=PLAINTEXT://${HOST}:${port},CONTROLLER://${HOST}:${cport},SASL_SSL://${HOST}:${sport}|" \
+    -e "s|^advertised.listeners=.*|advertised.listeners=PLAINTEXT://${HOST}:${port},SASL_SSL://${HOST}:${sport}|" \
+    -e "s|^listener.security.protocol.map=.*|&,SASL_SSL:SASL_SSL|" \
+    "${props}"
+  cat >>"${props}" <<EOF
+
+# KAFKA_SECURE=1: clients may also connect with SASL_SSL + SCRAM-SHA-512 (user $(scram_user)).
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PEM
+ssl.keystore.location=${tls}/server.pem
+ssl.client.auth=none
+EOF
+}
+
 # The pid in <data-dir>/kafka.pid if that process is alive and is a broker
 # (a stale file may name a pid the system has since given to another process).
 broker_pid() {
@@ -230,6 +295,11 @@ launch_broker() {
   done
 
   write_server_properties "${data_dir}" "${port}" "${cport}"
+  local scram=()
+  if [[ "${KAFKA_SECURE:-0}" == 1 ]]; then
+    add_sasl_ssl_listener "${data_dir}" "${port}" "${cport}" $((port + 2))
+    scram=(--add-scram "SCRAM-SHA-512=[name=$(scram_user),password=$(cat "${data_dir}/tls/scram.password")]")
+  fi
   local log="${data_dir}/kafka.log" cp
   cp="$(classpath)"
   local log4j=(-Dlog4j2.configurationFile="${LOG4J_CONFIG}" -Deddy.kafka.log="${log}")
@@ -240,7 +310,7 @@ launch_broker() {
     # shellcheck disable=SC2046  # cds_opts is zero or one word
     if ! "${JAVA}" -XX:TieredStopAtLevel=1 -XX:+UseSerialGC $(cds_opts) -cp "${cp}" "${log4j[@]}" \
         kafka.tools.StorageTool format -t "$(random_cluster_id)" \
-        -c "${data_dir}/server.properties" --ignore-formatted >>"${log}" 2>&1; then
+        -c "${data_dir}/server.properties" --ignore-formatted "${scram[@]}" >>"${log}" 2>&1; then
       fail_start "${data_dir}" "storage format failed"
     fi
   fi
@@ -269,6 +339,10 @@ launch_broker() {
       started=1
     fi
     if ((started == 1)) && port_open "${port}"; then
+      if [[ "${KAFKA_SECURE:-0}" == 1 ]]; then
+        port_open $((port + 2)) || fail_start "${data_dir}" "SASL_SSL port $((port + 2)) not open"
+        echo "kafka.sh: SASL_SSL (SCRAM-SHA-512, user $(scram_user)) on ${HOST}:$((port + 2)), CA ${data_dir}/tls/ca.crt"
+      fi
       echo "kafka.sh: broker ready on ${HOST}:${port} (pid ${pid}, data ${data_dir})"
       return 0
     fi

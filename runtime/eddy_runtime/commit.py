@@ -29,7 +29,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from eddy_runtime import kafka_client
+from eddy_runtime.kafka_client import KafkaClientConfig
 
 if TYPE_CHECKING:
     from eddy_runtime.state.manager import TaskTransaction
@@ -42,7 +45,7 @@ __all__ = [
     "OutputRecord",
     "TaskCommitter",
     "TaskFenced",
-    "producer_config",
+    "producer_settings",
 ]
 
 log = logging.getLogger(__name__)
@@ -105,9 +108,9 @@ class CommitResult:
     latency_s: float
 
 
-def producer_config(bootstrap: str, app: str, task_id: str, guarantee: Guarantee, **overrides: Any) -> dict:
+def producer_settings(app: str, task_id: str, guarantee: Guarantee, **overrides: Any) -> dict[str, Any]:
+    """A task's producer settings (`kafka_client` adds bootstrap, spec.kafka.config and security)."""
     conf: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
         "client.id": f"{app}-{task_id}",
         "enable.idempotence": True,
         "acks": "all",
@@ -136,7 +139,7 @@ class TaskCommitter:
         self,
         app: str,
         task_id: str,
-        bootstrap: str,
+        kafka: KafkaClientConfig | str,
         guarantee: Guarantee = "exactly_once",
         *,
         group_id: str | None = None,
@@ -153,14 +156,15 @@ class TaskCommitter:
         self._ctx = f"app {app} task {task_id}"
         self._errors: list[str] = []
         self._last_offsets: dict[tuple[str, int], int] = {}
-        conf = producer_config(bootstrap, app, task_id, guarantee, **(producer_overrides or {}))
+        conf = producer_settings(app, task_id, guarantee, **(producer_overrides or {}))
         # Every record reports back: the changelog offsets come from these reports, and a failed
         # record must name its topic in the error the user sees.
         conf["on_delivery"] = self._on_delivery
-        self._producer = Producer(conf)
-        self._consumer = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": self.group_id, "enable.auto.commit": False,
-             "client.id": f"{app}-{task_id}-committer"}
+        self._producer = kafka_client.producer(kafka, conf)
+        # Reads the group's committed positions (and, at-least-once, commits them): the same
+        # brokers, settings and credentials as every other client of the app.
+        self._consumer = kafka_client.consumer(
+            kafka, {"group.id": self.group_id, "enable.auto.commit": False, "client.id": f"{app}-{task_id}-committer"}
         )
         self._unusable: str | None = None
         if guarantee == "exactly_once":

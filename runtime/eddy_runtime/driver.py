@@ -37,9 +37,11 @@ from typing import Any
 
 from eddy_operator.assignor import Assignment, AssignorSettings, Executor, assign_app, diff
 from eddy_operator.spec import StreamAppSpec
+from eddy_runtime import kafka_client
 from eddy_runtime.channel_io import ChannelLocation, read_assignment, write_runtime_state
 from eddy_runtime.compiler import CompiledApp, SubTopology, compile_topology
 from eddy_runtime.health import BatchProgress, HealthAndMetricsServer
+from eddy_runtime.kafka_client import KafkaClientConfig, KafkaCredentialsMissing, KafkaUnreachable
 from eddy_runtime.metrics import DriverMetrics
 from eddy_runtime.pipeline import PipelineError, Topology
 from eddy_runtime.placement import (
@@ -121,28 +123,6 @@ class BatchReport:
         return [r for r in self.results if r.status == status]
 
 
-def kafka_client_config(spec: StreamAppSpec, env: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """librdkafka settings for the app's clients: spec.kafka.config plus security.
-
-    Credentials come from the environment the operator sets from Secrets
-    (``EDDY_KAFKA_SASL_USERNAME`` / ``_PASSWORD``, ``EDDY_KAFKA_SSL_*_LOCATION``).
-    """
-    conf = dict(spec.kafka.config)
-    security = spec.kafka.security
-    if security.protocol.value != "PLAINTEXT":
-        conf["security.protocol"] = security.protocol.value
-    if security.sasl is not None:
-        conf["sasl.mechanism"] = security.sasl.mechanism.value
-        conf["sasl.username"] = env.get("EDDY_KAFKA_SASL_USERNAME", "")
-        conf["sasl.password"] = env.get("EDDY_KAFKA_SASL_PASSWORD", "")
-    for var, key in (("EDDY_KAFKA_SSL_CA_LOCATION", "ssl.ca.location"),
-                     ("EDDY_KAFKA_SSL_CERTIFICATE_LOCATION", "ssl.certificate.location"),
-                     ("EDDY_KAFKA_SSL_KEY_LOCATION", "ssl.key.location")):
-        if env.get(var):
-            conf[key] = env[var]
-    return conf
-
-
 def load_pipeline(spec: StreamAppSpec, search_path: Sequence[str] = ()) -> tuple[Topology, Any]:
     """Import the user's module and call its build function on a fresh `Topology`."""
     for p in search_path:
@@ -181,7 +161,8 @@ class Driver:
         self.app = spec.application_id
         self.options = options
         self.bootstrap = spec.kafka.bootstrap_servers
-        self.kafka_config = kafka_client_config(spec)
+        #: no secrets: every client adds the credentials of the process that creates it
+        self.kafka = KafkaClientConfig.from_spec(spec)
         if topology is None:
             topology, pipeline_module = load_pipeline(spec)
         self.topology = topology
@@ -228,9 +209,7 @@ class Driver:
     @property
     def admin(self) -> Any:
         if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            self._admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.kafka_config})
+            self._admin = kafka_client.admin(self.kafka)
         return self._admin
 
     def prepare(self) -> CompiledApp:
@@ -238,6 +217,11 @@ class Driver:
         from pyspark import cloudpickle
 
         sources = self._source_topics()
+        try:
+            # A wrong password or CA fails here, naming the reason, instead of timing out later.
+            kafka_client.check_connection(self.kafka)
+        except (KafkaUnreachable, KafkaCredentialsMissing) as e:
+            raise DriverError(str(e)) from e
         meta = self.admin.list_topics(timeout=30).topics
         partitions = {t: len(meta[t].partitions) for t in sources if t in meta and meta[t].error is None}
         missing = [t for t in sources if t not in partitions]
@@ -353,11 +337,11 @@ class Driver:
         return _retrying(list_offsets, "listing offsets")
 
     def _committed(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import TopicPartition
 
         if self._offsets_consumer is None:
-            self._offsets_consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.app,
-                                               "enable.auto.commit": False, **self.kafka_config})
+            self._offsets_consumer = kafka_client.consumer(self.kafka, {"group.id": self.app,
+                                                                        "enable.auto.commit": False})
         found = _retrying(lambda: self._offsets_consumer.committed([TopicPartition(t, p) for t, p in tps],
                                                                  timeout=30), "reading committed offsets")
         out = {}
@@ -442,13 +426,12 @@ class Driver:
             app=self.app,
             batch_id=self.batch_id,
             generation=self.assignment.generation if self.assignment else 0,
-            bootstrap=self.bootstrap,
+            kafka=self.kafka,
             guarantee=self.spec.processing_guarantee.value,  # type: ignore[arg-type]
             bad_record_policy=self.spec.bad_record_policy.value,  # type: ignore[arg-type]
             dead_letter_topic=self.spec.dead_letter_topic,
             state_dir=self.options.state_dir,
             per_executor_state_dirs=self.options.per_executor_state_dirs,
-            kafka_config=self.kafka_config,
             executor_hosts=executor_hosts(live),
         )
 
@@ -958,7 +941,7 @@ def _read_step(settings: BatchSettings, sub: SubTopology, works: list[SlotWork],
             item = work.items[0]
             if item.restore_only or item.ranges[0].empty:
                 continue
-            raw = range_reader(settings.bootstrap, settings.kafka_config).read(item.ranges[0], settings.read_timeout_s)
+            raw = range_reader(settings.kafka).read(item.ranges[0], settings.read_timeout_s)
             table, bad = decode_source(raw, key_serde, value_serde)
             if item.poison:
                 poison = dict(item.poison)

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from eddy_operator.spec import StreamAppSpec, load_streamapp_file
-from eddy_runtime.driver import BatchReport, Driver, DriverOptions, load_pipeline
+from eddy_runtime import kafka_client
+from eddy_runtime.driver import BatchReport, Driver, DriverError, DriverOptions, load_pipeline
+from eddy_runtime.kafka_client import KafkaClientConfig, KafkaCredentialsMissing, KafkaUnreachable
 from eddy_runtime.pipeline import Topology
 
 __all__ = ["LocalRun", "LocalRunOptions", "local_spark_session"]
@@ -116,10 +118,14 @@ class LocalRun:
 
     # -- parts ------------------------------------------------------------------------------------
 
-    def start_broker(self) -> str:
+    def start_broker(self, spec: StreamAppSpec) -> str:
         if self.options.bootstrap_servers:
             self.say(f"using Kafka at {self.options.bootstrap_servers}")
             return self.options.bootstrap_servers
+        protocol = spec.kafka.security.protocol.value
+        if protocol != "PLAINTEXT":
+            raise DriverError(f"spec.kafka.security.protocol is {protocol}: give --bootstrap-servers of that Kafka "
+                              "(the broker eddy run starts itself speaks PLAINTEXT only)")
         port = self.options.kafka_port
         data = self.options.cache_dir / "kafka"
         if _port_open(port):
@@ -154,10 +160,10 @@ class LocalRun:
         self.say(f"Spark is ready: executors {', '.join(e.id for e in executors)}")
         return spark
 
-    def ensure_input_topics(self, bootstrap: str, topology: Topology) -> list[str]:
-        from confluent_kafka.admin import AdminClient, NewTopic
+    def ensure_input_topics(self, kafka: KafkaClientConfig, topology: Topology) -> list[str]:
+        from confluent_kafka.admin import NewTopic
 
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = kafka_client.admin(kafka)
         existing = admin.list_topics(timeout=30).topics
         topics = [s.topic for s in topology.sources]
         new = [t for t in topics if t not in existing]
@@ -169,12 +175,10 @@ class LocalRun:
                 self.say(f"created input topic {topic} ({self.options.partitions} partitions)")
         return topics
 
-    def feed(self, bootstrap: str, topic: str, sample: Path) -> None:
+    def feed(self, kafka: KafkaClientConfig, topic: str, sample: Path) -> None:
         """Produce the sample's lines once, then keep producing them at the feed rate."""
-        from confluent_kafka import Producer
-
         lines = [ln.strip() for ln in sample.read_text().splitlines() if ln.strip()]
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        producer = kafka_client.producer(kafka, {"linger.ms": 20})
         for line in lines:
             producer.produce(topic, line.encode())
         producer.flush(30)
@@ -190,15 +194,13 @@ class LocalRun:
             i += 1
         producer.flush(10)
 
-    def watch_output(self, bootstrap: str, topic: str, key_serde: str, value_serde: str) -> None:
+    def watch_output(self, kafka: KafkaClientConfig, topic: str, key_serde: str, value_serde: str) -> None:
         """Print the top values of the output topic whenever they change (at most once a second)."""
-        from confluent_kafka import Consumer
-
         from eddy_runtime.records import decode_column
 
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"eddy-run-watch-{os.getpid()}",
-                             "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                             "enable.auto.commit": False})
+        consumer = kafka_client.consumer(kafka, {"group.id": f"eddy-run-watch-{os.getpid()}",
+                                                 "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                                                 "enable.auto.commit": False})
         consumer.subscribe([topic])
         latest: dict[Any, Any] = {}
         shown: list[tuple[Any, Any]] = []
@@ -263,10 +265,17 @@ class LocalRun:
         spark = None
         handlers = self._install_signal_handlers()
         try:
-            bootstrap = self.start_broker()
-            spec = spec.with_bootstrap_servers(bootstrap)
+            spec = spec.with_bootstrap_servers(self.start_broker(spec))
+            # Credentials come from this process's environment (EDDY_KAFKA_SASL_USERNAME...); the
+            # local-cluster executors Spark starts below inherit it.
+            kafka = KafkaClientConfig.from_spec(spec)
+            try:
+                kafka_client.check_connection(kafka)
+            except (KafkaUnreachable, KafkaCredentialsMissing) as e:
+                raise DriverError(str(e)) from e
+            self.say(f"Kafka: {kafka.describe()}")
             topology, module = load_pipeline(spec)
-            topics = self.ensure_input_topics(bootstrap, topology)
+            topics = self.ensure_input_topics(kafka, topology)
             spark = self.start_spark(spec, python_path)
             # SparkContext replaces the SIGINT handler with one that cancels every job and raises
             # KeyboardInterrupt mid-batch; ours lets the running batch finish and commit.
@@ -290,11 +299,11 @@ class LocalRun:
                      + (f"http://127.0.0.1:{opts.metrics_port}/metrics" if opts.metrics_port else "off"))
             sample = app_dir / "sample.txt"
             if opts.feed and sample.is_file() and topics:
-                self._thread(self.feed, bootstrap, topics[0], sample)
+                self._thread(self.feed, kafka, topics[0], sample)
             sink = next((k for s in compiled.subtopologies for k in s.sinks
                          if getattr(k, "topic", None) in compiled.output_topics), None)
             if sink is not None:
-                self._thread(self.watch_output, bootstrap, sink.topic, sink.key_serde or "bytes",
+                self._thread(self.watch_output, kafka, sink.topic, sink.key_serde or "bytes",
                              sink.value_serde or "bytes")
             if opts.duration_s is not None:
                 timer = threading.Timer(opts.duration_s, self.stop)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from eddy_runtime import kafka_client
 from eddy_runtime.commit import OutputRecord
+from eddy_runtime.kafka_client import KafkaClientConfig
 from eddy_runtime.work import InputRange
 
 __all__ = [
@@ -110,11 +112,8 @@ class RangeReader:
     the range end the driver planned is a last stable offset.
     """
 
-    def __init__(self, bootstrap: str, config: Mapping[str, str] | None = None) -> None:
-        from confluent_kafka import Consumer
-
+    def __init__(self, kafka: KafkaClientConfig | str) -> None:
         conf: dict[str, Any] = {
-            "bootstrap.servers": bootstrap,
             "group.id": "eddy-range-reader",  # never commits; librdkafka wants a group id
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -124,8 +123,7 @@ class RangeReader:
             "max.partition.fetch.bytes": 16 << 20,
             "fetch.wait.max.ms": 50,
         }
-        conf.update(config or {})
-        self._consumer = Consumer(conf)
+        self._consumer = kafka_client.consumer(kafka, conf)
 
     def read(self, rng: InputRange, timeout_s: float = 30.0) -> RawRecords:
         """Every record of ``[start, end)`` (end: what the driver planned)."""
@@ -176,15 +174,15 @@ class RangeReader:
         self._consumer.close()
 
 
-_readers: dict[tuple[str, tuple[tuple[str, str], ...]], RangeReader] = {}
+_readers: dict[KafkaClientConfig, RangeReader] = {}
 
 
-def range_reader(bootstrap: str, config: Mapping[str, str] | None = None) -> RangeReader:
-    """This process's reader for `bootstrap` (Python workers and task runners live long)."""
-    key = (bootstrap, tuple(sorted((config or {}).items())))
+def range_reader(kafka: KafkaClientConfig | str) -> RangeReader:
+    """This process's reader for the app's Kafka (Python workers and task runners live long)."""
+    key = KafkaClientConfig.of(kafka)
     reader = _readers.get(key)
     if reader is None:
-        reader = _readers[key] = RangeReader(bootstrap, config)
+        reader = _readers[key] = RangeReader(key)
     return reader
 
 

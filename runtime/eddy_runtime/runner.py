@@ -215,12 +215,10 @@ class TaskRunner:
             task_id,
             list(sub.stores),
             settings.state_dir_for(self.executor_id),
-            settings.bootstrap,
+            settings.kafka,
             role=role,  # type: ignore[arg-type]
             guarantee=settings.guarantee,
             lock_timeout=5.0,
-            consumer_overrides=dict(settings.kafka_config),
-            producer_overrides=dict(settings.kafka_config),
         )
         log.info("opened task %s as %s", task_id, role)
         t = _Task(manager)
@@ -302,7 +300,7 @@ class TaskRunner:
         if item.restore_only or all(r.empty for r in item.ranges):
             return ItemResult(**base, status="processed", figures=mgr.figures())
         bad, records_read = self._stash.pop((settings.batch_id, item.task), ([], 0))
-        reader = range_reader(settings.bootstrap, settings.kafka_config)
+        reader = range_reader(settings.kafka)
         source = item.ranges[0]
         raw_source: RawRecords | None = None
         precomputed: BatchOutput | None = None

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from eddy_runtime.kafka_client import KafkaClientConfig
 from eddy_runtime.state import TaskFigures, TaskInventory
 
 __all__ = [
@@ -64,7 +65,8 @@ class BatchSettings:
     app: str
     batch_id: int
     generation: int
-    bootstrap: str
+    #: the app's Kafka without secrets: each client adds credentials from its own process's env
+    kafka: KafkaClientConfig
     guarantee: Literal["exactly_once", "at_least_once"]
     bad_record_policy: Literal["fail", "skip", "dead-letter"]
     dead_letter_topic: str | None
@@ -72,7 +74,6 @@ class BatchSettings:
     state_dir: str
     #: local mode: one folder per executor under `state_dir` (executors share a disk)
     per_executor_state_dirs: bool
-    kafka_config: Mapping[str, str] = field(default_factory=dict)
     #: host -> executor id of the live executors (`placement.executor_hosts`): how a Python
     #: worker learns its executor's id where Spark hands ids out at registration
     executor_hosts: Mapping[str, str] = field(default_factory=dict)

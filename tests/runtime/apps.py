@@ -71,8 +71,8 @@ def read_all(bootstrap: str, topic: str, idle_s: float = 2.0) -> list[Any]:
     return out
 
 
-def latest_counts(bootstrap: str, topic: str) -> dict[str, int]:
-    return {m.key().decode(): struct.unpack(">q", m.value())[0] for m in read_all(bootstrap, topic)}
+def latest_counts(bootstrap: str, topic: str, idle_s: float = 2.0) -> dict[str, int]:
+    return {m.key().decode(): struct.unpack(">q", m.value())[0] for m in read_all(bootstrap, topic, idle_s)}
 
 
 def run_until_idle(driver: Driver, timeout_s: float = 240.0, on_batch: Callable[[BatchReport], None] | None = None,

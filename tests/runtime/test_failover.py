@@ -90,7 +90,9 @@ def restored_by_copy(reports: list[BatchReport]) -> dict[tuple[str, str], int]:
     return out
 
 
-def test_killed_executors_fail_over_to_standbys_and_tasks_move_back(kafka, spark, tmp_path):
+# Over SASL_SSL once: the same path, every client of the app authenticating (credentials from env).
+@pytest.mark.parametrize(("listener", "kills"), [("plaintext", KILLS), ("sasl_ssl", 1)])
+def test_killed_executors_fail_over_to_standbys_and_tasks_move_back(kafka, spark, tmp_path, listener, kills):
     sc = spark.sparkContext
     app = kafka.unique_name("fo")
     source = kafka.create_topic(f"{app}-lines", partitions=4)
@@ -100,7 +102,8 @@ def test_killed_executors_fail_over_to_standbys_and_tasks_move_back(kafka, spark
     produce(kafka.bootstrap, source, ((None, line.encode()) for line in fed))
     spec = streamapp(app, kafka.bootstrap, "examples.wordcount.app", {"input_topic": source, "output_topic": out},
                      triggerInterval="300ms", processingGuarantee="exactly_once",
-                     state={"standbyReplicas": 1, "acceptableRecoveryLag": ACCEPTABLE_RECOVERY_LAG})
+                     state={"standbyReplicas": 1, "acceptableRecoveryLag": ACCEPTABLE_RECOVERY_LAG},
+                     kafka=kafka.kafka_spec(listener))
     driver = driver_for(spark, spec, str(tmp_path / "state"))
     feeding = threading.Event()
 
@@ -128,7 +131,7 @@ def test_killed_executors_fail_over_to_standbys_and_tasks_move_back(kafka, spark
         feeding.set()
         feeder.start()
         seen = {e.id for e in live_executors(sc)}
-        for kill in range(1, KILLS + 1):
+        for kill in range(1, kills + 1):
             before = driver.assignment
             victim = Counter(before.tasks[t].active for t in stateful).most_common(1)[0][0]
             survivor = ({e.id for e in live_executors(sc)} - {victim}).pop()
@@ -176,5 +179,5 @@ def test_killed_executors_fail_over_to_standbys_and_tasks_move_back(kafka, spark
         run.stop()
     assert run.error is None, run.error
     losses = driver.metrics.registry.get_sample_value("eddy_driver_executor_losses_total", {"app": app})
-    assert losses == KILLS
+    assert losses == kills
     assert latest_counts(kafka.bootstrap, out) == Counter(w for line in fed for w in line.split())

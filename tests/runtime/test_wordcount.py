@@ -19,14 +19,15 @@ def lines(n: int, seed: int) -> list[str]:
     return [" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(1, 12))) for _ in range(n)]
 
 
-def test_word_count_through_a_repartition_topic_is_exact_under_exactly_once(kafka, spark, tmp_path):
+@pytest.mark.parametrize("listener", ["plaintext", "sasl_ssl"])
+def test_word_count_through_a_repartition_topic_is_exact_under_exactly_once(kafka, spark, tmp_path, listener):
     app = kafka.unique_name("wc")
     source = kafka.create_topic(f"{app}-lines", partitions=4)
     out = f"{app}-counts"
     first, second = lines(3000, seed=1), lines(2000, seed=2)
     produce(kafka.bootstrap, source, ((None, line.encode()) for line in first))
     spec = streamapp(app, kafka.bootstrap, "examples.wordcount.app", {"input_topic": source, "output_topic": out},
-                     processingGuarantee="exactly_once", state={"standbyReplicas": 1})
+                     processingGuarantee="exactly_once", state={"standbyReplicas": 1}, kafka=kafka.kafka_spec(listener))
     driver = driver_for(spark, spec, str(tmp_path / "state"))
     reports = run_until_idle(driver)
     assert latest_counts(kafka.bootstrap, out) == Counter(w for line in first for w in line.split())

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from eddy_runtime.kafka_client import KafkaClientConfig
 from eddy_runtime.state import ChangelogTopicSpec, StoreSpec, changelog_topic_name, ensure_changelog_topics
 
 COUNTS = StoreSpec.key_value("counts", key_serde="string", value_serde="int64")
@@ -20,6 +21,8 @@ class StateApp:
 
     name: str
     bootstrap: str
+    #: what the tasks under test connect with (`KafkaBroker.client_config`); `bootstrap` feeds and reads
+    client: KafkaClientConfig
     input_topic: str
     partitions: int
     state_dir: Path
@@ -37,10 +40,13 @@ class StateApp:
 
 
 @pytest.fixture
-def state_app(kafka, tmp_path: Path) -> StateApp:
+def state_app(kafka, tmp_path: Path, request: pytest.FixtureRequest) -> StateApp:
+    """Tasks on the PLAINTEXT listener, or (``parametrize("state_app", ["sasl_ssl"], indirect=True)``)
+    on the SASL_SSL one."""
     name = kafka.unique_name("st")
     input_topic = kafka.create_topic(f"{name}-input", partitions=2)
-    return StateApp(name, kafka.bootstrap, input_topic, 2, tmp_path / "state", kafka.admin)
+    client = kafka.client_config(getattr(request, "param", "plaintext"))
+    return StateApp(name, kafka.bootstrap, client, input_topic, 2, tmp_path / "state", kafka.admin)
 
 
 def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes, bytes | None]], partition: int = 0,

@@ -26,7 +26,7 @@ RAW = StoreSpec.key_value("counts")  # the same store, seen as bytes
 
 
 def open_task(app: StateApp, task: str = "0_0", specs=(RAW,), **kw) -> ProcessorStateManager:
-    return ProcessorStateManager.open(app.name, task, list(specs), app.state_dir, app.bootstrap, **kw)
+    return ProcessorStateManager.open(app.name, task, list(specs), app.state_dir, app.client, **kw)
 
 
 def random_changelog(n: int, keys: int, seed: int = 1) -> list[tuple[bytes, bytes | None]]:
@@ -42,7 +42,8 @@ def store_contents(mgr: ProcessorStateManager, store: str = "counts") -> dict[by
     return dict(mgr.store(store).iter_raw())
 
 
-@pytest.mark.parametrize("bulk", ["always", "never"])
+@pytest.mark.parametrize(("state_app", "bulk"), [("plaintext", "always"), ("plaintext", "never"),
+                                                 ("sasl_ssl", "never")], indirect=["state_app"])
 def test_restore_from_scratch_rebuilds_the_store_from_the_changelog(state_app: StateApp, bulk: str) -> None:
     state_app.ensure_changelogs()
     records = random_changelog(30_000, keys=5_000)
@@ -66,6 +67,7 @@ def test_restore_from_scratch_rebuilds_the_store_from_the_changelog(state_app: S
         assert figures.stores[0].restored_records == len(records)
 
 
+@pytest.mark.parametrize("state_app", ["plaintext", "sasl_ssl"], indirect=True)
 def test_restore_from_a_checkpoint_reads_only_the_delta(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
     with open_task(state_app, specs=(COUNTS,)) as mgr:

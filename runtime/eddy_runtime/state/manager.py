@@ -22,14 +22,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka import Consumer
 
+from eddy_runtime import kafka_client
 from eddy_runtime.commit import CommitFailed, CommitResult, Guarantee, KafkaCommit, OutputRecord, TaskCommitter
+from eddy_runtime.kafka_client import KafkaClientConfig
 from eddy_runtime.state.changelog import changelog_topic_name
 from eddy_runtime.state.metrics import StoreFigures, TaskFigures
 from eddy_runtime.state.restore import (
     BulkMode,
     StoreChangelogReader,
     TaskRestoreProgress,
-    restore_consumer_config,
+    restore_consumer_settings,
 )
 from eddy_runtime.state.standby import StandbyUpdater
 from eddy_runtime.state.store import KeyValueTransaction, StoreSpec, open_store
@@ -108,12 +110,11 @@ class ProcessorStateManager:
         specs: Sequence[StoreSpec],
         task_dir: TaskDirectory,
         lock: TaskLock,
-        bootstrap: str,
+        kafka: KafkaClientConfig,
         role: Role,
         guarantee: Guarantee,
         partition: int,
         bulk_restore: BulkMode,
-        consumer_overrides: Mapping[str, Any],
         producer_overrides: Mapping[str, Any],
         checkpoint_interval_s: float,
         group_id: str | None,
@@ -122,7 +123,7 @@ class ProcessorStateManager:
         self.task_id = task_id
         self.partition = partition
         self.task_dir = task_dir
-        self.bootstrap = bootstrap
+        self.kafka = kafka
         self.guarantee = guarantee
         self.role: Role = role
         self._specs = {s.name: s for s in specs}
@@ -147,9 +148,7 @@ class ProcessorStateManager:
             for spec in specs:
                 self.stores[spec.name] = open_store(spec, task_dir.store_path(spec.name))
             if any(s.logged for s in specs):
-                self._consumer = Consumer(
-                    restore_consumer_config(bootstrap, app, task_id, **dict(consumer_overrides))
-                )
+                self._consumer = kafka_client.consumer(kafka, restore_consumer_settings(app, task_id))
                 self._reader = StoreChangelogReader(
                     self._consumer, wipe=self._wipe_store, bulk=bulk_restore, context=self._ctx
                 )
@@ -176,14 +175,13 @@ class ProcessorStateManager:
         task_id: str,
         stores: Sequence[StoreSpec],
         state_dir: str | os.PathLike[str],
-        bootstrap: str,
+        kafka: KafkaClientConfig | str,
         *,
         role: Role = "active",
         guarantee: Guarantee = "exactly_once",
         partition: int | None = None,
         lock_timeout: float = 0.0,
         bulk_restore: BulkMode = "auto",
-        consumer_overrides: Mapping[str, Any] | None = None,
         producer_overrides: Mapping[str, Any] | None = None,
         checkpoint_interval_s: float = 1.0,
         group_id: str | None = None,
@@ -192,7 +190,9 @@ class ProcessorStateManager:
 
         An active also creates its `TaskCommitter` *before* reading the changelogs' ends, so a
         zombie of the task is fenced and its open transaction aborted first. Raises
-        `TaskDirectoryLocked` naming the holder when another process has the task.
+        `TaskDirectoryLocked` naming the holder when another process has the task. `kafka`: the
+        app's `KafkaClientConfig` (a bare bootstrap string means PLAINTEXT); `producer_overrides`
+        adjust the committer's producer settings.
         """
         td = TaskDirectory(state_dir, app, task_id)
         lock = td.lock(timeout=lock_timeout)
@@ -202,12 +202,11 @@ class ProcessorStateManager:
             stores,
             td,
             lock,
-            bootstrap,
+            KafkaClientConfig.of(kafka),
             role,
             guarantee,
             task_partition(task_id) if partition is None else partition,
             bulk_restore,
-            consumer_overrides or {},
             producer_overrides or {},
             checkpoint_interval_s,
             group_id,
@@ -238,7 +237,7 @@ class ProcessorStateManager:
         self.role = "active"
         if self.committer is None:
             self.committer = TaskCommitter(
-                self.app, self.task_id, self.bootstrap, self.guarantee,
+                self.app, self.task_id, self.kafka, self.guarantee,
                 group_id=self._group_id, producer_overrides=self._producer_overrides,
             )
         if self._reader is not None:

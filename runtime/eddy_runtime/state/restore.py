@@ -52,7 +52,7 @@ __all__ = [
     "RestoreProgress",
     "StoreChangelogReader",
     "TaskRestoreProgress",
-    "restore_consumer_config",
+    "restore_consumer_settings",
 ]
 
 log = logging.getLogger(__name__)
@@ -71,14 +71,14 @@ _KAFKA_TIMEOUT_S = 30.0
 _STALL_CHECK_S = 10.0
 
 
-def restore_consumer_config(bootstrap: str, app: str, task_id: str, **overrides: str) -> dict[str, object]:
-    """Consumer settings for restoring and tailing changelogs: read_committed, big fetches.
+def restore_consumer_settings(app: str, task_id: str) -> dict[str, object]:
+    """Consumer settings for restoring and tailing changelogs: read_committed, big fetches
+    (`kafka_client` adds bootstrap, spec.kafka.config and security).
 
     The group id is never used for commits (partitions are assigned, not subscribed); the
     client requires one.
     """
     conf: dict[str, object] = {
-        "bootstrap.servers": bootstrap,
         "group.id": f"{app}-restore",
         "client.id": f"{app}-{task_id}-restore",
         "enable.auto.commit": False,
@@ -95,7 +95,6 @@ def restore_consumer_config(bootstrap: str, app: str, task_id: str, **overrides:
         "queued.max.messages.kbytes": 256 << 10,
         "fetch.wait.max.ms": 100,
     }
-    conf.update(overrides)
     return conf
 
 
