@@ -138,12 +138,13 @@ def test_the_standby_serves_liveness_and_metrics_and_only_the_leader_handles(crd
         lambda: (r := standby.get(standby.health_port, "/healthz"))[0] == 200 and r, 30, 0.2, "standby /healthz"
     )
     assert json.loads(body)["role"] == "standby"
+    standby_says = body
     wait_for(lambda: kopf_is_serving(leader), 60, 0.2, "leader /healthz (kopf's)")
     status, body = leader.get(leader.health_port, "/healthz")
     assert json.loads(body) == {"handlers": "ok"}, body  # the probe handler ran and passed
     assert wait_for(lambda: leader.metric("eddy_operator_leader") == 1.0, 10, 0.2, "leader gauge 1")
     assert standby.metric("eddy_operator_leader") == 0.0
-    report(f"\nleader {leader.pod_name}, standby {standby.pod_name}: standby /healthz {body!r}")
+    report(f"\nleader {leader.pod_name}: /healthz {body!r}; standby {standby.pod_name}: /healthz {standby_says!r}")
 
 
 @pytest.mark.parametrize("how", ["frozen", "racing"])

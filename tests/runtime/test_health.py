@@ -91,3 +91,31 @@ def test_healthz_answers_503_once_the_loop_stalls_and_metrics_stay_served():
         assert _get(server.port, "/healthz")[0] == 200
     finally:
         server.close()
+
+
+@pytest.mark.integration
+def test_a_running_driver_serves_healthz_and_metrics_on_its_metrics_port(kafka, spark, tmp_path):
+    """The real batch loop (Kafka, local-cluster Spark) feeds the endpoint the probe reads."""
+    from tests.runtime.apps import driver_for, produce, run_until_idle, streamapp
+    from tests.servers import free_port
+
+    app = kafka.unique_name("health")
+    source = kafka.create_topic(f"{app}-lines", partitions=2)
+    produce(kafka.bootstrap, source, ((None, b"a b c") for _ in range(50)))
+    spec = streamapp(app, kafka.bootstrap, "examples.wordcount.app", {"input_topic": source,
+                                                                      "output_topic": f"{app}-counts"})
+    port = free_port()
+    driver = driver_for(spark, spec, str(tmp_path / "state"), metrics_port=port, metrics_addr="127.0.0.1")
+    seen: list[tuple[int, str, int]] = []
+
+    def probe(_report: object) -> None:
+        status, body = _get(port, "/healthz")
+        metrics_status, metrics = _get(port, "/metrics")
+        assert metrics_status == 200 and "eddy_driver_batches_total" in metrics
+        seen.append((status, body, driver.progress.batches_finished))
+
+    run_until_idle(driver, on_batch=probe)
+    assert seen and all((status, body) == (200, "ok\n") for status, body, _ in seen), seen
+    assert seen[-1][2] >= 1  # batches were counted as progress
+    with pytest.raises(OSError):  # closed with the driver
+        _get(port, "/healthz")
