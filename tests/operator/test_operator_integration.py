@@ -149,6 +149,12 @@ def test_kubectl_scale_changes_executor_replicas_without_restarting_the_driver(k
         ({"processingGuarantee": "exactly_twice"}, "spec.processingGuarantee", "Unsupported value"),
         ({"sparkConf": {"spark.executor.instances": "9"}}, "spec.sparkConf", "operator owns"),
         ({"kafka__config": {"sasl.password": "x"}}, "spec.kafka.config", "Secret references"),
+        ({"kafka__topics": {"replicationFactor": 0}}, "spec.kafka.topics.replicationFactor", "must be -1"),
+        (
+            {"kafka__topics": {"replicationFactor": 2, "minInsyncReplicas": 3}},
+            "spec.kafka.topics.minInsyncReplicas",
+            "at most replicationFactor",
+        ),
     ],
 )
 def test_invalid_manifests_are_rejected_by_the_apiserver_naming_the_field(crd, namespace, changes, field, says):
