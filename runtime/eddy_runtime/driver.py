@@ -50,7 +50,8 @@ from eddy_runtime.placement import (
     live_executors,
 )
 from eddy_runtime.records import decode_source, range_reader, spark_source_schema
-from eddy_runtime.state import ChangelogTopicSpec, changelog_topic_name, ensure_changelog_topics
+from eddy_runtime.state import changelog_topic_name
+from eddy_runtime.topics import TopicError, ensure_app_topics
 from eddy_runtime.work import BatchSettings, InputRange, ItemResult, SlotWork, WorkItem
 
 __all__ = ["BatchReport", "Driver", "DriverError", "DriverOptions", "load_pipeline"]
@@ -88,7 +89,6 @@ class DriverOptions:
     stop_grace_s: float = 30.0
     #: consecutive failed batches before the driver gives up
     max_failed_batches: int = 5
-    topic_replication_factor: int = 1
 
 
 @dataclass
@@ -239,7 +239,7 @@ class Driver:
             raise DriverError(f"input topics do not exist: {missing} (create them, or check spec.kafka)")
         compiled = compile_topology(self.topology, self.app, partitions)
         self._check_dataframe_steps(compiled)
-        self._create_topics(compiled, meta)
+        self._create_topics(compiled)
         self.compiled = compiled
         self._program = cloudpickle.dumps([s.for_executor() for s in compiled.subtopologies])
         import hashlib
@@ -268,33 +268,11 @@ class Driver:
                 n = n.parent
         return out
 
-    def _create_topics(self, compiled: CompiledApp, meta: Mapping[str, Any]) -> None:
-        from confluent_kafka.admin import NewTopic
-
-        rf = self.options.topic_replication_factor
-        wanted: dict[str, tuple[int, dict[str, str]]] = {
-            t: (n, {"cleanup.policy": "delete"}) for t, n in compiled.repartition_topics.items()
-        }
-        if self.spec.dead_letter_topic:
-            wanted[self.spec.dead_letter_topic] = (1, {})
-        if self.options.create_output_topics:
-            for s in compiled.subtopologies:
-                for sink in s.sinks:
-                    topic = getattr(sink, "topic", None)
-                    if topic and topic not in compiled.repartition_topics:
-                        wanted.setdefault(topic, (s.partitions, {}))
-        new = [NewTopic(t, n, rf, config=c) for t, (n, c) in wanted.items() if t not in meta]
-        if new:
-            for topic, fut in self.admin.create_topics(new).items():
-                with contextlib.suppress(Exception):  # created meanwhile by another driver
-                    fut.result(30)
-                log.info("created topic %s", topic)
-        for t, (n, _) in wanted.items():
-            if t in compiled.repartition_topics and t in meta and len(meta[t].partitions) != n:
-                raise DriverError(f"repartition topic {t} has {len(meta[t].partitions)} partitions, the app needs {n}")
-        specs: list[ChangelogTopicSpec] = [replace(c, replication_factor=rf) for c in compiled.changelog_topics()]
-        if specs:
-            ensure_changelog_topics(self.admin, specs)
+    def _create_topics(self, compiled: CompiledApp) -> None:
+        try:
+            ensure_app_topics(self.admin, compiled, self.spec, create_outputs=self.options.create_output_topics)
+        except TopicError as e:
+            raise DriverError(str(e)) from e
 
     def _check_dataframe_steps(self, compiled: CompiledApp) -> None:
         """Reject DataFrame steps that shuffle: they would move records off their task's executor."""

@@ -49,8 +49,8 @@ def test_wrong_changelog_topic_is_rejected(state_app: StateApp, kafka) -> None:
         ensure_changelog_topics(kafka.admin, [ChangelogTopicSpec(wrong_partitions, 2),
                                               ChangelogTopicSpec(wrong_policy, 2)])
     message = str(err.value)
-    assert f"{wrong_partitions!r} has 3 partitions but the store needs 2" in message
-    assert f"{wrong_policy!r} has cleanup.policy=delete but the store needs cleanup.policy=compact" in message
+    assert f"{wrong_partitions!r} has 3 partitions, the app needs 2" in message
+    assert f"{wrong_policy!r} has cleanup.policy=delete, the app needs cleanup.policy=compact" in message
 
 
 def test_changelog_topics_are_created_compacted_with_the_input_partition_count(state_app: StateApp, kafka) -> None:
