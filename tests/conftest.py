@@ -4,6 +4,8 @@ Each server starts once per test session, on demand (only when a test asks for i
 the end. Fixtures:
 
 - ``kafka``: a real KRaft broker (``.bootstrap``, ``.admin``, ``.create_topic``, ``.new_topic``).
+- ``kafka_cluster``: three KRaft nodes (brokers and controllers), the same API plus
+  ``.stop_broker(i)`` / ``.start_broker(i)``; started only by the tests that ask for it.
 - ``kube``: a real control plane (``.kubeconfig``, ``.kubectl(...)``, ``.api_client()``);
   ``namespace``: a fresh namespace per test.
 - ``spark``: a SparkSession on ``local-cluster[2,1,1024]`` (two executor JVMs).
@@ -18,7 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import ControlPlane, KafkaBroker, control_plane, kafka_broker, spark_env
+from tests.servers import (
+    ControlPlane,
+    KafkaBroker,
+    KafkaCluster,
+    control_plane,
+    kafka_broker,
+    kafka_nodes,
+    spark_env,
+)
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +40,12 @@ def servers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def kafka(servers_dir: Path) -> Iterator[KafkaBroker]:
     with kafka_broker(servers_dir) as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(servers_dir: Path) -> Iterator[KafkaCluster]:
+    with kafka_nodes(servers_dir, nodes=3) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")
