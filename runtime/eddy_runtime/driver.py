@@ -310,7 +310,7 @@ class Driver:
         return out
 
     def _list_offsets(self, tps: Sequence[tuple[str, int]], spec: str) -> dict[tuple[str, int], int]:
-        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
         if not tps:
@@ -320,7 +320,15 @@ class Driver:
         def list_offsets() -> dict[tuple[str, int], int]:
             futures = self.admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
                                               request_timeout=30)
-            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            try:
+                return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            except KafkaException as e:
+                if "LEADER_EPOCH" in str(e):
+                    # After a partition leader moved (a broker stopped or came back), librdkafka's
+                    # admin client kept sending its cached leader epoch until its retries ran out
+                    # (seen with 2.16): a new client starts from fresh metadata.
+                    self._admin = None
+                raise
 
         return _retrying(list_offsets, "listing offsets")
 
@@ -816,8 +824,15 @@ class Driver:
             log.warning("closing the tasks failed: %s", _short_error(e))
 
 
+#: What a leader or coordinator moving to another broker (one stopped or restarted) answers for a
+#: moment; Kafka's Java clients retry all of them, librdkafka's admin calls do not flag them all.
+_MOVING = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_LEADER",
+           "LEADER_NOT_AVAILABLE", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH", "OFFSET_NOT_AVAILABLE",
+           "REPLICA_NOT_AVAILABLE", "NOT_ENOUGH_REPLICAS", "BROKER_NOT_AVAILABLE")
+
+
 def _retrying(fn: Callable[[], Any], what: str, attempts: int = 20) -> Any:
-    """`fn()`, again after retriable Kafka errors (a coordinator moving or loading)."""
+    """`fn()`, again after retriable Kafka errors (a coordinator or partition leader moving or loading)."""
     from confluent_kafka import KafkaException
 
     for attempt in range(attempts):
@@ -825,8 +840,7 @@ def _retrying(fn: Callable[[], Any], what: str, attempts: int = 20) -> Any:
             return fn()
         except KafkaException as e:
             err = e.args[0] if e.args else None
-            retriable = getattr(err, "retriable", lambda: False)() or "NOT_COORDINATOR" in str(e) \
-                or "COORDINATOR_LOAD_IN_PROGRESS" in str(e)
+            retriable = getattr(err, "retriable", lambda: False)() or any(code in str(e) for code in _MOVING)
             if not retriable or attempt == attempts - 1:
                 raise
             log.info("%s: %s; retrying", what, e)
