@@ -10,6 +10,8 @@ the end. Fixtures:
   exports them for ``eddy run`` (``EDDY_KAFKA_SASL_USERNAME``, ``_PASSWORD``,
   ``EDDY_KAFKA_SSL_CA_LOCATION``) before Spark starts, so its executors inherit them. Apps on the
   PLAINTEXT listener ignore them.
+- ``kafka_cluster``: three KRaft nodes (brokers and controllers), the same API plus
+  ``.stop_broker(i)`` / ``.start_broker(i)``; started only by the tests that ask for it.
 - ``kube``: a real control plane (``.kubeconfig``, ``.kubectl(...)``, ``.api_client()``);
   ``namespace``: a fresh namespace per test.
 - ``spark``: a SparkSession on ``local-cluster[2,1,1024]`` (two executor JVMs).
@@ -24,7 +26,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import ControlPlane, KafkaBroker, KafkaCredentials, control_plane, kafka_broker, spark_env
+from tests.servers import (
+    ControlPlane,
+    KafkaBroker,
+    KafkaCluster,
+    KafkaCredentials,
+    control_plane,
+    kafka_broker,
+    kafka_nodes,
+    spark_env,
+)
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +60,12 @@ def kafka_credentials(servers_dir: Path) -> Iterator[KafkaCredentials]:
 def kafka(servers_dir: Path, kafka_credentials: KafkaCredentials) -> Iterator[KafkaBroker]:
     with kafka_broker(servers_dir, credentials=kafka_credentials) as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(servers_dir: Path) -> Iterator[KafkaCluster]:
+    with kafka_nodes(servers_dir, nodes=3) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -124,11 +125,12 @@ class KafkaBroker:
             self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
         return self._admin
 
-    def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> str:
+    def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None,
+                     replication_factor: int = 1) -> str:
         from confluent_kafka.admin import NewTopic
 
         futures = self.admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})]
+            [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=config or {})]
         )
         futures[name].result(30)
         return name
@@ -165,6 +167,72 @@ def kafka_broker(base_dir: Path, host: str = "127.0.0.1",
         broker._admin = None
         gc.collect()
         run_script(REPO / "infra/kafka/kafka.sh", "stop", data_dir, timeout=60)
+
+
+@dataclass
+class KafkaCluster(KafkaBroker):
+    """Three (or `nodes`) KRaft nodes on 127.0.0.1, each broker and controller (the quorum is all
+    of them, so one stopped node leaves a majority). Kafka's own topics and the brokers'
+    default.replication.factor are 3, min.insync.replicas 1 (a topic's own setting is what counts).
+    `data_dir` holds `node-<i>` per node."""
+
+    nodes: int = 3
+
+    def node_dir(self, i: int) -> Path:
+        return self.data_dir / f"node-{i}"
+
+    def stop_broker(self, i: int) -> None:
+        """Stop node `i` (1-based) cleanly (SIGTERM: controlled shutdown moves its leaderships)."""
+        run_script(REPO / "infra/kafka/kafka.sh", "stop", self.node_dir(i), timeout=60)
+
+    def start_broker(self, i: int, timeout_s: float = 60) -> None:
+        """Start node `i` again on its data; returns once the cluster lists it among its brokers."""
+        run_script(REPO / "infra/kafka/kafka.sh", "cluster-node-start", self.data_dir, str(i), timeout=180)
+        self.wait_for_brokers(set(range(1, self.nodes + 1)), timeout_s)
+
+    def live_brokers(self) -> set[int]:
+        return set(self.admin.list_topics(timeout=10).brokers)
+
+    def wait_for_brokers(self, ids: set[int], timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while (live := self.live_brokers()) != ids:
+            if time.monotonic() > deadline:
+                raise ServerFailed(f"brokers {sorted(live)} registered after {timeout_s}s, expected {sorted(ids)}")
+            time.sleep(0.2)
+
+    def wait_in_sync(self, topics: list[str], timeout_s: float = 60) -> None:
+        """Until every replica of every partition of `topics` is in sync (a restarted broker caught up)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            meta = self.admin.list_topics(timeout=10).topics
+            behind = {(t, p): (sorted(m.isrs), sorted(m.replicas)) for t in topics
+                      for p, m in (meta[t].partitions.items() if t in meta else [])
+                      if sorted(m.isrs) != sorted(m.replicas)}
+            if not behind and all(t in meta for t in topics):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"replicas not in sync after {timeout_s}s: (isr, replicas) {behind}")
+            time.sleep(0.2)
+
+
+@contextmanager
+def kafka_nodes(base_dir: Path, nodes: int = 3) -> Iterator[KafkaCluster]:
+    """A `KafkaCluster` of `nodes` nodes; every node stopped at the end."""
+    run_script(REPO / "infra/kafka/kafka.sh", "fetch")
+    port = free_port(2 * nodes)
+    data_dir = base_dir / "kafka-cluster"
+    cluster: KafkaCluster | None = None
+    try:
+        bootstrap = run_script(REPO / "infra/kafka/kafka.sh", "cluster-start", data_dir, str(nodes), str(port),
+                               timeout=240).strip().splitlines()[-1]
+        cluster = KafkaCluster(bootstrap=bootstrap, data_dir=data_dir, nodes=nodes)
+        cluster.wait_for_brokers(set(range(1, nodes + 1)))
+        yield cluster
+    finally:
+        if cluster is not None:  # no admin client reconnecting to stopped brokers (see kafka_broker)
+            cluster._admin = None
+            gc.collect()
+        run_script(REPO / "infra/kafka/kafka.sh", "cluster-stop", data_dir, timeout=120)
 
 
 @dataclass

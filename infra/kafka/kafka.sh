@@ -9,9 +9,18 @@
 #                                    (controller on <port>+1); returns once it serves requests
 #   kafka.sh stop <data-dir>         stop the broker started in <data-dir>
 #
+#   kafka.sh cluster-start <dir> <nodes> <port>
+#                                    a cluster of <nodes> combined broker+controller nodes (the
+#                                    controller quorum is all of them) in <dir>/node-<i>, node i on
+#                                    <port>+2(i-1) (controller one above); returns once every node
+#                                    serves requests; prints the bootstrap list
+#   kafka.sh cluster-node-start <dir> <i>
+#                                    start node i of that cluster again (after `stop <dir>/node-<i>`)
+#   kafka.sh cluster-stop <dir>      stop every node of the cluster
+#
 # Environment:
 #   EDDY_CACHE   cache folder (default <repo>/.cache, git-ignored)
-#   KAFKA_HEAP   heap options for the broker JVM (default -Xmx1g)
+#   KAFKA_HEAP   heap options for the broker JVM (default -Xmx1g; -Xmx384m per cluster node)
 #   KAFKA_OPTS   extra options for the broker JVM (default none)
 #   KAFKA_HOST   address the broker listens on and advertises (default 127.0.0.1;
 #                the real-pod tests use the node address inside their network namespace)
@@ -38,7 +47,7 @@ readonly POM="${HERE}/pom.xml"
 readonly LOG4J_CONFIG="${HERE}/log4j2.properties"
 readonly JAVA="${JAVA:-java}"
 readonly HOST="${KAFKA_HOST:-127.0.0.1}"
-readonly START_TIMEOUT_S=60
+readonly START_TIMEOUT_S="${KAFKA_START_TIMEOUT_S:-60}"
 readonly STOP_TIMEOUT_S=20
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
@@ -149,13 +158,16 @@ random_cluster_id() {
   echo "${id}"
 }
 
+# A cluster node (cluster-start) sets NODE_ID, VOTERS and REPLICAS; a lone broker leaves them unset.
 write_server_properties() {
   local data_dir="$1" port="$2" cport="$3"
+  local replicas="${REPLICAS:-1}"
+  local internal_min_isr=$((replicas > 1 ? 2 : 1))
   cat >"${data_dir}/server.properties" <<EOF
-# Written by infra/kafka/kafka.sh: one-node combined broker+controller for tests.
+# Written by infra/kafka/kafka.sh: a combined broker+controller for tests.
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@${HOST}:${cport}
+node.id=${NODE_ID:-1}
+controller.quorum.voters=${VOTERS:-1@${HOST}:${cport}}
 listeners=PLAINTEXT://${HOST}:${port},CONTROLLER://${HOST}:${cport}
 advertised.listeners=PLAINTEXT://${HOST}:${port}
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
@@ -163,14 +175,15 @@ controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 log.dirs=${data_dir}/logs
 
-# One node: every internal topic has a single replica.
-default.replication.factor=1
+# A replica per node (up to 3); Kafka's own topics survive one lost node of a cluster.
+# min.insync.replicas stays 1, so a topic's own setting is what a test sees.
+default.replication.factor=${replicas}
 min.insync.replicas=1
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+offsets.topic.replication.factor=${replicas}
+transaction.state.log.replication.factor=${replicas}
+transaction.state.log.min.isr=${internal_min_isr}
+share.coordinator.state.topic.replication.factor=${replicas}
+share.coordinator.state.topic.min.isr=${internal_min_isr}
 # Few internal partitions: they are created on first use, and fewer is faster.
 offsets.topic.num.partitions=4
 transaction.state.log.num.partitions=4
@@ -309,7 +322,7 @@ launch_broker() {
   if [[ ! -f "${data_dir}/logs/meta.properties" ]]; then
     # shellcheck disable=SC2046  # cds_opts is zero or one word
     if ! "${JAVA}" -XX:TieredStopAtLevel=1 -XX:+UseSerialGC $(cds_opts) -cp "${cp}" "${log4j[@]}" \
-        kafka.tools.StorageTool format -t "$(random_cluster_id)" \
+        kafka.tools.StorageTool format -t "${CLUSTER_ID:-$(random_cluster_id)}" \
         -c "${data_dir}/server.properties" --ignore-formatted "${scram[@]}" >>"${log}" 2>&1; then
       fail_start "${data_dir}" "storage format failed"
     fi
@@ -376,6 +389,73 @@ cmd_stop() {
   echo "kafka.sh: broker stopped (pid ${pid})"
 }
 
+# --- cluster -----------------------------------------------------------------
+
+# <dir>/cluster.env holds what every (re)start of a node needs: size, first port, cluster id.
+cluster_env() { echo "$1/cluster.env"; }
+
+# launch_cluster_node <abs-dir> <i>: node i with its cluster's voters, in the background of the caller.
+launch_cluster_node() {
+  local dir="$1" i="$2" nodes base cluster_id voters="" j cds
+  # shellcheck disable=SC1090
+  source "$(cluster_env "${dir}")"
+  nodes="${NODES}" base="${BASE_PORT}" cluster_id="${CLUSTER}"
+  ((i >= 1 && i <= nodes)) || die "node ${i} is not one of 1..${nodes}"
+  for ((j = 1; j <= nodes; j++)); do
+    voters+="${voters:+,}${j}@${HOST}:$((base + 2 * (j - 1) + 1))"
+  done
+  mkdir -p "${dir}/node-${i}"
+  cds="$(cds_opts)"
+  NODE_ID="${i}" VOTERS="${voters}" REPLICAS="$((nodes < 3 ? nodes : 3))" CLUSTER_ID="${cluster_id}" \
+    KAFKA_HEAP="${KAFKA_HEAP:--Xms128m -Xmx384m}" \
+    launch_broker "${dir}/node-${i}" "$((base + 2 * (i - 1)))" ${cds:+"${cds}"}
+}
+
+cmd_cluster_start() {
+  [[ $# -eq 3 ]] || usage
+  local nodes="$2" base="$3" dir i failed=0
+  [[ "${nodes}" =~ ^[1-9][0-9]*$ && "${base}" =~ ^[0-9]+$ ]] || die "nodes and port must be numbers"
+  mkdir -p "$1"
+  dir="$(cd "$1" && pwd)"
+  require_jars
+  [[ -f "$(cluster_env "${dir}")" ]] && die "a cluster was already made in ${dir}; use cluster-node-start"
+  printf 'NODES=%s\nBASE_PORT=%s\nCLUSTER=%s\n' "${nodes}" "${base}" "$(random_cluster_id)" \
+    >"$(cluster_env "${dir}")"
+  # All at once: a node's broker is ready only once a majority of the controllers runs.
+  local pids=()
+  for ((i = 1; i <= nodes; i++)); do
+    launch_cluster_node "${dir}" "${i}" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "${pid}" || failed=1; done
+  if ((failed)); then
+    cmd_cluster_stop "${dir}" >&2
+    die "the cluster in ${dir} did not start (see the messages above)"
+  fi
+  local bootstrap=""
+  for ((i = 1; i <= nodes; i++)); do bootstrap+="${bootstrap:+,}${HOST}:$((base + 2 * (i - 1)))"; done
+  echo "${bootstrap}"
+}
+
+cmd_cluster_node_start() {
+  [[ $# -eq 2 ]] || usage
+  [[ -f "$(cluster_env "$1")" ]] || die "no cluster in $1 (run cluster-start first)"
+  require_jars
+  launch_cluster_node "$(cd "$1" && pwd)" "$2"
+}
+
+# All at once: stopped one by one, the last nodes wait for a controller quorum that is gone.
+cmd_cluster_stop() {
+  [[ $# -eq 1 ]] || usage
+  local node pids=()
+  for node in "$1"/node-*; do
+    [[ -d "${node}" ]] || continue
+    cmd_stop "${node}" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "${pid}" || true; done
+}
+
 # --- main --------------------------------------------------------------------
 
 [[ $# -ge 1 ]] || usage
@@ -385,5 +465,8 @@ case "${cmd}" in
   fetch) [[ $# -eq 0 ]] || usage; cmd_fetch ;;
   start) cmd_start "$@" ;;
   stop) cmd_stop "$@" ;;
+  cluster-start) cmd_cluster_start "$@" ;;
+  cluster-node-start) cmd_cluster_node_start "$@" ;;
+  cluster-stop) cmd_cluster_stop "$@" ;;
   *) usage ;;
 esac

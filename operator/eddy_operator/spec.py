@@ -32,6 +32,7 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "spec.imagePullPolicy": "IfNotPresent",
         "spec.pipeline.function": "build",
         "spec.kafka.security.protocol": "PLAINTEXT",
+        "spec.kafka.topics.replicationFactor": -1,
         "spec.processingGuarantee": "exactly_once",
         "spec.triggerInterval": "1s",
         "spec.badRecordPolicy": "fail",
@@ -181,9 +182,22 @@ class KafkaSecuritySpec:
 
 
 @dataclass(frozen=True)
+class TopicsSpec:
+    """How Eddy creates the topics it writes: changelogs, repartition, dead-letter and outputs.
+
+    `replication_factor` -1 leaves it to the brokers' `default.replication.factor` (Kafka
+    Streams' `replication.factor=-1`); `min_insync_replicas` None leaves the topic config to the
+    brokers' default."""
+
+    replication_factor: int = -1
+    min_insync_replicas: int | None = None
+
+
+@dataclass(frozen=True)
 class KafkaSpec:
     bootstrap_servers: str
     security: KafkaSecuritySpec = field(default_factory=KafkaSecuritySpec)
+    topics: TopicsSpec = field(default_factory=TopicsSpec)
     # Extra client properties (librdkafka names), never credentials.
     config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -557,7 +571,7 @@ _SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
 def _parse_kafka(obj: Any) -> KafkaSpec:
     if obj is None:
         raise SpecError("spec.kafka", "required")
-    k = _Fields(obj, "spec.kafka", {"bootstrapServers", "security", "config"})
+    k = _Fields(obj, "spec.kafka", {"bootstrapServers", "security", "config", "topics"})
     bootstrap = k.str_("bootstrapServers", required=True, max_len=2048)
     sec = _Fields(k.obj.get("security"), "spec.kafka.security", {"protocol", "sasl", "tls"})
     protocol = sec.enum("protocol", SecurityProtocol)
@@ -602,7 +616,28 @@ def _parse_kafka(obj: Any) -> KafkaSpec:
         bootstrap_servers=bootstrap or "",
         security=KafkaSecuritySpec(protocol=protocol, sasl=sasl, tls=tls),
         config=config,
+        topics=_parse_topics(k.obj.get("topics")),
     )
+
+
+# Kafka keeps replication factors in a 16-bit signed integer.
+_MAX_REPLICATION_FACTOR = 32767
+
+
+def _parse_topics(obj: Any) -> TopicsSpec:
+    t = _Fields(obj, "spec.kafka.topics", {"replicationFactor", "minInsyncReplicas"})
+    rf = t.int_("replicationFactor", minimum=-1, maximum=_MAX_REPLICATION_FACTOR)
+    if rf == 0:
+        raise SpecError(t.at("replicationFactor"), "must be -1 (the brokers' default.replication.factor) or at least 1")
+    min_isr = None
+    if t.obj.get("minInsyncReplicas") is not None:
+        min_isr = t.int_("minInsyncReplicas", minimum=1, maximum=_MAX_REPLICATION_FACTOR)
+        if rf != -1 and min_isr > rf:
+            raise SpecError(
+                t.at("minInsyncReplicas"),
+                f"must be at most replicationFactor ({rf}): with fewer replicas than that every write fails",
+            )
+    return TopicsSpec(replication_factor=rf, min_insync_replicas=min_isr)
 
 
 _TOLERATION_OPERATORS = ("Equal", "Exists")

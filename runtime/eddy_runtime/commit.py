@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -272,9 +273,9 @@ class TaskCommitter:
             n_out, n_cl, last_of_store = self._produce(tx, outputs, inputs)
             if inputs:
                 tps = [TopicPartition(t, part, off) for (t, part), off in inputs.items()]
-                self._producer.send_offsets_to_transaction(
-                    tps, group_metadata or self._consumer.consumer_group_metadata(), self._timeout
-                )
+                metadata = group_metadata or self._consumer.consumer_group_metadata()
+                self._bounded("send_offsets_to_transaction",
+                              lambda: self._producer.send_offsets_to_transaction(tps, metadata, self._timeout))
             # (No local reference to the producer: a traceback that outlives a failure must not
             # keep it connected after close.) flush serves the delivery reports that carry the changelog offsets.
             remaining = self._producer.flush(self._timeout)
@@ -291,6 +292,8 @@ class TaskCommitter:
             except KafkaException as ke:
                 self._fail(ke)
             raise CommitFailed(f"{self._ctx}: Kafka client error, transaction aborted: {e}", aborted=True) from e
+        except TaskFenced:
+            raise
         except CommitFailed as e:
             self._abort_quietly()
             raise CommitFailed(str(e), aborted=True) from e
@@ -299,6 +302,32 @@ class TaskCommitter:
             # store untouched and the caller informed if it ever does.
             raise CommitFailed(f"{self._ctx}: delivery errors in a committed transaction: {self._errors[:3]}")
         return n_out, n_cl, last_of_store
+
+    def _bounded(self, what: str, call: Callable[[], None]) -> None:
+        """`call()`, given up on after the committer's timeout even if the client ignores it.
+
+        librdkafka's send_offsets_to_transaction can wait forever, past its timeout, when the
+        group coordinator's broker goes away (confluentinc/librdkafka#5456, #5511; seen here with
+        2.16 when one broker of three stopped). The producer is then unusable: the task is closed
+        and reopened, and the new producer's init_transactions fences the stuck one."""
+        outcome: list[BaseException | None] = []
+
+        def run() -> None:
+            try:
+                call()
+                outcome.append(None)
+            except BaseException as e:  # noqa: BLE001 - handed to the calling thread
+                outcome.append(e)
+
+        worker = threading.Thread(target=run, name=f"{what} {self._ctx}", daemon=True)
+        worker.start()
+        worker.join(self._timeout + 5)
+        if not outcome:
+            self._unusable = f"{what} did not return within {self._timeout}s"
+            raise TaskFenced(f"{self._ctx}: {what} hung past its {self._timeout}s timeout; the task is "
+                             "reopened with a new producer", fatal=True)
+        if outcome[0] is not None:
+            raise outcome[0]
 
     def _commit_transaction(self) -> None:
         deadline = time.monotonic() + self._timeout

@@ -54,7 +54,8 @@ from eddy_runtime.placement import (
 )
 from eddy_runtime.progress import CopyProgressTracker
 from eddy_runtime.records import decode_source, range_reader, spark_source_schema
-from eddy_runtime.state import ChangelogTopicSpec, changelog_topic_name, ensure_changelog_topics
+from eddy_runtime.state import changelog_topic_name
+from eddy_runtime.topics import TopicError, ensure_app_topics
 from eddy_runtime.work import BatchSettings, InputRange, ItemResult, SlotWork, WorkItem
 
 __all__ = ["BatchReport", "Driver", "DriverError", "DriverOptions", "load_pipeline"]
@@ -92,7 +93,6 @@ class DriverOptions:
     stop_grace_s: float = 30.0
     #: consecutive failed batches before the driver gives up
     max_failed_batches: int = 5
-    topic_replication_factor: int = 1
 
 
 @dataclass
@@ -229,7 +229,7 @@ class Driver:
             raise DriverError(f"input topics do not exist: {missing} (create them, or check spec.kafka)")
         compiled = compile_topology(self.topology, self.app, partitions)
         self._check_dataframe_steps(compiled)
-        self._create_topics(compiled, meta)
+        self._create_topics(compiled)
         self.compiled = compiled
         self._program = cloudpickle.dumps([s.for_executor() for s in compiled.subtopologies])
         import hashlib
@@ -258,33 +258,11 @@ class Driver:
                 n = n.parent
         return out
 
-    def _create_topics(self, compiled: CompiledApp, meta: Mapping[str, Any]) -> None:
-        from confluent_kafka.admin import NewTopic
-
-        rf = self.options.topic_replication_factor
-        wanted: dict[str, tuple[int, dict[str, str]]] = {
-            t: (n, {"cleanup.policy": "delete"}) for t, n in compiled.repartition_topics.items()
-        }
-        if self.spec.dead_letter_topic:
-            wanted[self.spec.dead_letter_topic] = (1, {})
-        if self.options.create_output_topics:
-            for s in compiled.subtopologies:
-                for sink in s.sinks:
-                    topic = getattr(sink, "topic", None)
-                    if topic and topic not in compiled.repartition_topics:
-                        wanted.setdefault(topic, (s.partitions, {}))
-        new = [NewTopic(t, n, rf, config=c) for t, (n, c) in wanted.items() if t not in meta]
-        if new:
-            for topic, fut in self.admin.create_topics(new).items():
-                with contextlib.suppress(Exception):  # created meanwhile by another driver
-                    fut.result(30)
-                log.info("created topic %s", topic)
-        for t, (n, _) in wanted.items():
-            if t in compiled.repartition_topics and t in meta and len(meta[t].partitions) != n:
-                raise DriverError(f"repartition topic {t} has {len(meta[t].partitions)} partitions, the app needs {n}")
-        specs: list[ChangelogTopicSpec] = [replace(c, replication_factor=rf) for c in compiled.changelog_topics()]
-        if specs:
-            ensure_changelog_topics(self.admin, specs)
+    def _create_topics(self, compiled: CompiledApp) -> None:
+        try:
+            ensure_app_topics(self.admin, compiled, self.spec, create_outputs=self.options.create_output_topics)
+        except TopicError as e:
+            raise DriverError(str(e)) from e
 
     def _check_dataframe_steps(self, compiled: CompiledApp) -> None:
         """Reject DataFrame steps that shuffle: they would move records off their task's executor."""
@@ -322,7 +300,7 @@ class Driver:
         return out
 
     def _list_offsets(self, tps: Sequence[tuple[str, int]], spec: str) -> dict[tuple[str, int], int]:
-        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
         if not tps:
@@ -332,7 +310,15 @@ class Driver:
         def list_offsets() -> dict[tuple[str, int], int]:
             futures = self.admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
                                               request_timeout=30)
-            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            try:
+                return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            except KafkaException as e:
+                if "LEADER_EPOCH" in str(e):
+                    # After a partition leader moved (a broker stopped or came back), librdkafka's
+                    # admin client kept sending its cached leader epoch until its retries ran out
+                    # (seen with 2.16): a new client starts from fresh metadata.
+                    self._admin = None
+                raise
 
         return _retrying(list_offsets, "listing offsets")
 
@@ -833,8 +819,15 @@ class Driver:
             log.warning("closing the tasks failed: %s", _short_error(e))
 
 
+#: What a leader or coordinator moving to another broker (one stopped or restarted) answers for a
+#: moment; Kafka's Java clients retry all of them, librdkafka's admin calls do not flag them all.
+_MOVING = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_LEADER",
+           "LEADER_NOT_AVAILABLE", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH", "OFFSET_NOT_AVAILABLE",
+           "REPLICA_NOT_AVAILABLE", "NOT_ENOUGH_REPLICAS", "BROKER_NOT_AVAILABLE")
+
+
 def _retrying(fn: Callable[[], Any], what: str, attempts: int = 20) -> Any:
-    """`fn()`, again after retriable Kafka errors (a coordinator moving or loading)."""
+    """`fn()`, again after retriable Kafka errors (a coordinator or partition leader moving or loading)."""
     from confluent_kafka import KafkaException
 
     for attempt in range(attempts):
@@ -842,8 +835,7 @@ def _retrying(fn: Callable[[], Any], what: str, attempts: int = 20) -> Any:
             return fn()
         except KafkaException as e:
             err = e.args[0] if e.args else None
-            retriable = getattr(err, "retriable", lambda: False)() or "NOT_COORDINATOR" in str(e) \
-                or "COORDINATOR_LOAD_IN_PROGRESS" in str(e)
+            retriable = getattr(err, "retriable", lambda: False)() or any(code in str(e) for code in _MOVING)
             if not retriable or attempt == attempts - 1:
                 raise
             log.info("%s: %s; retrying", what, e)

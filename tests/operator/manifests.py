@@ -59,6 +59,7 @@ def full(name: str = "orders") -> dict[str, Any]:
                     "tls": {"caSecretRef": {"name": "kafka-ca", "key": "ca.crt"}},
                 },
                 "config": {"compression.type": "zstd"},
+                "topics": {"replicationFactor": 3, "minInsyncReplicas": 2},
             },
             "processingGuarantee": "at_least_once",
             "triggerInterval": "500ms",

@@ -151,6 +151,12 @@ def test_kubectl_scale_changes_executor_replicas_without_restarting_the_driver(k
         ({"kafka__config": {"sasl.password": "x"}}, "spec.kafka.config", "Secret references"),
         # removed: the commit cadence is triggerInterval (each micro-batch commits as one unit)
         ({"commitInterval": "30s"}, "spec.commitInterval", "unknown field"),
+        ({"kafka__topics": {"replicationFactor": 0}}, "spec.kafka.topics.replicationFactor", "must be -1"),
+        (
+            {"kafka__topics": {"replicationFactor": 2, "minInsyncReplicas": 3}},
+            "spec.kafka.topics.minInsyncReplicas",
+            "at most replicationFactor",
+        ),
     ],
 )
 def test_invalid_manifests_are_rejected_by_the_apiserver_naming_the_field(crd, namespace, changes, field, says):

@@ -13,6 +13,7 @@ from eddy_operator.spec import (
     SecurityProtocol,
     SpecError,
     StreamAppSpec,
+    TopicsSpec,
     load_streamapp_file,
     parse_duration,
     quantity_to_bytes,
@@ -59,6 +60,8 @@ def test_minimal_manifest_gets_kafka_streams_like_defaults():
     assert spec.state.max_warmup_replicas == 2
     assert spec.state.retain_volumes_on_delete is True
     assert spec.kafka.security.protocol is SecurityProtocol.PLAINTEXT
+    # Like Kafka Streams' replication.factor=-1: the brokers' default.replication.factor.
+    assert spec.kafka.topics == TopicsSpec(replication_factor=-1, min_insync_replicas=None)
 
 
 def test_full_manifest_keeps_every_field():
@@ -72,6 +75,7 @@ def test_full_manifest_keeps_every_field():
     assert spec.kafka.security.sasl.password == SecretKeyRef("kafka-user", "password")
     assert spec.kafka.security.tls is not None and spec.kafka.security.tls.ca == SecretKeyRef("kafka-ca", "ca.crt")
     assert spec.kafka.config == {"compression.type": "zstd"}
+    assert spec.kafka.topics == TopicsSpec(replication_factor=3, min_insync_replicas=2)
     assert spec.processing_guarantee is ProcessingGuarantee.AT_LEAST_ONCE
     assert spec.trigger_interval_s == 0.5
     assert spec.dead_letter_topic == "orders-bad"
@@ -107,6 +111,10 @@ def test_spec_is_frozen():
         spec.spark_conf["x"] = "y"  # type: ignore[index]
 
 
+_RF = "spec.kafka.topics.replicationFactor"
+_MIN_ISR = "spec.kafka.topics.minInsyncReplicas"
+
+
 @pytest.mark.parametrize(
     ("change", "field", "reason_part"),
     [
@@ -139,6 +147,16 @@ def test_spec_is_frozen():
             "not allowed",
         ),
         (lambda s: s["kafka"].update(config={"sasl.password": "hunter2"}), "spec.kafka.config.sasl.password", "Secret"),
+        (lambda s: s["kafka"].update(topics={"replicationFactor": 0}), _RF, "-1"),
+        (lambda s: s["kafka"].update(topics={"replicationFactor": -2}), _RF, "at least"),
+        (lambda s: s["kafka"].update(topics={"replicationFactor": "3"}), _RF, "integer"),
+        (lambda s: s["kafka"].update(topics={"minInsyncReplicas": 0}), _MIN_ISR, "at least 1"),
+        (
+            lambda s: s["kafka"].update(topics={"replicationFactor": 2, "minInsyncReplicas": 3}),
+            _MIN_ISR,
+            "at most replicationFactor (2)",
+        ),
+        (lambda s: s["kafka"].update(topics={"replicas": 3}), "spec.kafka.topics.replicas", "unknown field"),
         (
             lambda s: s.update(sparkConf={"spark.executor.instances": "5"}),
             "spec.sparkConf.spark.executor.instances",

@@ -49,8 +49,8 @@ def test_wrong_changelog_topic_is_rejected(state_app: StateApp, kafka) -> None:
         ensure_changelog_topics(kafka.admin, [ChangelogTopicSpec(wrong_partitions, 2),
                                               ChangelogTopicSpec(wrong_policy, 2)])
     message = str(err.value)
-    assert f"{wrong_partitions!r} has 3 partitions but the store needs 2" in message
-    assert f"{wrong_policy!r} has cleanup.policy=delete but the store needs cleanup.policy=compact" in message
+    assert f"{wrong_partitions!r} has 3 partitions, the app needs 2" in message
+    assert f"{wrong_policy!r} has cleanup.policy=delete, the app needs cleanup.policy=compact" in message
 
 
 def test_changelog_topics_are_created_compacted_with_the_input_partition_count(state_app: StateApp, kafka) -> None:
@@ -148,3 +148,22 @@ def test_at_least_once_commit_flushes_commits_offsets_then_writes_the_store(stat
         assert mgr.store("counts").get("k") == 3
     assert committed(state_app) == 3
     assert len(read_all(state_app.bootstrap, state_app.changelog())) == 3
+
+
+def test_a_kafka_call_that_ignores_its_timeout_makes_the_committer_unusable(kafka) -> None:
+    """librdkafka's send_offsets_to_transaction can hang past its timeout when the group
+    coordinator's broker goes away; the committer gives up on it and the task is reopened."""
+    import time
+
+    from eddy_runtime.commit import TaskCommitter, TaskFenced
+
+    committer = TaskCommitter("bounded", "0_0", kafka.bootstrap, "at_least_once", timeout_s=0.5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(TaskFenced, match="hung past its 0.5s timeout"):
+            committer._bounded("send_offsets_to_transaction", lambda: time.sleep(8))
+        assert time.monotonic() - started < 7
+        with pytest.raises(TaskFenced, match="committer is unusable"):
+            committer.commit_to_kafka(None, [], {})
+    finally:
+        committer.close()

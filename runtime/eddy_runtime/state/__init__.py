@@ -12,7 +12,8 @@ Modules (Kafka Streams' names, Quix Streams' layering):
 - ``task_directory.py`` ``<stateDir>/<app>/<task>/`` layout, the task lock (`TaskDirectoryLocked`
                         names the holder), `StateDirectory.inventory()` for the operator
 - ``checkpoint.py``     `OffsetCheckpoint`: the ``.checkpoint`` file (Kafka Streams' format)
-- ``changelog.py``      ``<app>-<store>-changelog`` naming, `ensure_changelog_topics`
+- ``changelog.py``      ``<app>-<store>-changelog`` naming, `ensure_changelog_topics` (created and
+                        validated by ``../topics.py``, which does the same for every topic an app writes)
 - ``restore.py``        `StoreChangelogReader`: chunked restore with progress, bulk path
 - ``standby.py``        `StandbyUpdater`: standbys tail changelogs, report lag
 - ``manager.py``        `ProcessorStateManager`: one task's stores, restore, standby, commit
