@@ -35,6 +35,7 @@ from e2e.wordcount import (
     RESTORE_LINE,
     WordCount,
     caught_up,
+    delete_namespace,
     deploy_word_count,
     metric_sum,
     stateful_tasks,
@@ -59,6 +60,7 @@ def wordcount(operator: NodeCluster, kafka: KafkaBroker, tmp_path_factory: pytes
         yield app
     finally:
         app.close(tmp_path_factory.mktemp("wordcount"))
+        delete_namespace(operator, app.namespace)
 
 
 def test_word_count_runs_on_executor_pods_with_bound_state_claims(wordcount: WordCount):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.wordcount import WordCount, deploy_word_count, until
+from e2e.wordcount import WordCount, delete_namespace, deploy_word_count, until
 from eddy_operator import builders
 from tests.operator.cluster import report
 from tests.servers import KafkaBroker, NodeCluster
@@ -30,8 +30,7 @@ def secured_wordcount(operator: NodeCluster, kafka: KafkaBroker, tmp_path: Path
         yield app
     finally:
         app.close(tmp_path)
-        # Frees the node's two cores for whatever runs next.
-        operator.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+        delete_namespace(operator, NAMESPACE)
 
 
 def test_word_count_on_pods_over_sasl_ssl_with_credentials_from_secrets(secured_wordcount: WordCount):

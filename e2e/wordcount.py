@@ -309,6 +309,12 @@ def create_kafka_secrets(node: NodeCluster, kafka: KafkaBroker, namespace: str) 
     node.kubectl("-n", namespace, "create", "secret", "generic", "kafka-ca", f"--from-file=ca.crt={creds.ca_file}")
 
 
+def delete_namespace(node: NodeCluster, namespace: str) -> None:
+    """Delete an app's namespace and wait until its pods are gone: the node has two cores, and a
+    driver still running there would leave the next app's driver Pending."""
+    node.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=180s")
+
+
 def metric_sum(samples: list[Sample], name: str, **labels: str) -> float:
     """The sum of the samples called `name` whose labels include `labels`."""
     return sum(s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
