@@ -303,15 +303,32 @@ def test_deleted_leader_operator_pod_hands_over_to_the_standby_and_nothing_is_cr
     assert len(standbys) == 1, [p.metadata.name for p in standbys]
     t0 = time.monotonic()
     app.core.delete_namespaced_pod(old.metadata.name, OPERATOR_NAMESPACE)
-    # the leader stops handling and clears the Lease as it goes: the standby takes it at once
-    new_holder = until(lambda: (h := lease_holder(app)) and h.rsplit("-", 1)[0] == standbys[0].metadata.name and h,
-                       30, "the standby holding the Lease", interval=0.1)
+    # The leader stops handling and clears the Lease as it goes: another replica takes it, at once
+    # when the standby sees the cleared holder first; the ReplicaSet's replacement pod may win the
+    # race when the old leader's shutdown is slow, which is as good a handover.
+    holders: list[str | None] = []
+
+    def taken_over() -> str | None:
+        holders.append(lease_holder(app))
+        h = holders[-1]
+        return h if h and h.rsplit("-", 1)[0] != old.metadata.name else None
+
+    try:
+        new_holder = until(taken_over, 45, "another operator pod holding the Lease", interval=0.1)
+    except AssertionError as err:
+        pods = app.core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=OPERATOR_SELECTOR).items
+        raise AssertionError(f"{err}; holders seen {sorted(set(map(str, holders)))}; pods "
+                             f"{[(p.metadata.name, p.status.phase, p.metadata.deletion_timestamp) for p in pods]}"
+                             ) from None
     handover = time.monotonic() - t0
-    until(lambda: [p for p in app.core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=OPERATOR_SELECTOR).items
-                   if p.metadata.uid != old.metadata.uid and p.metadata.name != standbys[0].metadata.name
-                   and p.status.phase == "Running"
-                   and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])],
-          180, "a new operator pod (the new standby)", interval=1)
+    taker = "the standby" if new_holder.rsplit("-", 1)[0] == standbys[0].metadata.name else "the replacement pod"
+
+    def ready_replicas() -> list[Any]:
+        pods = app.core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=OPERATOR_SELECTOR).items
+        return [p for p in pods if p.metadata.uid != old.metadata.uid and p.status.phase == "Running"
+                and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+
+    until(lambda: len(ready_replicas()) == 2, 180, "two ready operator pods again", interval=1)
     app.feed(500)
     app.counted_everything(300, "input counted with the new leader")
     assert owned() == before
@@ -320,7 +337,7 @@ def test_deleted_leader_operator_pod_hands_over_to_the_standby_and_nothing_is_cr
     pods = app.core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=OPERATOR_SELECTOR).items
     assert len([p for p in pods if p.metadata.deletion_timestamp is None]) == 2
     assert lease_holder(app) == new_holder
-    report(f"leader operator pod deleted: the standby held the Lease {handover:.1f}s later")
+    report(f"leader operator pod deleted: {taker} held the Lease {handover:.1f}s later")
 
 
 def test_kubectl_get_and_describe_tell_the_story(wordcount: WordCount):

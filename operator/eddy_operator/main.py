@@ -92,7 +92,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run_kopf(args: argparse.Namespace, stop: threading.Event | None) -> None:
+def _run_kopf(args: argparse.Namespace, stop: threading.Event | None,
+              on_stopped: Callable[[], None] | None = None) -> None:
+    """Run kopf until `stop`; `on_stopped` runs as soon as kopf has stopped handling, before
+    `asyncio.run` waits for handler threads still blocked in an apiserver call."""
     import kopf
 
     import eddy_operator.handlers  # noqa: F401  (registers the handlers)
@@ -114,15 +117,19 @@ def _run_kopf(args: argparse.Namespace, stop: threading.Event | None) -> None:
                     loop.add_signal_handler(sig, _log_and_set, sig, flag)
 
             signals_task = asyncio.create_task(take_signals())  # noqa: F841 - runs until kopf is ready
-        await kopf.operator(
-            ready_flag=ready,
-            # kopf's own peering stays off: with leader election the Lease decides who acts.
-            standalone=True,
-            clusterwide=not args.namespace,
-            namespaces=args.namespace or (),
-            liveness_endpoint=args.liveness or None,
-            stop_flag=flag,
-        )
+        try:
+            await kopf.operator(
+                ready_flag=ready,
+                # kopf's own peering stays off: with leader election the Lease decides who acts.
+                standalone=True,
+                clusterwide=not args.namespace,
+                namespaces=args.namespace or (),
+                liveness_endpoint=args.liveness or None,
+                stop_flag=flag,
+            )
+        finally:
+            if on_stopped is not None:
+                on_stopped()
 
     try:
         asyncio.run(operate())
@@ -194,12 +201,16 @@ def main(argv: list[str] | None = None) -> None:
         return
     metrics.LEADER.set(1)
     elector.keep_renewing()
-    try:
-        # kopf installs its own SIGTERM/SIGINT handlers; `stop` covers a signal that came before.
-        _run_kopf(args, stop)
-    finally:
+
+    def hand_over() -> None:
         elector.stop_renewing()
         elector.release()
+
+    try:
+        # kopf installs its own SIGTERM/SIGINT handlers; `stop` covers a signal that came before.
+        _run_kopf(args, stop, on_stopped=hand_over)
+    finally:
+        hand_over()  # a no-op once done
         metrics.LEADER.set(0)
         metrics.shutdown()
 
