@@ -1,4 +1,5 @@
-"""Each executor's task runner serves its metrics over HTTP, and the figures are what the run did.
+"""Each executor's task runner serves its metrics over HTTP, and the figures are what the run did;
+the driver serves /healthz (its liveness probe) and /metrics on its metrics port meanwhile.
 
 Word count with one standby per stateful task on Spark `local-cluster` (two executor JVMs on one
 host): every runner serves on 127.0.0.1 with a port the kernel picked and writes the address to
@@ -19,6 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from eddy_runtime.runner import METRICS_ADDRESS_FILE
 from tests.runtime.apps import driver_for, produce, read_all, run_until_idle, streamapp
+from tests.runtime.test_health import http_get
+from tests.servers import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -52,10 +55,17 @@ def test_executors_serve_per_task_records_latencies_store_and_standby_figures(ka
     spec = streamapp(app, kafka.bootstrap, "examples.wordcount.app", {"input_topic": source, "output_topic": out},
                      processingGuarantee="exactly_once", state={"standbyReplicas": 1})
     state = tmp_path / "state"
-    driver = driver_for(spark, spec, str(state))
+    driver_port = free_port()
+    driver = driver_for(spark, spec, str(state), metrics_port=driver_port, metrics_addr="127.0.0.1")
     scraped: dict[str, list] = {}
+    probes: list[tuple[int, str, int]] = []
 
     def scrape_all(_report) -> None:
+        # The driver's probe endpoint reads the real batch loop's progress.
+        status, body = http_get(driver_port, "/healthz")
+        metrics_status, metrics = http_get(driver_port, "/metrics")
+        assert metrics_status == 200 and "eddy_driver_batches_total" in metrics
+        probes.append((status, body, driver.progress.batches_finished))
         # After every batch (the runners stop with the driver): the last scrape follows the last batch.
         assert driver.assignment is not None
         for e in {e for a in driver.assignment.tasks.values() for e in a.copies}:
@@ -64,6 +74,10 @@ def test_executors_serve_per_task_records_latencies_store_and_standby_figures(ka
     t0 = time.monotonic()
     reports = run_until_idle(driver, timeout_s=240, on_batch=scrape_all)
     ran_s = time.monotonic() - t0
+    assert probes and all((status, body) == (200, "ok\n") for status, body, _ in probes), probes
+    assert probes[-1][2] >= 1  # batches were counted as progress
+    with pytest.raises(OSError):  # closed with the driver
+        http_get(driver_port, "/healthz")
     assignment = driver.assignment
     assert assignment is not None
     executors = sorted({e for a in assignment.tasks.values() for e in a.copies})
