@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from eddy_runtime.state import ProcessorStateManager
@@ -16,6 +20,22 @@ def count_batch(mgr: ProcessorStateManager, words: list[str], input_topic: str, 
     uniq = sorted(set(words))
     counts.put_many(uniq, [c + words.count(w) for c, w in zip(counts.get_many(uniq, default=0), uniq, strict=True)])
     mgr.commit(tx, input_offsets={(input_topic, 1): position})
+
+
+def chunks_until_done(chunk: Callable[[], Any], done: Callable[[Any], bool], what: str,
+                      timeout_s: float = 60.0) -> Any:
+    """Call `chunk()` until `done(progress)`; returns the last progress (its `restored` counts
+    since the copy opened or was promoted), fails past the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        progress = chunk()
+        if done(progress):
+            return progress
+        assert time.monotonic() < deadline, f"{what}: not done after {timeout_s}s (last: {progress})"
+
+
+def caught_up(standby: ProcessorStateManager, what: str = "standby catching up") -> Any:
+    return chunks_until_done(standby.standby_chunk, lambda p: not p.remaining, what)
 
 
 def open_pair(app: StateApp):
@@ -52,8 +72,7 @@ def test_standby_promotion_with_zero_lag_restores_nothing(state_app: StateApp) -
         with active:
             for i in range(3):
                 count_batch(active, ["x", "y"], state_app.input_topic, i + 1)
-        while standby.standby_chunk().remaining:
-            pass
+        caught_up(standby)
         applied_as_standby = standby.figures().stores[0].restored_records
         progress = standby.promote()
         assert standby.restored, "a caught-up standby is active at once"
@@ -69,13 +88,12 @@ def test_standby_promotion_with_some_lag_restores_only_the_delta(state_app: Stat
     with standby:
         with active:
             count_batch(active, [f"w{i}" for i in range(100)], state_app.input_topic, 1)
-            while standby.standby_chunk().remaining:
-                pass
+            caught_up(standby)
             # The active moves on while the standby's executor is busy elsewhere.
             count_batch(active, ["w1", "w2", "late"], state_app.input_topic, 2)
         progress = standby.promote()
-        while not standby.restored:
-            progress = standby.restore_chunk()
+        if not standby.restored:
+            progress = chunks_until_done(standby.restore_chunk, lambda _: standby.restored, "the promoted standby")
         assert progress.restored == 3, "only the three records the standby had not applied"
         counts = standby.store("counts")
         assert (counts.get("w1"), counts.get("w2"), counts.get("late"), counts.get("w3")) == (2, 2, 1, 1)
@@ -87,16 +105,11 @@ def test_standby_survives_a_restart_and_continues_from_its_offset(state_app: Sta
     with active:
         count_batch(active, ["a"], state_app.input_topic, 1)
         with standby:
-            while standby.standby_chunk().remaining:
-                pass
+            caught_up(standby)
         count_batch(active, ["a", "b"], state_app.input_topic, 2)
     with ProcessorStateManager.open(state_app.name, "0_1", [COUNTS], state_app.state_dir / "b",
                                     state_app.bootstrap, role="standby") as again:
-        total = 0
-        while True:
-            p = again.standby_chunk()
-            total += p.restored
-            if not p.remaining:
-                break
+        progress = caught_up(again, "the restarted standby")
+        assert progress.restored == 2, "only the second batch's two changelog records (a, b)"
         assert dict(again.store("counts").items()) == {"a": 2, "b": 1}
         assert again.progress.stores[0].start_offset > 0
