@@ -133,7 +133,16 @@ class KafkaBroker:
             [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=config or {})]
         )
         futures[name].result(30)
-        return name
+        # The broker answering metadata may learn of the new topic a moment after it is created.
+        deadline = time.monotonic() + 30
+        while True:
+            topic = self.admin.list_topics(name, timeout=10).topics.get(name)
+            found = {p: len(m.replicas) for p, m in topic.partitions.items()} if topic and topic.error is None else {}
+            if len(found) == partitions and all(n == replication_factor for n in found.values()):
+                return name
+            if time.monotonic() > deadline:
+                raise AssertionError(f"topic {name} created, but metadata still shows {found} after 30 s")
+            time.sleep(0.1)
 
     def new_topic(self, prefix: str = "t", partitions: int = 1, config: dict[str, str] | None = None) -> str:
         """Create a topic with a unique name (tests share one broker)."""
@@ -208,7 +217,7 @@ class KafkaCluster(KafkaBroker):
             behind = {(t, p): (sorted(m.isrs), sorted(m.replicas)) for t in topics
                       for p, m in (meta[t].partitions.items() if t in meta else [])
                       if sorted(m.isrs) != sorted(m.replicas)}
-            if not behind and all(t in meta for t in topics):
+            if not behind and all(t in meta and meta[t].partitions for t in topics):
                 return
             if time.monotonic() > deadline:
                 raise AssertionError(f"replicas not in sync after {timeout_s}s: (isr, replicas) {behind}")
