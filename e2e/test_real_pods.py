@@ -37,12 +37,12 @@ from e2e.wordcount import (
     caught_up,
     delete_namespace,
     deploy_word_count,
-    metric_sum,
     stateful_tasks,
     until,
 )
 from eddy_operator import builders, channel
 from tests.operator.cluster import get, report
+from tests.scrape import metric_sum
 from tests.servers import OPERATOR_NAMESPACE, KafkaBroker, NodeCluster
 
 pytestmark = pytest.mark.e2e

@@ -8,19 +8,18 @@ import random
 import re
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from eddy_operator import builders, channel
 from tests.operator.cluster import apply, example
 from tests.runtime.apps import latest_counts, produce
+from tests.scrape import samples_at
 from tests.servers import ControlPlane, KafkaBroker, NodeCluster
 
 APP = "wordcount"
@@ -296,8 +295,7 @@ class WordCount:
 
     def metrics(self, pod: Any, port: int) -> list[Sample]:
         """Scrape a pod's /metrics over the pod network."""
-        text = urllib.request.urlopen(f"http://{pod.status.pod_ip}:{port}/metrics", timeout=10).read().decode()
-        return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+        return samples_at(f"http://{pod.status.pod_ip}:{port}/metrics")
 
 
 def create_kafka_secrets(node: NodeCluster, kafka: KafkaBroker, namespace: str) -> None:
@@ -313,11 +311,6 @@ def delete_namespace(node: NodeCluster, namespace: str) -> None:
     """Delete an app's namespace and wait until its pods are gone: the node has two cores, and a
     driver still running there would leave the next app's driver Pending."""
     node.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=180s")
-
-
-def metric_sum(samples: list[Sample], name: str, **labels: str) -> float:
-    """The sum of the samples called `name` whose labels include `labels`."""
-    return sum(s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def deploy_word_count(node: NodeCluster, kafka: KafkaBroker, namespace: str, executors: int, standbys: int,

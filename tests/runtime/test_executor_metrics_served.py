@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import random
 import time
-import urllib.request
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from eddy_runtime.runner import METRICS_ADDRESS_FILE
 from tests.runtime.apps import driver_for, produce, read_all, run_until_idle, streamapp
 from tests.runtime.test_health import http_get
+from tests.scrape import metric_sum, samples_at
 from tests.servers import free_port
 
 pytestmark = pytest.mark.integration
@@ -37,12 +36,7 @@ def scrape(state_dir: Path, timeout_s: float = 30.0) -> list:
         time.sleep(0.1)
     address = target.read_text().strip()
     assert address.startswith("127.0.0.1:"), address
-    text = urllib.request.urlopen(f"http://{address}/metrics", timeout=10).read().decode()
-    return [s for family in text_string_to_metric_families(text) for s in family.samples]
-
-
-def total(samples: list, name: str, **labels: str) -> float:
-    return sum(s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+    return samples_at(f"http://{address}/metrics")
 
 
 def test_executors_serve_per_task_records_latencies_store_and_standby_figures(kafka, spark, tmp_path):
@@ -92,25 +86,26 @@ def test_executors_serve_per_task_records_latencies_store_and_standby_figures(ka
                 did[r.task]["out"] += r.records_out
                 did[r.task]["items"] += 1
                 did[r.task]["where:" + r.executor] += 1
-    assert sum(total(s, "eddy_executor_records_in_total", app=app, task=f"0_{p}")
+    assert sum(metric_sum(s, "eddy_executor_records_in_total", app=app, task=f"0_{p}")
                for s in scraped.values() for p in range(4)) == len(fed)
     # Sub-topology 0 writes one repartition record per word and batch (counts pre-combined);
     # sub-topology 1 reads each of them.
-    repartitioned = sum(total(s, "eddy_executor_records_out_total", app=app, task=f"0_{p}")
+    repartitioned = sum(metric_sum(s, "eddy_executor_records_out_total", app=app, task=f"0_{p}")
                         for s in scraped.values() for p in range(4))
     assert repartitioned == sum(did[f"0_{p}"]["out"] for p in range(4)) > 0
-    assert sum(total(s, "eddy_executor_records_in_total", app=app, task=f"1_{p}")
+    assert sum(metric_sum(s, "eddy_executor_records_in_total", app=app, task=f"1_{p}")
                for s in scraped.values() for p in range(4)) == repartitioned
     for task, figures in did.items():
         for e, samples in scraped.items():
             items_here = figures["where:" + e]
-            assert total(samples, "eddy_executor_process_latency_seconds_count", app=app, task=task) == items_here
+            assert metric_sum(samples, "eddy_executor_process_latency_seconds_count", app=app, task=task) == items_here
             if items_here == figures["items"]:  # the task ran only here: its records too
-                assert total(samples, "eddy_executor_records_in_total", app=app, task=task) == figures["in"]
-                assert total(samples, "eddy_executor_records_out_total", app=app, task=task) == figures["out"]
-                assert total(samples, "eddy_executor_process_latency_seconds_sum", app=app, task=task) > 0
+                assert metric_sum(samples, "eddy_executor_records_in_total", app=app, task=task) == figures["in"]
+                assert metric_sum(samples, "eddy_executor_records_out_total", app=app, task=task) == figures["out"]
+                assert metric_sum(samples, "eddy_executor_process_latency_seconds_sum", app=app, task=task) > 0
                 # Exactly-once: every item that processed input committed once (empty batches too).
-                assert total(samples, "eddy_executor_commit_latency_seconds_count", app=app, task=task) >= items_here
+                commits = metric_sum(samples, "eddy_executor_commit_latency_seconds_count", app=app, task=task)
+                assert commits >= items_here
 
     # Stores: each stateful task's active holds every distinct word of its partition.
     changelog = Counter(m.partition() for m in read_all(kafka.bootstrap, f"{app}-counts-changelog"))
@@ -119,18 +114,18 @@ def test_executors_serve_per_task_records_latencies_store_and_standby_figures(ka
         placement = assignment.tasks[task]
         active = scraped[placement.active]
         copy = {"app": app, "task": task, "store": "counts"}
-        assert total(active, "eddy_executor_store_entries", role="active", **copy) >= 1
-        assert total(active, "eddy_executor_store_size_bytes", role="active", **copy) > 0
-        assert total(active, "eddy_executor_restore_remaining_records", role="active", **copy) == 0
+        assert metric_sum(active, "eddy_executor_store_entries", role="active", **copy) >= 1
+        assert metric_sum(active, "eddy_executor_store_size_bytes", role="active", **copy) > 0
+        assert metric_sum(active, "eddy_executor_restore_remaining_records", role="active", **copy) == 0
         (standby_executor,) = placement.standbys
         standby = scraped[standby_executor]
         # The standby tailed the whole changelog (all but a trailing commit marker, at most).
-        assert total(standby, "eddy_executor_standby_lag_records", role="standby", **copy) <= 1
-        assert total(standby, "eddy_executor_restored_records_total", role="standby", **copy) == changelog[p]
-        assert total(standby, "eddy_executor_restore_eta_seconds", role="standby", **copy) == 0 or \
-            total(standby, "eddy_executor_standby_lag_records", role="standby", **copy) > 0
+        assert metric_sum(standby, "eddy_executor_standby_lag_records", role="standby", **copy) <= 1
+        assert metric_sum(standby, "eddy_executor_restored_records_total", role="standby", **copy) == changelog[p]
+        assert metric_sum(standby, "eddy_executor_restore_eta_seconds", role="standby", **copy) == 0 or \
+            metric_sum(standby, "eddy_executor_standby_lag_records", role="standby", **copy) > 0
     distinct = len({w for line in fed for w in line.split()})
-    entries = sum(total(scraped[assignment.tasks[f"1_{p}"].active], "eddy_executor_store_entries", app=app,
+    entries = sum(metric_sum(scraped[assignment.tasks[f"1_{p}"].active], "eddy_executor_store_entries", app=app,
                         task=f"1_{p}", role="active") for p in range(4))
     # RocksDB's estimate counts a key overwritten in the memtable once per write.
     assert distinct <= entries <= repartitioned, (distinct, entries, repartitioned)
