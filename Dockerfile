@@ -23,6 +23,7 @@ RUN mkdir -p operator runtime && touch README.md \
     && /opt/eddy/venv/bin/pip install . \
     && /opt/eddy/venv/bin/pip uninstall --yes eddy
 COPY README.md ./
+COPY contract/ contract/
 COPY operator/ operator/
 COPY runtime/ runtime/
 RUN /opt/eddy/venv/bin/pip install --no-deps . \

@@ -660,7 +660,7 @@ class EddyFigures:
 def eddy_word_count(spark: Any, args: argparse.Namespace, app_id: str, input_topic: str, output: str,
                     expected: int) -> EddyFigures:
     """Run Eddy's word-count example as app `app_id` until `expected` input records were counted."""
-    from eddy_operator.spec import StreamAppSpec
+    from eddy_contract.spec import StreamAppSpec
     from eddy_runtime.driver import BatchReport, Driver, DriverOptions
     from eddy_runtime.work import LATENCY_BUCKETS_S
 

@@ -40,7 +40,8 @@ from e2e.wordcount import (
     stateful_tasks,
     until,
 )
-from eddy_operator import builders, channel
+from eddy_contract import channel
+from eddy_operator import builders
 from tests.operator.cluster import get, report
 from tests.scrape import metric_sum
 from tests.servers import OPERATOR_NAMESPACE, KafkaBroker, NodeCluster

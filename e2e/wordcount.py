@@ -1,5 +1,5 @@
 """The word-count StreamApp as the end-to-end tests drive it: its input, its expected counts, and
-the two channel ConfigMaps (`eddy_operator.channel`) watched from outside, so that a document
+the two channel ConfigMaps (`eddy_contract.channel`) watched from outside, so that a document
 that lived for one batch is not missed."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 from prometheus_client.samples import Sample
 
-from eddy_operator import builders, channel
+from eddy_contract import channel
+from eddy_operator import builders
 from tests.operator.cluster import apply, example
 from tests.runtime.apps import latest_counts, produce
 from tests.scrape import samples_at

@@ -49,7 +49,7 @@ readonly PAUSE_REF=eddy.local/pause:1
 readonly PAUSE_ARCHIVE="${OUT}/pause.oci.tar"
 readonly EDDY_ARCHIVE="${OUT}/eddy.oci.tar"
 # The files the Dockerfile COPYs (keep in step with it and with .dockerignore).
-readonly CONTEXT=(pyproject.toml README.md operator runtime examples docker)
+readonly CONTEXT=(pyproject.toml README.md contract operator runtime examples docker)
 
 die() { echo "image.sh: $*" >&2; exit 1; }
 

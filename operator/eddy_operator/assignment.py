@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from eddy_operator import builders, channel, metrics
-from eddy_operator.assignor import (
+from eddy_contract import channel
+from eddy_contract.assignor import (
     Assignment,
     AssignmentError,
     AssignorSettings,
@@ -36,9 +36,10 @@ from eddy_operator.assignor import (
     assign_app,
     diff,
 )
+from eddy_contract.spec import SpecError, StreamAppSpec
+from eddy_operator import builders, metrics
 from eddy_operator.builders import Owner
 from eddy_operator.kube import Kube
-from eddy_operator.spec import SpecError, StreamAppSpec
 from eddy_operator.status import Failover, Observed, compute_status, without_times
 
 log = logging.getLogger(__name__)

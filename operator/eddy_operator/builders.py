@@ -15,9 +15,9 @@ What a StreamApp `<app>` becomes (all owned by the StreamApp):
   which Spark's `spark.kubernetes.driver.pod.name` and `spark.driver.host` need in client mode.
 - `<app>-spark-conf` ConfigMap: `spark-defaults.conf` (read by spark-submit through
   `SPARK_CONF_DIR`), the executor pod template, and the StreamApp manifest itself
-  (`streamapp.yaml`, read by the driver with `eddy_operator.spec.load_streamapp_file`).
+  (`streamapp.yaml`, read by the driver with `eddy_contract.spec.load_streamapp_file`).
 - `<app>-executors` headless Service (metrics) and PodDisruptionBudget (one executor at a time).
-- `<app>-assignment` and `<app>-runtime-state` ConfigMaps: the channel (`eddy_operator.channel`).
+- `<app>-assignment` and `<app>-runtime-state` ConfigMaps: the channel (`eddy_contract.channel`).
 
 State volumes that outlive executor pods and driver restarts. Three ways were weighed:
 
@@ -56,8 +56,8 @@ from typing import Any
 
 import yaml
 
-from eddy_operator import channel
-from eddy_operator.spec import API_VERSION, KIND, SecretKeyRef, StreamAppSpec
+from eddy_contract import channel
+from eddy_contract.spec import API_VERSION, KIND, SecretKeyRef, StreamAppSpec
 
 DRIVER_PORT = 7078
 BLOCK_MANAGER_PORT = 7079

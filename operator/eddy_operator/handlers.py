@@ -15,11 +15,12 @@ from typing import Any
 
 import kopf
 
-from eddy_operator import builders, channel, health, metrics
+from eddy_contract import channel
+from eddy_contract.spec import GROUP, KIND, PLURAL, VERSION, SpecError
+from eddy_operator import builders, health, metrics
 from eddy_operator.assignment import Orchestrator, Snapshot, pod_info, zone_of
 from eddy_operator.kube import Kube
 from eddy_operator.reconcile import clean_up, reconcile
-from eddy_operator.spec import GROUP, KIND, PLURAL, VERSION, SpecError
 
 log = logging.getLogger(__name__)
 

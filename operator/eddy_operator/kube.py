@@ -18,7 +18,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from eddy_operator.spec import GROUP, PLURAL, VERSION
+from eddy_contract.spec import GROUP, PLURAL, VERSION
 
 FIELD_MANAGER = "eddy-operator"
 DEFAULT_CLASS_ANNOTATIONS = (

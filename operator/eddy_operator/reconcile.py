@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from eddy_contract.spec import SpecError, StreamAppSpec
 from eddy_operator import builders
 from eddy_operator.builders import Owner
 from eddy_operator.kube import Kube
-from eddy_operator.spec import SpecError, StreamAppSpec
 
 log = logging.getLogger(__name__)
 

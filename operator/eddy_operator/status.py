@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eddy_operator.assignor import Assignment
-from eddy_operator.channel import RuntimeState
+from eddy_contract.assignor import Assignment
+from eddy_contract.channel import RuntimeState
 
 MAX_RESTORING_LISTED = 50
 

@@ -1,6 +1,6 @@
 """Reading the operator's assignment and publishing the runtime state, on Kubernetes or in files.
 
-The formats are the operator's (`eddy_operator.channel`); this module only moves the documents:
+The formats are the operator's (`eddy_contract.channel`); this module only moves the documents:
 a ConfigMap in the driver's namespace (what the operator writes and reads), or a file (a mounted
 ConfigMap, or tests). The driver (driver.py) calls `read_assignment` before each batch and
 `write_runtime_state` after it.
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eddy_operator.assignor import Assignment
-from eddy_operator.channel import (
+from eddy_contract.assignor import Assignment
+from eddy_contract.channel import (
     ASSIGNMENT_KEY,
     RUNTIME_STATE_KEY,
     RuntimeState,

@@ -48,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _driver(args: argparse.Namespace) -> int:
-    from eddy_operator.spec import load_streamapp_file
+    from eddy_contract.spec import load_streamapp_file
     from eddy_runtime.channel_io import ChannelLocation
     from eddy_runtime.driver import Driver, DriverError, DriverOptions, default_state_dir
 

@@ -3,7 +3,7 @@
 One batch (DESIGN.md, "One micro-batch"):
 
 1. read the assignment: from the operator (a file or the ``<app>-assignment`` ConfigMap) or, in
-   local mode, from the same assignor (`eddy_operator.assignor.assign`) run here, fed by what
+   local mode, from the same assignor (`eddy_contract.assignor.assign`) run here, fed by what
    each executor's volume holds;
 2. read committed input offsets and last stable offsets, and plan work items on live executors
    only: per task ``[committed, end)`` for a running active (capped), a restore chunk for an
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from eddy_operator.assignor import Assignment, AssignorSettings, Executor, assign_app, diff
-from eddy_operator.spec import StreamAppSpec
+from eddy_contract.assignor import Assignment, AssignorSettings, Executor, assign_app, diff
+from eddy_contract.spec import StreamAppSpec
 from eddy_runtime import kafka_client
 from eddy_runtime.channel_io import ChannelLocation, read_assignment, write_runtime_state
 from eddy_runtime.compiler import CompiledApp, SubTopology, compile_topology
@@ -645,7 +645,7 @@ class Driver:
                                live: Sequence[ExecutorRef]) -> None:
         from datetime import UTC, datetime
 
-        from eddy_operator.channel import ExecutorInventory, RestoreProgress, RuntimeState
+        from eddy_contract.channel import ExecutorInventory, RestoreProgress, RuntimeState
 
         assert self.options.runtime_state_target is not None and self.compiled is not None
         ends = self._list_offsets([tp for tps in self._changelog_partitions().values() for tp in tps], "latest")

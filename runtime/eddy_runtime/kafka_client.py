@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient
 
-    from eddy_operator.spec import StreamAppSpec
+    from eddy_contract.spec import StreamAppSpec
 
 __all__ = [
     "CREDENTIAL_ENV",

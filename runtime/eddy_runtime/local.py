@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from eddy_operator.spec import StreamAppSpec, load_streamapp_file
+from eddy_contract.spec import StreamAppSpec, load_streamapp_file
 from eddy_runtime import kafka_client
 from eddy_runtime.driver import BatchReport, Driver, DriverError, DriverOptions, load_pipeline
 from eddy_runtime.kafka_client import KafkaClientConfig, KafkaCredentialsMissing, KafkaUnreachable

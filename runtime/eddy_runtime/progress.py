@@ -1,13 +1,13 @@
 """Restore progress of every task copy -- actives restoring, standbys and warmups tailing their
 changelogs -- kept by the driver across batches from its work items' results, and published on
-the runtime-state channel (`eddy_operator.channel.RestoreProgress`) for the StreamApp's status."""
+the runtime-state channel (`eddy_contract.channel.RestoreProgress`) for the StreamApp's status."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Set
 from dataclasses import dataclass
 
-from eddy_operator.assignor import Assignment, TaskAssignment
+from eddy_contract.assignor import Assignment, TaskAssignment
 from eddy_runtime.work import ItemResult
 
 __all__ = ["CopyProgress", "CopyProgressTracker"]

@@ -19,10 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from eddy_operator.spec import TopicsSpec
+from eddy_contract.spec import TopicsSpec
 
 if TYPE_CHECKING:
-    from eddy_operator.spec import StreamAppSpec
+    from eddy_contract.spec import StreamAppSpec
     from eddy_runtime.compiler import CompiledApp
 
 __all__ = [

@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 from kopf.testing import KopfRunner
 
-from eddy_operator import builders, channel
+from eddy_contract import channel
+from eddy_operator import builders
 from tests.operator.manifests import CRD_PATH, REPO
 from tests.servers import ControlPlane, free_port
 

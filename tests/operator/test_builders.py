@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from eddy_contract.spec import StreamAppSpec, load_streamapp_file
 from eddy_operator import builders
 from eddy_operator.builders import Owner
-from eddy_operator.spec import StreamAppSpec, load_streamapp_file
 from tests.operator.manifests import full, minimal
 
 pytestmark = pytest.mark.unit

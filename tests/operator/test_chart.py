@@ -156,9 +156,9 @@ def test_helm_template_passes_kubeconform_strict_with_the_crd_schema(kube, tmp_p
 def test_the_operators_builders_produce_schema_valid_objects(kube, tmp_path):
     import yaml
 
+    from eddy_contract.spec import StreamAppSpec
     from eddy_operator import builders
     from eddy_operator.builders import Owner
-    from eddy_operator.spec import StreamAppSpec
     from tests.operator.manifests import full
 
     schemas = _kube_json_schemas(kube, tmp_path)

@@ -52,9 +52,9 @@ def matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
 
 def _app_pods() -> dict[str, tuple[dict[str, str], list[dict[str, Any]], dict[str, str]]]:
     """Per component, the labels, container ports and env the operator's builders give its pods."""
+    from eddy_contract.spec import StreamAppSpec
     from eddy_operator import builders
     from eddy_operator.builders import Owner
-    from eddy_operator.spec import StreamAppSpec
 
     spec = StreamAppSpec.from_manifest(full())
     driver = builders.build_driver_statefulset(spec, Owner(spec.name, "uid-1"), "hash")["spec"]["template"]

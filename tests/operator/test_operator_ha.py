@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from eddy_operator import builders, channel
+from eddy_contract import channel
+from eddy_operator import builders
 from eddy_operator.leader import LeaseLock
 from tests.operator.cluster import (
     OperatorProcess,

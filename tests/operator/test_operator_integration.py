@@ -10,7 +10,8 @@ import urllib.request
 
 import pytest
 
-from eddy_operator import builders, channel
+from eddy_contract import channel
+from eddy_operator import builders
 from tests.operator.cluster import (
     FakeSparkDriver,
     apply,
@@ -539,7 +540,7 @@ def test_the_apiserver_defaults_a_streamapp_exactly_as_the_spec_module_does(crd,
     field set is accepted and kept as written."""
     import dataclasses
 
-    from eddy_operator.spec import StreamAppSpec
+    from eddy_contract.spec import StreamAppSpec
     from tests.operator.manifests import full, minimal
 
     bare = minimal()

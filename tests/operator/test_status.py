@@ -6,9 +6,9 @@ from types import MappingProxyType
 
 import pytest
 
+from eddy_contract.assignor import Assignment, Executor, TaskAssignment, TaskMove
+from eddy_contract.channel import RestoreProgress, RuntimeState
 from eddy_operator.assignment import describe_moves, live_executors, pod_info
-from eddy_operator.assignor import Assignment, Executor, TaskAssignment, TaskMove
-from eddy_operator.channel import RestoreProgress, RuntimeState
 from eddy_operator.status import Failover, Observed, compute_status, without_times
 
 pytestmark = pytest.mark.unit

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from eddy_operator.spec import StreamAppSpec
+from eddy_contract.spec import StreamAppSpec
 from eddy_runtime.driver import BatchReport, Driver, DriverOptions
 
 

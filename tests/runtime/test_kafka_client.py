@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark import cloudpickle
 
-from eddy_operator.spec import StreamAppSpec
+from eddy_contract.spec import StreamAppSpec
 from eddy_runtime.kafka_client import KafkaClientConfig, KafkaCredentialsMissing
 from eddy_runtime.work import BatchSettings
 

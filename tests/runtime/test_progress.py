@@ -6,7 +6,7 @@ from types import MappingProxyType
 
 import pytest
 
-from eddy_operator.assignor import Assignment, TaskAssignment
+from eddy_contract.assignor import Assignment, TaskAssignment
 from eddy_runtime.progress import CopyProgress, CopyProgressTracker
 from eddy_runtime.work import ItemResult
 

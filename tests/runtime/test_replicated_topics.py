@@ -179,7 +179,7 @@ def test_more_replicas_than_brokers_stops_the_driver_before_the_first_batch(kafk
 
 
 def test_replication_factor_minus_one_gives_the_brokers_default(kafka_cluster):
-    from eddy_operator.spec import TopicsSpec
+    from eddy_contract.spec import TopicsSpec
     from eddy_runtime.topics import TopicRequirement, ensure_topics
 
     k = kafka_cluster

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_operator.spec import TopicsSpec
+from eddy_contract.spec import TopicsSpec
 from eddy_runtime.compiler import compile_topology
 from eddy_runtime.pipeline import Topology
 from eddy_runtime.topics import TopicDescription, TopicRequirement, app_topic_requirements, topic_problems

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka.admin import AdminClient
 
-from eddy_operator.spec import TopicsSpec
+from eddy_contract.spec import TopicsSpec
 from eddy_runtime.topics import TopicMismatch, TopicRequirement, ensure_topics
 
 __all__ = [

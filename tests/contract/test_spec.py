@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_operator.spec import (
+from eddy_contract.spec import (
     DEFAULTS,
     BadRecordPolicy,
     ProcessingGuarantee,

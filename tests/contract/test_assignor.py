@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eddy_operator.assignor import (
+from eddy_contract.assignor import (
     Assignment,
     AssignmentError,
     AssignorSettings,

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from eddy_operator.assignor import AssignorSettings, Executor, assign_app
+from eddy_contract.assignor import AssignorSettings, Executor, assign_app
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ from types import MappingProxyType
 
 import pytest
 
-from eddy_operator.assignor import Assignment, AssignorSettings, Executor, TaskAssignment, assign
-from eddy_operator.channel import (
+from eddy_contract.assignor import Assignment, AssignorSettings, Executor, TaskAssignment, assign
+from eddy_contract.channel import (
     ASSIGNMENT_KEY,
     RUNTIME_STATE_KEY,
     AssignmentMessage,

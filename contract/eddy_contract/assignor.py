@@ -2,8 +2,8 @@
 
 A pure, deterministic function in the manner of Kafka Streams' HighAvailabilityTaskAssignor
 (KIP-441) with rack-aware standbys (KIP-708, racks = zones). The operator calls it on every
-executor change and publishes the result through `eddy_operator.channel`; the runtime's local
-mode imports it directly (`from eddy_operator.assignor import assign, ...`), so this module must
+executor change and publishes the result through `eddy_contract.channel`; the runtime's local
+mode imports it directly (`from eddy_contract.assignor import assign, ...`), so this module must
 stay free of kopf and the Kubernetes client.
 
 The rules, in the order they are applied:
