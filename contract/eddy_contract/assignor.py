@@ -32,10 +32,11 @@ restore from the changelog's start. A stateless task has end offset 0 and lag 0 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+
+from eddy_contract.tasks import task_sort_key
 
 __all__ = [
     "Assignment",
@@ -124,17 +125,6 @@ class TaskMove:
     kind: str
     source: str | None
     target: str | None
-
-
-_TASK_RE = re.compile(r"^(\d+)_(\d+)$")
-
-
-def task_sort_key(task: str) -> tuple[int, int, str]:
-    """Order `S_P` task ids numerically (0_2 before 0_10), other ids after them by name."""
-    m = _TASK_RE.match(task)
-    if m:
-        return (int(m.group(1)), int(m.group(2)), "")
-    return (1 << 62, 0, task)
 
 
 def task_lag(end_offset: int, held_offset: int | None) -> int:

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from eddy_contract.assignor import Assignment, Executor, TaskAssignment, task_sort_key
+from eddy_contract.assignor import Assignment, Executor, TaskAssignment
+from eddy_contract.tasks import task_sort_key
 
 VERSION = 1
 SUPPORTED_VERSIONS = frozenset({1})

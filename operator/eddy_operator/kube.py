@@ -9,15 +9,15 @@ labels) are left alone.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
+from eddy_contract.kube import api_client as kube_client
 from eddy_contract.spec import GROUP, PLURAL, VERSION
 
 FIELD_MANAGER = "eddy-operator"
@@ -29,19 +29,11 @@ DEFAULT_CLASS_ANNOTATIONS = (
 log = logging.getLogger(__name__)
 
 
-def load_config() -> client.ApiClient:
-    """In-cluster credentials when running in a pod, otherwise $KUBECONFIG (tests, laptops)."""
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
-        config.load_incluster_config()
-        return client.ApiClient()
-    return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
-
-
 class Kube:
     """Typed helpers over one ApiClient; safe to share between threads."""
 
     def __init__(self, api_client: client.ApiClient | None = None) -> None:
-        self.api = api_client or load_config()
+        self.api = api_client or kube_client()
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)

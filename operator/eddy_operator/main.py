@@ -156,8 +156,8 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from eddy_contract.kube import api_client
     from eddy_operator import health, leader, metrics
-    from eddy_operator.kube import load_config
 
     try:
         timing = leader.LeaderTiming(args.lease_duration, args.lease_renew, args.lease_retry)
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
         _run_kopf(args, None)
         return
 
-    lock = leader.LeaseLock(load_config(), namespace, args.lease_name, request_timeout_s=timing.retry_interval_s)
+    lock = leader.LeaseLock(api_client(), namespace, args.lease_name, request_timeout_s=timing.retry_interval_s)
     elector = leader.LeaderElector(
         lock, leader.identity_for(os.environ.get("POD_NAME")), timing, on_lost=_exit_lost_leadership
     )

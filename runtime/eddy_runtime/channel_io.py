@@ -48,13 +48,11 @@ _api: Any = None
 def _core_api() -> Any:
     global _api
     if _api is None:
-        from kubernetes import client, config
+        from kubernetes import client
 
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
-        _api = client.CoreV1Api()
+        from eddy_contract.kube import api_client
+
+        _api = client.CoreV1Api(api_client())
     return _api
 
 

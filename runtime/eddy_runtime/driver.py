@@ -320,7 +320,7 @@ class Driver:
                     self._admin = None
                 raise
 
-        return _retrying(list_offsets, "listing offsets")
+        return kafka_client.retrying(list_offsets, "listing offsets")
 
     def _committed(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         from confluent_kafka import TopicPartition
@@ -328,7 +328,7 @@ class Driver:
         if self._offsets_consumer is None:
             self._offsets_consumer = kafka_client.consumer(self.kafka, {"group.id": self.app,
                                                                         "enable.auto.commit": False})
-        found = _retrying(lambda: self._offsets_consumer.committed([TopicPartition(t, p) for t, p in tps],
+        found = kafka_client.retrying(lambda: self._offsets_consumer.committed([TopicPartition(t, p) for t, p in tps],
                                                                  timeout=30), "reading committed offsets")
         out = {}
         missing = []
@@ -817,30 +817,6 @@ class Driver:
                 log.info("executor %s closed its tasks: %s", executor, outcome)
         except Exception as e:  # noqa: BLE001 - stopping anyway; the runners exit with their executors
             log.warning("closing the tasks failed: %s", _short_error(e))
-
-
-#: What a leader or coordinator moving to another broker (one stopped or restarted) answers for a
-#: moment; Kafka's Java clients retry all of them, librdkafka's admin calls do not flag them all.
-_MOVING = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_LEADER",
-           "LEADER_NOT_AVAILABLE", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH", "OFFSET_NOT_AVAILABLE",
-           "REPLICA_NOT_AVAILABLE", "NOT_ENOUGH_REPLICAS", "BROKER_NOT_AVAILABLE")
-
-
-def _retrying(fn: Callable[[], Any], what: str, attempts: int = 20) -> Any:
-    """`fn()`, again after retriable Kafka errors (a coordinator or partition leader moving or loading)."""
-    from confluent_kafka import KafkaException
-
-    for attempt in range(attempts):
-        try:
-            return fn()
-        except KafkaException as e:
-            err = e.args[0] if e.args else None
-            retriable = getattr(err, "retriable", lambda: False)() or any(code in str(e) for code in _MOVING)
-            if not retriable or attempt == attempts - 1:
-                raise
-            log.info("%s: %s; retrying", what, e)
-            time.sleep(min(0.1 * 2 ** attempt, 2.0))
-    raise AssertionError("unreachable")
 
 
 def _held_offsets(inventory: Sequence[Any]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:

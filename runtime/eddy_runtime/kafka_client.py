@@ -24,17 +24,23 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient
+    from tenacity import RetryCallState
 
     from eddy_contract.spec import StreamAppSpec
 
+T = TypeVar("T")
+
 __all__ = [
+    "MOVING_ERRORS",
+    "is_retriable",
+    "retrying",
     "CREDENTIAL_ENV",
     "KafkaAuthenticationFailed",
     "KafkaClientConfig",
@@ -195,3 +201,36 @@ def check_connection(cfg: KafkaClientConfig | str, timeout_s: float = 30.0) -> N
             raise KafkaAuthenticationFailed(f"Kafka at {kc.describe()}: login or TLS handshake failed: {refused[0]}")
         if time.monotonic() > deadline:
             raise KafkaUnreachable(f"Kafka at {kc.describe()} did not answer within {timeout_s:g} s: {last}")
+
+
+#: What a leader or coordinator moving to another broker (one stopped or restarted) answers for a
+#: moment; Kafka's Java clients retry all of them, librdkafka's admin calls do not flag them all.
+MOVING_ERRORS = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_LEADER",
+                 "LEADER_NOT_AVAILABLE", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH", "OFFSET_NOT_AVAILABLE",
+                 "REPLICA_NOT_AVAILABLE", "NOT_ENOUGH_REPLICAS", "BROKER_NOT_AVAILABLE")
+
+
+def is_retriable(e: BaseException) -> bool:
+    """A Kafka error worth another try: flagged retriable, or one of the `MOVING_ERRORS`."""
+    from confluent_kafka import KafkaException
+
+    if not isinstance(e, KafkaException):
+        return False
+    err = e.args[0] if e.args else None
+    flagged = bool(getattr(err, "retriable", lambda: False)())
+    return flagged or any(code in str(e) for code in MOVING_ERRORS)
+
+
+def retrying(fn: Callable[[], T], what: str, attempts: int = 20) -> T:
+    """`fn()`, again after retriable Kafka errors (`is_retriable`), backing off from 0.1 s to 2 s;
+    the last error is raised as it is after `attempts` tries."""
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+    def note(state: RetryCallState) -> None:
+        log.info("%s: %s; retrying", what, state.outcome.exception() if state.outcome else "?")
+
+    for attempt in Retrying(retry=retry_if_exception(is_retriable), stop=stop_after_attempt(attempts),
+                            wait=wait_exponential(multiplier=0.1, max=2.0), before_sleep=note, reraise=True):
+        with attempt:
+            return fn()
+    raise AssertionError("unreachable: tenacity re-raises the last error")
