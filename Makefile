@@ -20,8 +20,12 @@ setup:
 # Stages run cheapest first; each fails the run on any failure, including "no tests collected".
 test: setup lint test-unit test-integration test-e2e
 
+# ruff; import circles and layering (infra/lint/import_cycles.py); mypy --strict (pyproject.toml).
 lint:
 	$(PY) -m ruff check .
+	$(PY) infra/lint/import_cycles.py
+	$(PY) -m mypy
+	$(PY) -m mypy infra/lint
 
 test-unit:
 	$(PYTEST) -m unit -q

@@ -1,0 +1,128 @@
+"""infra/lint/import_cycles.py finds import circles, wherever the import sits, and layering breaches."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.unit
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("import_cycles", REPO / "infra" / "lint" / "import_cycles.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["import_cycles"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+ic = _load()
+
+
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for name, body in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(body))
+
+
+def _check(*dirs: Path) -> tuple[int, str]:
+    out = io.StringIO()
+    rc = ic.check(list(dirs), out=out, relative_to=dirs[0].parent)
+    return rc, out.getvalue()
+
+
+def test_a_circle_through_a_function_level_import_is_found_with_its_lines(tmp_path: Path) -> None:
+    _tree(tmp_path, {
+        "eddy_runtime/__init__.py": "",
+        "eddy_runtime/a.py": "from eddy_runtime import b\n",
+        "eddy_runtime/b.py": "import os\n\ndef f():\n    from eddy_runtime.a import g\n    return g\n",
+        "eddy_runtime/c.py": "from eddy_runtime.a import x\n",
+    })
+    rc, out = _check(tmp_path / "eddy_runtime")
+    assert rc == 1
+    assert "import circle 1 (2 modules): eddy_runtime.a, eddy_runtime.b" in out, out
+    assert "eddy_runtime/a.py:1: eddy_runtime.a -> eddy_runtime.b" in out, out
+    assert "eddy_runtime/b.py:4: eddy_runtime.b -> eddy_runtime.a" in out, out
+    assert "eddy_runtime.c" not in out, out  # c imports a but nothing imports c back
+
+
+def test_a_circle_under_type_checking_is_found(tmp_path: Path) -> None:
+    _tree(tmp_path, {
+        "eddy_contract/__init__.py": "",
+        "eddy_contract/spec.py": "from eddy_contract.tasks import TaskId\n",
+        "eddy_contract/tasks.py": """\
+            from typing import TYPE_CHECKING
+            if TYPE_CHECKING:
+                from .spec import Spec
+            """,
+    })
+    rc, out = _check(tmp_path / "eddy_contract")
+    assert rc == 1
+    assert "eddy_contract/tasks.py:3: eddy_contract.tasks -> eddy_contract.spec" in out, out
+
+
+def test_a_package_init_is_a_module_of_the_circle(tmp_path: Path) -> None:
+    _tree(tmp_path, {
+        "eddy_runtime/__init__.py": "",
+        "eddy_runtime/state/__init__.py": "from .store import Store\n",
+        "eddy_runtime/state/store.py": "from eddy_runtime.state import codec_name\n",
+    })
+    rc, out = _check(tmp_path / "eddy_runtime")
+    assert rc == 1
+    assert "import circle 1 (2 modules): eddy_runtime.state, eddy_runtime.state.store" in out, out
+
+
+def test_a_clean_tree_passes(tmp_path: Path) -> None:
+    _tree(tmp_path, {
+        "eddy_contract/__init__.py": "",
+        "eddy_contract/tasks.py": "import re\n",
+        "eddy_contract/spec.py": "from eddy_contract import tasks\nfrom . import tasks as t\n",
+        "eddy_runtime/__init__.py": "",
+        "eddy_runtime/driver.py": "from eddy_contract.spec import Spec\nfrom eddy_runtime import local\n",
+        "eddy_runtime/local.py": "from eddy_contract.tasks import TaskId\n",
+        "eddy_operator/__init__.py": "",
+        "eddy_operator/main.py": "def run():\n    from eddy_contract.spec import Spec\n",
+    })
+    rc, out = _check(tmp_path / "eddy_contract", tmp_path / "eddy_runtime", tmp_path / "eddy_operator")
+    assert rc == 0, out
+    assert out == "no import circles, layering kept (8 modules)\n"
+
+
+def test_layering_breaches_are_found(tmp_path: Path) -> None:
+    _tree(tmp_path, {
+        "eddy_contract/__init__.py": "",
+        "eddy_contract/spec.py": "def f():\n    import eddy_runtime.driver\n",
+        "eddy_runtime/__init__.py": "",
+        "eddy_runtime/driver.py": "from eddy_operator.status import x\n",
+        "eddy_operator/__init__.py": "",
+        "eddy_operator/status.py": "",
+    })
+    rc, out = _check(tmp_path / "eddy_contract", tmp_path / "eddy_runtime", tmp_path / "eddy_operator")
+    assert rc == 1
+    assert ("layering: eddy_contract/spec.py:2: eddy_contract.spec -> eddy_runtime.driver  "
+            "(eddy_contract must not import eddy_runtime)") in out, out
+    assert ("layering: eddy_runtime/driver.py:1: eddy_runtime.driver -> eddy_operator.status  "
+            "(eddy_runtime must not import eddy_operator)") in out, out
+    assert "0 import circle(s), 2 layering breach(es)" in out, out
+
+
+def test_a_breach_is_found_even_when_the_other_package_is_not_scanned(tmp_path: Path) -> None:
+    _tree(tmp_path, {"eddy_operator/__init__.py": "", "eddy_operator/builders.py": "import eddy_runtime.local\n"})
+    rc, out = _check(tmp_path / "eddy_operator")
+    assert rc == 1
+    assert "eddy_operator.builders -> eddy_runtime.local" in out, out
+
+
+def test_main_refuses_a_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert ic.main([str(tmp_path / "nowhere")]) == 2
+    assert "not a directory" in capsys.readouterr().err
