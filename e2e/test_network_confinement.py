@@ -36,7 +36,7 @@ def test_the_cluster_runs_in_a_network_namespace_of_its_own(node: NodeCluster):
     assert any(ns != own for ns in ancestors_network_namespaces()), "not started from another namespace"
     # The node address and the Service range are routed locally; pods sit behind the CNI bridge.
     assert route_to(node.node_ip).returncode == 0
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True, timeout=10).stdout
     names = {line.split(":")[1].strip().split("@")[0] for line in links.splitlines()}
     assert "lo" in names and not any(n.startswith(("eth", "ens", "enp", "wl")) for n in names), names
 

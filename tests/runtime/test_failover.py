@@ -78,6 +78,7 @@ class Run:
     def stop(self) -> None:
         self.driver.request_stop()
         self.thread.join(180)
+        assert not self.thread.is_alive(), "the driver still ran 180 s after request_stop()"
 
 
 def restored_by_copy(reports: list[BatchReport]) -> dict[tuple[str, str], int]:
@@ -171,7 +172,8 @@ def test_killed_executors_fail_over_to_standbys_and_tasks_move_back(kafka, spark
                     and m.kind in ("promoted", "moved")]
             assert back and all(m.kind == "promoted" for m in back), [(r.batch_id, r.moves) for r in after if r.moves]
         feeding.clear()
-        feeder.join()
+        feeder.join(30)
+        assert not feeder.is_alive(), "the feeder still produced 30 s after it was told to stop"
         run.wait("the last lines to be counted",
                  lambda: sum(driver.last_lag.values()) == 0 and run.reports[-1].records_in == 0, 240)
     finally:
