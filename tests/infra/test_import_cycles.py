@@ -28,62 +28,63 @@ def _load() -> ModuleType:
 ic = _load()
 
 
-def _tree(root: Path, files: dict[str, str]) -> None:
+def _check(root: Path, files: dict[str, str]) -> tuple[int, str]:
+    """Write the files under ``root``, check the packages they make; the exit status and output."""
     for name, body in files.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(body))
-
-
-def _check(*dirs: Path) -> tuple[int, str]:
+    packages = sorted({root / name.split("/")[0] for name in files})
     out = io.StringIO()
-    rc = ic.check(list(dirs), out=out, relative_to=dirs[0].parent)
+    rc = ic.check(packages, out=out, relative_to=root)
     return rc, out.getvalue()
 
 
-def test_a_circle_through_a_function_level_import_is_found_with_its_lines(tmp_path: Path) -> None:
-    _tree(tmp_path, {
-        "eddy_runtime/__init__.py": "",
-        "eddy_runtime/a.py": "from eddy_runtime import b\n",
-        "eddy_runtime/b.py": "import os\n\ndef f():\n    from eddy_runtime.a import g\n    return g\n",
-        "eddy_runtime/c.py": "from eddy_runtime.a import x\n",
-    })
-    rc, out = _check(tmp_path / "eddy_runtime")
-    assert rc == 1
-    assert "import circle 1 (2 modules): eddy_runtime.a, eddy_runtime.b" in out, out
-    assert "eddy_runtime/a.py:1: eddy_runtime.a -> eddy_runtime.b" in out, out
-    assert "eddy_runtime/b.py:4: eddy_runtime.b -> eddy_runtime.a" in out, out
-    assert "eddy_runtime.c" not in out, out  # c imports a but nothing imports c back
+CIRCLES = {
+    "function-level import": (
+        {
+            "eddy_runtime/__init__.py": "",
+            "eddy_runtime/a.py": "from eddy_runtime import b\n",
+            "eddy_runtime/b.py": "import os\n\ndef f():\n    from eddy_runtime.a import g\n    return g\n",
+            "eddy_runtime/c.py": "from eddy_runtime.a import x\n",  # imports a, but nothing imports c back
+        },
+        ["import circle 1 (2 modules): eddy_runtime.a, eddy_runtime.b",
+         "eddy_runtime/a.py:1: eddy_runtime.a -> eddy_runtime.b",
+         "eddy_runtime/b.py:4: eddy_runtime.b -> eddy_runtime.a"],
+    ),
+    "import under TYPE_CHECKING": (
+        {
+            "eddy_contract/__init__.py": "",
+            "eddy_contract/spec.py": "from eddy_contract.tasks import TaskId\n",
+            "eddy_contract/tasks.py": "import typing\nif typing.TYPE_CHECKING:\n    from .spec import Spec\n",
+        },
+        ["import circle 1 (2 modules): eddy_contract.spec, eddy_contract.tasks",
+         "eddy_contract/tasks.py:3: eddy_contract.tasks -> eddy_contract.spec"],
+    ),
+    "a package's __init__": (
+        {
+            "eddy_runtime/__init__.py": "",
+            "eddy_runtime/state/__init__.py": "from .store import Store\n",
+            "eddy_runtime/state/store.py": "from eddy_runtime.state import codec_name\n",
+        },
+        ["import circle 1 (2 modules): eddy_runtime.state, eddy_runtime.state.store",
+         "eddy_runtime/state/store.py:1: eddy_runtime.state.store -> eddy_runtime.state"],
+    ),
+}
 
 
-def test_a_circle_under_type_checking_is_found(tmp_path: Path) -> None:
-    _tree(tmp_path, {
-        "eddy_contract/__init__.py": "",
-        "eddy_contract/spec.py": "from eddy_contract.tasks import TaskId\n",
-        "eddy_contract/tasks.py": """\
-            from typing import TYPE_CHECKING
-            if TYPE_CHECKING:
-                from .spec import Spec
-            """,
-    })
-    rc, out = _check(tmp_path / "eddy_contract")
-    assert rc == 1
-    assert "eddy_contract/tasks.py:3: eddy_contract.tasks -> eddy_contract.spec" in out, out
-
-
-def test_a_package_init_is_a_module_of_the_circle(tmp_path: Path) -> None:
-    _tree(tmp_path, {
-        "eddy_runtime/__init__.py": "",
-        "eddy_runtime/state/__init__.py": "from .store import Store\n",
-        "eddy_runtime/state/store.py": "from eddy_runtime.state import codec_name\n",
-    })
-    rc, out = _check(tmp_path / "eddy_runtime")
-    assert rc == 1
-    assert "import circle 1 (2 modules): eddy_runtime.state, eddy_runtime.state.store" in out, out
+@pytest.mark.parametrize("case", list(CIRCLES))
+def test_a_circle_is_found_with_the_lines_of_its_imports(tmp_path: Path, case: str) -> None:
+    files, expected = CIRCLES[case]
+    rc, out = _check(tmp_path, files)
+    assert rc == 1, out
+    for line in expected:
+        assert line in out, out
+    assert "import circle 2" not in out and "eddy_runtime.c" not in out, out
 
 
 def test_a_clean_tree_passes(tmp_path: Path) -> None:
-    _tree(tmp_path, {
+    rc, out = _check(tmp_path, {
         "eddy_contract/__init__.py": "",
         "eddy_contract/tasks.py": "import re\n",
         "eddy_contract/spec.py": "from eddy_contract import tasks\nfrom . import tasks as t\n",
@@ -93,13 +94,12 @@ def test_a_clean_tree_passes(tmp_path: Path) -> None:
         "eddy_operator/__init__.py": "",
         "eddy_operator/main.py": "def run():\n    from eddy_contract.spec import Spec\n",
     })
-    rc, out = _check(tmp_path / "eddy_contract", tmp_path / "eddy_runtime", tmp_path / "eddy_operator")
     assert rc == 0, out
     assert out == "no import circles, layering kept (8 modules)\n"
 
 
 def test_layering_breaches_are_found(tmp_path: Path) -> None:
-    _tree(tmp_path, {
+    rc, out = _check(tmp_path, {
         "eddy_contract/__init__.py": "",
         "eddy_contract/spec.py": "def f():\n    import eddy_runtime.driver\n",
         "eddy_runtime/__init__.py": "",
@@ -107,7 +107,6 @@ def test_layering_breaches_are_found(tmp_path: Path) -> None:
         "eddy_operator/__init__.py": "",
         "eddy_operator/status.py": "",
     })
-    rc, out = _check(tmp_path / "eddy_contract", tmp_path / "eddy_runtime", tmp_path / "eddy_operator")
     assert rc == 1
     assert ("layering: eddy_contract/spec.py:2: eddy_contract.spec -> eddy_runtime.driver  "
             "(eddy_contract must not import eddy_runtime)") in out, out
@@ -117,8 +116,8 @@ def test_layering_breaches_are_found(tmp_path: Path) -> None:
 
 
 def test_a_breach_is_found_even_when_the_other_package_is_not_scanned(tmp_path: Path) -> None:
-    _tree(tmp_path, {"eddy_operator/__init__.py": "", "eddy_operator/builders.py": "import eddy_runtime.local\n"})
-    rc, out = _check(tmp_path / "eddy_operator")
+    rc, out = _check(tmp_path, {"eddy_operator/__init__.py": "",
+                                "eddy_operator/builders.py": "import eddy_runtime.local\n"})
     assert rc == 1
     assert "eddy_operator.builders -> eddy_runtime.local" in out, out
 
