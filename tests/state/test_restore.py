@@ -42,14 +42,13 @@ def store_contents(mgr: ProcessorStateManager, store: str = "counts") -> dict[by
     return dict(mgr.store(store).iter_raw())
 
 
-@pytest.mark.parametrize(("state_app", "bulk"), [("plaintext", "always"), ("plaintext", "never"),
-                                                 ("sasl_ssl", "never")], indirect=["state_app"])
-def test_restore_from_scratch_rebuilds_the_store_from_the_changelog(state_app: StateApp, bulk: str) -> None:
+@pytest.mark.parametrize("state_app", ["plaintext", "sasl_ssl"], indirect=True)
+def test_restore_from_scratch_rebuilds_the_store_from_the_changelog(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
     records = random_changelog(30_000, keys=5_000)
     produce(state_app.bootstrap, state_app.changelog(), records, partition=0,
             transactional_id=f"{state_app.name}-writer", per_transaction=2_000)
-    with open_task(state_app, bulk_restore=bulk) as mgr:
+    with open_task(state_app) as mgr:
         assert not mgr.restored
         chunks = []
         while not mgr.restored:
@@ -57,7 +56,7 @@ def test_restore_from_scratch_rebuilds_the_store_from_the_changelog(state_app: S
         assert len(chunks) >= 4, "a restore goes in bounded chunks"
         assert chunks[0].remaining > 0 and chunks[0].rate > 0 and chunks[0].eta_s is not None
         assert chunks[-1].done and chunks[-1].remaining == 0
-        assert chunks[-1].stores[0].mode == ("bulk" if bulk == "always" else "batch")
+        assert chunks[-1].stores[0].mode == "batch"
         assert chunks[-1].restored == len(records)
         assert not mgr.store("counts").bulk_loading, "a cold store is reopened for reads once loaded"
         assert store_contents(mgr) == last_value_per_key(records)
@@ -124,12 +123,10 @@ def test_compacted_changelog_is_restored_exactly(state_app: StateApp, kafka) -> 
     offsets = [o for o, _, _ in on_log]
     assert any(b - a > 1 for a, b in zip(offsets, offsets[1:], strict=False)), "offsets must have gaps"
     expected = last_value_per_key([*records, *rolls])
-    for bulk in ("always", "never"):
-        shutil.rmtree(state_app.state_dir, ignore_errors=True)
-        with open_task(state_app, bulk_restore=bulk) as mgr:
-            mgr.restore(timeout_s=60)
-            assert mgr.restored
-            assert store_contents(mgr) == expected
+    with open_task(state_app) as mgr:
+        mgr.restore(timeout_s=60)
+        assert mgr.restored
+        assert store_contents(mgr) == expected
 
 
 def test_empty_changelog_restores_nothing_and_is_done_at_once(state_app: StateApp) -> None:

@@ -96,22 +96,6 @@ def test_a_transaction_cannot_be_applied_twice(counts: KeyValueStore) -> None:
         tx.put("a", 2)
 
 
-def test_bulk_ingest_lands_sorted_records_and_offsets(tmp_path) -> None:
-    store = open_store(StoreSpec.key_value("bulk"), tmp_path / "bulk")
-    try:
-        records = [(b"k%05d" % i, b"v%d" % i) for i in range(10_000)]
-        assert store.ingest_sorted(records, changelog_offset=19_999, keep_deletes=False) == 10_000
-        assert store.get(b"k00042") == b"v42"
-        assert store.offsets.changelog_offset == 19_999
-        # A second file may delete what the first wrote.
-        store.ingest_sorted([(b"k00042", None), (b"zz", b"1")], changelog_offset=20_001)
-        assert store.get(b"k00042") is None
-        assert store.get(b"zz") == b"1"
-        assert not list(tmp_path.glob("bulk/*.sst.tmp"))
-    finally:
-        store.close()
-
-
 def test_writes_without_wal_are_flushed_before_a_logged_write(tmp_path) -> None:
     store = open_store(StoreSpec.key_value("s"), tmp_path / "s")
     store.write([(b"a", b"1")], changelog_offset=0, disable_wal=True)

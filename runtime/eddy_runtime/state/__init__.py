@@ -14,7 +14,7 @@ Modules (Kafka Streams' names, Quix Streams' layering):
 - ``checkpoint.py``     `OffsetCheckpoint`: the ``.checkpoint`` file (Kafka Streams' format)
 - ``changelog.py``      ``<app>-<store>-changelog`` naming, `ensure_changelog_topics` (created and
                         validated by ``../topics.py``, which does the same for every topic an app writes)
-- ``restore.py``        `StoreChangelogReader`: chunked restore with progress, bulk path
+- ``restore.py``        `StoreChangelogReader`: chunked restore with progress
 - ``standby.py``        `StandbyUpdater`: standbys tail changelogs, report lag
 - ``manager.py``        `ProcessorStateManager`: one task's stores, restore, standby, commit
 - ``metrics.py``        `TaskFigures` (picklable) and `StateMetrics` (Prometheus, in the driver and the executors)

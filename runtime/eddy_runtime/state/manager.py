@@ -27,12 +27,7 @@ from eddy_runtime.commit import CommitFailed, CommitResult, Guarantee, KafkaComm
 from eddy_runtime.kafka_client import KafkaClientConfig
 from eddy_runtime.state.changelog import changelog_topic_name
 from eddy_runtime.state.metrics import StoreFigures, TaskFigures
-from eddy_runtime.state.restore import (
-    BulkMode,
-    StoreChangelogReader,
-    TaskRestoreProgress,
-    restore_consumer_settings,
-)
+from eddy_runtime.state.restore import StoreChangelogReader, TaskRestoreProgress, restore_consumer_settings
 from eddy_runtime.state.standby import StandbyUpdater
 from eddy_runtime.state.store import KeyValueTransaction, StoreSpec, open_store
 from eddy_runtime.state.task_directory import TaskDirectory, TaskLock, task_partition
@@ -114,7 +109,6 @@ class ProcessorStateManager:
         role: Role,
         guarantee: Guarantee,
         partition: int,
-        bulk_restore: BulkMode,
         producer_overrides: Mapping[str, Any],
         checkpoint_interval_s: float,
         group_id: str | None,
@@ -149,9 +143,7 @@ class ProcessorStateManager:
                 self.stores[spec.name] = open_store(spec, task_dir.store_path(spec.name))
             if any(s.logged for s in specs):
                 self._consumer = kafka_client.consumer(kafka, restore_consumer_settings(app, task_id))
-                self._reader = StoreChangelogReader(
-                    self._consumer, wipe=self._wipe_store, bulk=bulk_restore, context=self._ctx
-                )
+                self._reader = StoreChangelogReader(self._consumer, wipe=self._wipe_store, context=self._ctx)
                 for spec in specs:
                     if spec.logged:
                         self._reader.register(self.stores[spec.name], self.changelog_topic(spec.name), partition)
@@ -181,7 +173,6 @@ class ProcessorStateManager:
         guarantee: Guarantee = "exactly_once",
         partition: int | None = None,
         lock_timeout: float = 0.0,
-        bulk_restore: BulkMode = "auto",
         producer_overrides: Mapping[str, Any] | None = None,
         checkpoint_interval_s: float = 1.0,
         group_id: str | None = None,
@@ -206,7 +197,6 @@ class ProcessorStateManager:
             role,
             guarantee,
             task_partition(task_id) if partition is None else partition,
-            bulk_restore,
             producer_overrides or {},
             checkpoint_interval_s,
             group_id,

@@ -16,8 +16,8 @@ Who calls what:
   `KeyValueTransaction` / `WindowTransaction`, which reads its own writes; `TaskCommitter`
   (commit.py) sends the transaction's changelog records to Kafka and then calls
   `StoreTransaction.apply` with the changelog offsets Kafka assigned;
-- restore and standbys (restore.py) call `write` with raw changelog records (WAL off, then
-  `flush`), or `ingest_sorted` for the bulk path of a cold store.
+- restore and standbys (restore.py) call `write` (or fill a raw write batch for
+  `apply_write_batch`) with changelog records, WAL off, then `flush`.
 
 The window store (window_store.py) builds on the same base class.
 """
@@ -495,48 +495,6 @@ class KeyValueStore(_RocksDBStore):
                 put(k, v)
             n += 1
         self._commit_batch(wb, changelog_offset, input_offsets, None, disable_wal)
-        return n
-
-    def ingest_sorted(
-        self,
-        records: Iterable[tuple[bytes, bytes | None]],
-        *,
-        changelog_offset: int | None,
-        input_offsets: InputOffsets | None = None,
-        keep_deletes: bool = True,
-    ) -> int:
-        """Bulk path: write records sorted by key (unique keys) to an SST file and ingest it.
-
-        The records land with one RocksDB operation instead of a memtable insert each. Ingesting
-        makes them visible atomically, then the offsets are written; a crash in between leaves
-        data newer than the offsets, which a replay from the older offset repairs.
-        `keep_deletes` writes tombstones for None values (needed unless the store is empty).
-        """
-        sst = self.path / f"restore-{os.getpid()}.sst"
-        writer = rocksdict.SstFileWriter(self._options)
-        writer.open(str(sst))
-        n = 0
-        try:
-            for k, v in records:
-                if v is None:
-                    if keep_deletes:
-                        del writer[k]
-                        n += 1
-                else:
-                    writer[k] = v
-                    n += 1
-            if n:
-                writer.finish()
-        finally:
-            del writer
-        if n:
-            opts = rocksdict.IngestExternalFileOptions()
-            opts.set_move_files(True)
-            self.db.ingest_external_file([str(sst)], opts)
-        sst.unlink(missing_ok=True)
-        if changelog_offset is not None or input_offsets:
-            wb = rocksdict.WriteBatch(raw_mode=True)
-            self._commit_batch(wb, changelog_offset, input_offsets, None, disable_wal=False)
         return n
 
 
