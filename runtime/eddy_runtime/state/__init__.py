@@ -19,6 +19,7 @@ Modules (Kafka Streams' names, Quix Streams' layering):
 - ``manager.py``        `ProcessorStateManager`: one task's stores, restore, standby, commit
 - ``metrics.py``        `TaskFigures` (picklable) and `StateMetrics` (Prometheus, in the driver and the executors)
 - ``../commit.py``      `TaskCommitter`: exactly_once / at_least_once commit protocol
+- ``../record_collector.py`` `RecordCollector`: sends a batch's records, notes the offsets Kafka gives them
 
 Driver, once per app start (before any task opens)::
 
@@ -72,7 +73,8 @@ exactly_once active), so keep a manager open across batches in a long-lived work
 the lock guarantees that a second process never opens the same task.
 """
 
-from eddy_runtime.commit import CommitFailed, CommitResult, OutputRecord, TaskCommitter, TaskFenced
+from eddy_runtime.commit import CommitFailed, CommitResult, TaskCommitter, TaskFenced
+from eddy_runtime.record_collector import OutputRecord
 from eddy_runtime.state.changelog import (
     ChangelogTopicMismatch,
     ChangelogTopicMissing,

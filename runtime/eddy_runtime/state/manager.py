@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from confluent_kafka import Consumer
 
 from eddy_runtime import kafka_client
-from eddy_runtime.commit import CommitFailed, CommitResult, Guarantee, KafkaCommit, OutputRecord, TaskCommitter
+from eddy_runtime.commit import CommitFailed, CommitResult, Guarantee, KafkaCommit, TaskCommitter
 from eddy_runtime.kafka_client import KafkaClientConfig
+from eddy_runtime.record_collector import OutputRecord
 from eddy_runtime.state.changelog import changelog_topic_name
 from eddy_runtime.state.metrics import StoreFigures, TaskFigures
 from eddy_runtime.state.restore import StoreChangelogReader, TaskRestoreProgress, restore_consumer_settings

@@ -30,7 +30,6 @@ does not exist raises `ChangelogTopicMissing`.
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -39,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from eddy_runtime.commit import INPUT_OFFSETS_HEADER
+from eddy_runtime.record_collector import input_offsets_in
 from eddy_runtime.state.changelog import ChangelogTopicMissing
 from eddy_runtime.state.store import KeyValueStore
 
@@ -183,16 +182,6 @@ class _Target:
             elapsed_s=time.monotonic() - self.started,
             done=self.done,
         )
-
-
-def _input_offsets_of(msg: Message) -> dict[tuple[str, int], int] | None:
-    headers = msg.headers()
-    if not headers:
-        return None
-    for name, value in headers:  # type: ignore[str-unpack,misc]
-        if name == INPUT_OFFSETS_HEADER and value:
-            return {(t, int(p)): int(o) for t, p, o in json.loads(value)}
-    return None
 
 
 class StoreChangelogReader:
@@ -376,7 +365,7 @@ class StoreChangelogReader:
         """Apply data records (no error events) of one changelog partition, in offset order."""
         last = msgs[-1]
         last_offset: int = last.offset()  # type: ignore[assignment]  # data records have offsets
-        inputs = _input_offsets_of(last)
+        inputs = input_offsets_in(last)
         store = t.store
         if isinstance(store, KeyValueStore):
             wb = store.new_write_batch()
