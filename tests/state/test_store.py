@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_runtime.state.store import KeyValueStore, StoreSpec, open_store, prefix_successor
+from eddy_runtime.state import KeyValueStore, StoreSpec, open_store
+from eddy_runtime.state.store import prefix_successor
 
 pytestmark = pytest.mark.unit
 

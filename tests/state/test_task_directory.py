@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from eddy_runtime.state import StoreSpec, open_store
 from eddy_runtime.state.checkpoint import OffsetCheckpoint
-from eddy_runtime.state.store import StoreSpec, open_store
 from eddy_runtime.state.task_directory import StateDirectory, TaskDirectory, TaskDirectoryLocked, task_partition
 
 pytestmark = pytest.mark.unit

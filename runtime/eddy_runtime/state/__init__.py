@@ -87,7 +87,9 @@ from eddy_runtime.state.manager import ProcessorStateManager, TaskTransaction
 from eddy_runtime.state.metrics import StateMetrics, StoreFigures, TaskFigures
 from eddy_runtime.state.restore import RestoreProgress, TaskRestoreProgress
 from eddy_runtime.state.serde import serde_for
-from eddy_runtime.state.store import KeyValueStore, KeyValueTransaction, StoreOffsets, StoreSpec, open_store
+from eddy_runtime.state.store import KeyValueStore, KeyValueTransaction
+from eddy_runtime.state.store_spec import StoreOffsets, StoreSpec
+from eddy_runtime.state.stores import StateStore, open_store
 from eddy_runtime.state.task_directory import (
     LockHolder,
     StateDirectory,
@@ -113,6 +115,7 @@ __all__ = [
     "RestoreProgress",
     "StateDirectory",
     "StateMetrics",
+    "StateStore",
     "StoreFigures",
     "StoreInventory",
     "StoreOffsets",

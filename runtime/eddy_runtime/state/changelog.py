@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from confluent_kafka.admin import AdminClient
 
 from eddy_contract.spec import TopicsSpec
+from eddy_runtime.state.store_spec import StoreSpec
 from eddy_runtime.topics import TopicMismatch, TopicRequirement, ensure_topics
 
 __all__ = [
@@ -28,9 +28,6 @@ __all__ = [
     "ensure_changelog_topics",
     "topic_partition_count",
 ]
-
-if TYPE_CHECKING:
-    from eddy_runtime.state.store import StoreSpec
 
 CHANGELOG_SUFFIX = "-changelog"
 _WINDOW_CHANGELOG_EXTRA_RETENTION_MS = 24 * 3600 * 1000

@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from confluent_kafka import Consumer
 
@@ -30,12 +30,11 @@ from eddy_runtime.state.changelog import changelog_topic_name
 from eddy_runtime.state.metrics import StoreFigures, TaskFigures
 from eddy_runtime.state.restore import StoreChangelogReader, TaskRestoreProgress, restore_consumer_settings
 from eddy_runtime.state.standby import StandbyUpdater
-from eddy_runtime.state.store import KeyValueTransaction, StoreSpec, open_store
+from eddy_runtime.state.store import KeyValueTransaction
+from eddy_runtime.state.store_spec import StoreSpec
+from eddy_runtime.state.stores import StateStore, open_store
 from eddy_runtime.state.task_directory import TaskDirectory, TaskLock, task_partition
 from eddy_runtime.state.window_store import WindowTransaction
-
-if TYPE_CHECKING:
-    from eddy_runtime.state.store import StateStore
 
 __all__ = ["ProcessorStateManager", "Role", "TaskTransaction"]
 

@@ -34,16 +34,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from eddy_runtime.record_collector import input_offsets_in
 from eddy_runtime.state.changelog import ChangelogTopicMissing
 from eddy_runtime.state.store import KeyValueStore
-
-if TYPE_CHECKING:
-    from eddy_runtime.state.store import StateStore
+from eddy_runtime.state.stores import StateStore
 
 __all__ = [
     "RestoreProgress",

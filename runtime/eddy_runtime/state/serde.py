@@ -14,6 +14,7 @@ import struct
 from typing import Any, Protocol
 
 __all__ = [
+    "INT64",
     "BytesSerde",
     "Int64Serde",
     "JsonSerde",
@@ -81,7 +82,8 @@ class JsonSerde:
         return json.loads(data)
 
 
-_INT64 = struct.Struct(">q")
+#: Kafka's LongSerializer encoding; stores use it for their offsets and window starts too
+INT64 = struct.Struct(">q")
 
 
 class Int64Serde:
@@ -93,14 +95,14 @@ class Int64Serde:
         if isinstance(obj, bool) or not isinstance(obj, int):
             raise SerdeError(f"int64 serde expects int, got {type(obj).__name__}: {obj!r:.80}")
         try:
-            return _INT64.pack(obj)
+            return INT64.pack(obj)
         except struct.error as e:
             raise SerdeError(f"int64 serde: {obj} does not fit in 64 bits") from e
 
     def deserialize(self, data: bytes) -> int:
         if len(data) != 8:
             raise SerdeError(f"int64 serde expects 8 bytes, got {len(data)}")
-        return _INT64.unpack(data)[0]
+        return int(INT64.unpack(data)[0])
 
 
 _SERDES: dict[str, Serde] = {
