@@ -83,9 +83,9 @@ from eddy_runtime.state.changelog import (
     ensure_changelog_topics,
 )
 from eddy_runtime.state.checkpoint import OffsetCheckpoint
-from eddy_runtime.state.manager import ProcessorStateManager, TaskTransaction
+from eddy_runtime.state.manager import ProcessorStateManager
 from eddy_runtime.state.metrics import StateMetrics, StoreFigures, TaskFigures
-from eddy_runtime.state.restore import RestoreProgress, TaskRestoreProgress
+from eddy_runtime.state.restore_progress import RestoreProgress, TaskRestoreProgress
 from eddy_runtime.state.serde import serde_for
 from eddy_runtime.state.store import KeyValueStore, KeyValueTransaction
 from eddy_runtime.state.store_spec import StoreOffsets, StoreSpec
@@ -98,6 +98,7 @@ from eddy_runtime.state.task_directory import (
     TaskDirectoryLocked,
     TaskInventory,
 )
+from eddy_runtime.state.task_transaction import TaskTransaction
 from eddy_runtime.state.window_store import WindowStore, WindowTransaction
 
 __all__ = [

@@ -33,21 +33,16 @@ import gc
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from eddy_runtime.record_collector import input_offsets_in
 from eddy_runtime.state.changelog import ChangelogTopicMissing
+from eddy_runtime.state.restore_progress import RestoreProgress, TaskRestoreProgress
 from eddy_runtime.state.store import KeyValueStore
 from eddy_runtime.state.stores import StateStore
 
-__all__ = [
-    "RestoreProgress",
-    "StoreChangelogReader",
-    "TaskRestoreProgress",
-    "restore_consumer_settings",
-]
+__all__ = ["StoreChangelogReader", "restore_consumer_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -80,70 +75,6 @@ def restore_consumer_settings(app: str, task_id: str) -> dict[str, object]:
         "fetch.wait.max.ms": 100,
     }
     return conf
-
-
-@dataclass(frozen=True)
-class RestoreProgress:
-    """One store's restore (or standby tail): where it is, how fast it goes."""
-
-    store: str
-    topic: str
-    partition: int
-    mode: str  # "batch", "tail" or "none" (nothing to restore)
-    start_offset: int
-    end_offset: int
-    position: int
-    restored: int  # records applied so far
-    elapsed_s: float
-    done: bool
-
-    @property
-    def remaining(self) -> int:
-        """Offsets left to read: an upper bound on records (compaction and markers leave gaps)."""
-        return max(0, self.end_offset - self.position)
-
-    @property
-    def rate(self) -> float:
-        """Records per second since this restore started (wall clock, pauses included)."""
-        return self.restored / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-    @property
-    def eta_s(self) -> float | None:
-        if self.done or self.remaining == 0:
-            return 0.0
-        rate = self.rate
-        return self.remaining / rate if rate > 0 else None
-
-
-@dataclass(frozen=True)
-class TaskRestoreProgress:
-    """All stores of a task."""
-
-    stores: tuple[RestoreProgress, ...]
-
-    @property
-    def done(self) -> bool:
-        return all(p.done for p in self.stores)
-
-    @property
-    def restored(self) -> int:
-        return sum(p.restored for p in self.stores)
-
-    @property
-    def remaining(self) -> int:
-        return sum(p.remaining for p in self.stores)
-
-    @property
-    def rate(self) -> float:
-        elapsed = max((p.elapsed_s for p in self.stores), default=0.0)
-        return self.restored / elapsed if elapsed > 0 else 0.0
-
-    @property
-    def eta_s(self) -> float | None:
-        if self.done:
-            return 0.0
-        rate = self.rate
-        return self.remaining / rate if rate > 0 else None
 
 
 class _Target:

@@ -12,7 +12,7 @@ missing is the changelog's delta after the store's offset (docs/DESIGN.md, "One 
 
 `KeyValueStore` (store.py) and `WindowStore` (window_store.py) subclass `RocksDBStore`; their
 transactions subclass `StoreTransaction`, whose `apply` the committer (commit.py) reaches through
-`TaskTransaction.apply` (manager.py) once the batch's changelog records are in Kafka.
+`TaskTransaction.apply` (task_transaction.py) once the batch's changelog records are in Kafka.
 Restores and standbys (restore.py) call `write` with changelog records, WAL off, then `flush`.
 """
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 
-from eddy_runtime.state.restore import StoreChangelogReader, TaskRestoreProgress
+from eddy_runtime.state.restore import StoreChangelogReader
+from eddy_runtime.state.restore_progress import TaskRestoreProgress
 
 __all__ = ["StandbyUpdater"]
 
