@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from eddy_runtime.state import StoreSpec, open_store
+from eddy_runtime.state import ProcessorStateManager, StoreSpec, open_store
 from eddy_runtime.state.checkpoint import OffsetCheckpoint
-from eddy_runtime.state.task_directory import StateDirectory, TaskDirectory, TaskDirectoryLocked, task_partition
+from eddy_runtime.state.task_directory import StateDirectory, TaskDirectory, TaskDirectoryLocked
 
 pytestmark = pytest.mark.unit
 
@@ -78,15 +78,16 @@ def test_a_second_open_in_the_same_process_is_refused_too(tmp_path) -> None:
 
 
 def test_inventory_lists_tasks_stores_offsets_and_holders(tmp_path) -> None:
-    for task, offset in (("0_0", 10), ("0_1", 20)):
+    for task, partition, offset in (("0_0", 0, 10), ("0_1", 1, 20)):
         td = TaskDirectory(tmp_path, "wc", task)
         store = open_store(StoreSpec.key_value("counts"), td.store_path("counts"))
         store.write([(b"a", b"1")], changelog_offset=offset)
         store.close()
         OffsetCheckpoint(td.path / ".checkpoint").write(
-            {("wc-counts-changelog", task_partition(task)): offset, ("words", task_partition(task)): 99}
+            {("wc-counts-changelog", partition): offset, ("words", partition): 99}
         )
     TaskDirectory(tmp_path, "other", "1_0").path.mkdir(parents=True)
+    (tmp_path / "wc" / "not-a-task").mkdir()
     with TaskDirectory(tmp_path, "wc", "0_1").lock():
         inv = StateDirectory(tmp_path).inventory("wc")
         assert [t.task_id for t in inv] == ["0_0", "0_1"]
@@ -109,7 +110,7 @@ def test_inventory_reports_an_unreadable_checkpoint_instead_of_failing(tmp_path)
     assert inv.stores[0].changelog_offset is None
 
 
-def test_task_ids_parse_to_their_partition() -> None:
-    assert task_partition("2_13") == 13
-    with pytest.raises(ValueError, match="subtopology"):
-        task_partition("x")
+def test_a_malformed_task_id_is_refused_naming_it(tmp_path) -> None:
+    with pytest.raises(ValueError, match="task id 'x' is not of the form <subtopology>_<partition>"):
+        ProcessorStateManager.open("app", "x", [], tmp_path, "127.0.0.1:9")
+    assert not (tmp_path / "app" / "x").exists(), "nothing is created for a malformed task id"

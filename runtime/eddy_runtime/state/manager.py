@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from confluent_kafka import Consumer
 
+from eddy_contract.tasks import TaskId
 from eddy_runtime import kafka_client
 from eddy_runtime.commit import CommitFailed, CommitResult, Guarantee, KafkaCommit, TaskCommitter
 from eddy_runtime.kafka_client import KafkaClientConfig
@@ -34,7 +35,7 @@ from eddy_runtime.state.restore_progress import RestoredRecords, TaskRestoreProg
 from eddy_runtime.state.standby import StandbyUpdater
 from eddy_runtime.state.store_spec import StoreSpec
 from eddy_runtime.state.stores import StateStore, open_store
-from eddy_runtime.state.task_directory import TaskDirectory, TaskLock, task_partition
+from eddy_runtime.state.task_directory import TaskDirectory, TaskLock
 from eddy_runtime.state.task_transaction import TaskTransaction
 
 __all__ = ["ProcessorStateManager", "Role"]
@@ -131,12 +132,13 @@ class ProcessorStateManager:
         app's `KafkaClientConfig` (a bare bootstrap string means PLAINTEXT); `producer_overrides`
         adjust the committer's producer settings.
         """
+        if partition is None:
+            partition = TaskId.parse(task_id).partition  # ValueError naming a malformed id
         kc = KafkaClientConfig.of(kafka)
         new_committer = functools.partial(TaskCommitter, app, task_id, kc, guarantee, group_id=group_id,
                                           producer_overrides=producer_overrides)
         td = TaskDirectory(state_dir, app, task_id)
-        return cls(app, task_id, stores, td, td.lock(timeout=lock_timeout), kc,
-                   task_partition(task_id) if partition is None else partition,
+        return cls(app, task_id, stores, td, td.lock(timeout=lock_timeout), kc, partition,
                    role=role, new_committer=new_committer, checkpoint_interval_s=checkpoint_interval_s)
 
     def __enter__(self) -> ProcessorStateManager:
