@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -30,6 +31,11 @@ def hold_lock_in_child(state_dir: Path, app: str, task: str) -> subprocess.Popen
     """)
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
+    ready, _, _ = select.select([child.stdout], [], [], 30)
+    if not ready:
+        child.kill()
+        child.wait(10)
+        pytest.fail("the child did not take the task lock within 30 s")
     assert child.stdout.readline().strip() == "locked"
     return child
 
@@ -45,13 +51,13 @@ def test_lock_held_by_another_process_is_refused_naming_its_pid_and_host(tmp_pat
         assert f"pid {child.pid} on host {socket.gethostname()}" in str(err.value)
     finally:
         child.kill()
-        child.wait()
+        child.wait(10)
 
 
 def test_lock_of_a_killed_holder_is_free_at_once(tmp_path) -> None:
     child = hold_lock_in_child(tmp_path, "app", "0_1")
     child.kill()
-    child.wait()
+    child.wait(10)
     td = TaskDirectory(tmp_path, "app", "0_1")
     assert td.holder() is None
     with td.lock():
@@ -68,7 +74,7 @@ def test_lock_waits_up_to_its_timeout(tmp_path) -> None:
         assert time.monotonic() - started >= 0.3
     finally:
         child.kill()
-        child.wait()
+        child.wait(10)
 
 
 def test_a_second_open_in_the_same_process_is_refused_too(tmp_path) -> None:
