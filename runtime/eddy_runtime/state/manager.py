@@ -2,13 +2,14 @@
 
 `ProcessorStateManager` is Kafka Streams' class of the same name, for one task (``S_P``): it
 takes the task directory's lock, opens the task's stores, registers their changelog partitions
-(partition ``P`` of ``<app>-<store>-changelog``), decides whether and how they restore, and
-owns the task's `TaskCommitter` (commit.py) while the task is active. The Spark runtime calls it
-inside an executor's Python worker; see the package docstring (state/__init__.py) for the flow.
+(partition ``P`` of ``<app>-<store>-changelog``), plans their restores, and owns the task's
+`TaskCommitter` (commit.py) while the task is active. The Spark runtime calls it inside an
+executor's Python worker; see the package docstring (state/__init__.py) for the flow.
 
 Roles: an *active* restores until `restored`, then processes batches through `transaction()`
 and `commit()`; a *standby* tails its changelogs (`standby_chunk`) and becomes the active with
-`promote()`, which restores only what the standby had not applied yet.
+`promote()`, which restores only what the standby had not applied yet (docs/DESIGN.md, "Vocabulary"
+and "One micro-batch").
 """
 
 from __future__ import annotations
@@ -317,18 +318,10 @@ class ProcessorStateManager:
 
     def write_checkpoint(self) -> None:
         """Mirror the stores' offsets into the task's `.checkpoint` file (atomic)."""
-        offsets: dict[tuple[str, int], int] = {}
-        for name, store in self.stores.items():
-            if store.closed:
-                continue
-            o = store.offsets
-            if store.spec.logged and o.changelog_offset is not None:
-                offsets[(self.changelog_topic(name), self.partition)] = o.changelog_offset
-            for tp, pos in o.input_offsets.items():
-                if pos > 0:
-                    # .checkpoint holds "last record reflected" offsets; the store keeps positions.
-                    offsets[tp] = max(offsets.get(tp, -1), pos - 1)
-        self.task_dir.checkpoint.write(offsets)
+        stores = {name: store.offsets for name, store in self.stores.items() if not store.closed}
+        changelogs = {(self.changelog_topic(name), self.partition): o.changelog_offset for name, o in stores.items()
+                      if self._specs[name].logged and o.changelog_offset is not None}
+        self.task_dir.checkpoint.write_store_offsets(changelogs, [o.input_offsets for o in stores.values()])
         self._last_checkpoint = time.monotonic()
 
     def figures(self) -> TaskFigures:
