@@ -6,7 +6,7 @@ is compacted and has one partition per task, i.e. the input's partition count; t
 task ``S_P`` is ``P``. The driver (or the operator) calls `ensure_changelog_topics` before any
 task opens its stores; it creates and validates them through `eddy_runtime.topics`: a topic that
 exists with the wrong partition count or cleanup policy is an error, never silently used, because
-restoring a task from the wrong partition corrupts it.
+restoring a task from the wrong partition corrupts it (docs/DESIGN.md, "Topics").
 """
 
 from __future__ import annotations

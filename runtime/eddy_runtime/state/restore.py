@@ -24,7 +24,8 @@ records/s in the run that settled it), so there is no such path.
 Edge cases: an empty changelog restores nothing; a store offset beyond the changelog's end
 (the topic was recreated) or below its start (records were deleted) means the local store
 cannot be trusted, so it is wiped and restored from scratch with a warning; a changelog that
-does not exist raises `ChangelogTopicMissing`.
+does not exist raises `ChangelogTopicMissing`. When restores run: docs/DESIGN.md, "One micro-batch"
+and "The operator's part".
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 `StoreChangelogReader` (restore.py) reports `RestoreProgress` per store and `TaskRestoreProgress`
 per task after every chunk; `ProcessorStateManager` (manager.py) hands them to its caller and adds
-them up in `RestoredRecords` for the task's figures (metrics.py). Metrics: docs/metrics.md.
+them up in `RestoredRecords` for the task's figures (metrics.py). Metrics: docs/metrics.md; where
+the progress goes: docs/DESIGN.md, "One micro-batch".
 """
 
 from __future__ import annotations

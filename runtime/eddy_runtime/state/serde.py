@@ -4,7 +4,8 @@ Stores, transactions and changelogs only ever see bytes; a `Serde` turns a user'
 into bytes and back. `StoreSpec` (store.py) names one by string (``bytes``, ``string``, ``json``,
 ``int64``) so a spec stays a plain, picklable value that the driver can ship to executors.
 The int64 encoding is Kafka's ``LongSerializer`` (8 bytes, big-endian, signed), so a Kafka
-Streams or Java consumer reads Eddy's changelogs and outputs as they are.
+Streams or Java consumer reads Eddy's changelogs and outputs as they are (docs/DESIGN.md,
+"Vocabulary").
 """
 
 from __future__ import annotations

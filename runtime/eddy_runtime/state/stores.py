@@ -1,7 +1,8 @@
 """The store a `StoreSpec` names: `open_store` and `StateStore`, either kind.
 
 `ProcessorStateManager` (manager.py) opens a task's stores here; restores (restore.py) take
-either kind. The kinds: store.py (key-value) and window_store.py (windows).
+either kind. The kinds: store.py (key-value) and window_store.py (windows); docs/DESIGN.md,
+"Vocabulary".
 """
 
 from __future__ import annotations

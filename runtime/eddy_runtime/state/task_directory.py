@@ -1,6 +1,6 @@
 """Task directories on a state volume: layout, the per-task lock, and the volume's inventory.
 
-Layout (DESIGN.md)::
+Layout (docs/DESIGN.md, "Vocabulary")::
 
     <stateDir>/<app>/<task>/rocksdb/<store>/   one RocksDB instance per task and store
     <stateDir>/<app>/<task>/.checkpoint        offsets mirror (checkpoint.py)

@@ -5,7 +5,7 @@ Windows live in time segments, one RocksDB column family per segment, with key-f
 range scan per segment. A segment whose newest window is expired (window start <= stream time
 - retention, stream time being the newest window start written) is dropped as a whole with
 ``drop_column_family``: expiring windows costs one metadata operation, not a delete per key
-(Kafka Streams' segmented window store, inside one RocksDB instance).
+(Kafka Streams' segmented window store, inside one RocksDB instance; docs/DESIGN.md, "Vocabulary").
 
 The changelog record of a window has the same raw key as the store, so restore.py replays it
 through `WindowStore.write` like any other store. Writes and offsets share one write batch
