@@ -42,7 +42,7 @@ __all__ = [
     "CommitResult",
     "Guarantee",
     "KafkaCommit",
-    "OutputRecord",
+    "OutputRecord",  # defined in record_collector.py, which sends it; named here beside the commit types
     "TaskCommitter",
     "TaskFenced",
     "producer_settings",
