@@ -1,11 +1,10 @@
-"""Restore throughput: Eddy's chunked (record batch) and bulk (SST ingest) paths vs Kafka Streams.
+"""Restore throughput: Eddy's chunked restore (a RocksDB write batch per consumed batch) vs Kafka Streams.
 
 For each changelog size (default 1M and 10M records over about 1M distinct keys) this fills a
 compacted changelog ``<app>-store-changelog`` once, then restores it into an empty state
 directory with
 
-- Eddy, record batches (``bulk_restore="never"``): WriteBatch per consumed batch, WAL off;
-- Eddy, bulk (``bulk_restore="always"``): last value per key, sorted SST file, ingest;
+- Eddy: a WriteBatch per consumed batch, WAL off, into a store opened with bulk-loading options;
 - Kafka Streams 4.x (``bench/kstreams/run.sh restore``), on the same topic,
 
 and prints records/s for each. Eddy's figure is timed like Kafka Streams' (first restore call to
@@ -95,11 +94,10 @@ def fill_changelog(bootstrap: str, topic: str, records: int, keys: int, value_by
     return time.monotonic() - started
 
 
-def eddy_restore(bootstrap: str, app: str, bulk: str, state_root: Path, chunk: int) -> dict[str, float]:
-    state_dir = state_root / f"eddy-{bulk}"
+def eddy_restore(bootstrap: str, app: str, state_root: Path, chunk: int) -> dict[str, float]:
+    state_dir = state_root / "eddy"
     shutil.rmtree(state_dir, ignore_errors=True)
-    mgr = ProcessorStateManager.open(app, "0_0", [STORE], state_dir, bootstrap, guarantee="at_least_once",
-                                     bulk_restore=bulk)  # type: ignore[arg-type]
+    mgr = ProcessorStateManager.open(app, "0_0", [STORE], state_dir, bootstrap, guarantee="at_least_once")
     try:
         started = time.monotonic()
         cpu = time.process_time()
@@ -149,7 +147,7 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=1_000_000, help="distinct keys (at most the size)")
     ap.add_argument("--value-bytes", type=int, default=32)
     ap.add_argument("--chunk", type=int, default=1_000_000, help="records per restore_chunk call")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per path; the best is reported")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each system; the best is reported")
     ap.add_argument("--skip-kstreams", action="store_true")
     ap.add_argument("--state-dir", help="where stores are restored (default: a temporary folder)")
     args = ap.parse_args()
@@ -165,22 +163,21 @@ def main() -> int:
             keys = min(args.keys, size)
             app = f"bench-{uuid.uuid4().hex[:6]}"
             topic = f"{app}-store-changelog"
-            # Compacted as the store needs, but never compacted during the benchmark, so every
-            # path restores the same records.
+            # Compacted as the store needs, but never compacted during the benchmark, so both
+            # systems restore the same records.
             ensure_changelog_topics(admin, [ChangelogTopicSpec(topic, 1, extra_config=(
                 ("min.compaction.lag.ms", str(7 * 24 * 3600 * 1000)),))])
             fill_s = fill_changelog(bootstrap, topic, size, keys, args.value_bytes, seed=size)
             print(f"\nchangelog {topic}: {size:,} records over {keys:,} keys, {args.value_bytes}-byte values "
                   f"(filled in {fill_s:.1f}s)", flush=True)
             row: dict[str, object] = {"records": size, "keys": keys}
-            for label, bulk in (("eddy_batch", "never"), ("eddy_bulk", "always")):
-                runs = [eddy_restore(bootstrap, app, bulk, state_root, args.chunk) for _ in range(args.repeat)]
-                best = max(runs, key=lambda r: r["records_per_s"])
-                all_runs = ", ".join(f"{r['records_per_s']:,.0f}" for r in runs)
-                row[label] = best
-                print(f"  {label:<11} {best['records_per_s']:>12,.0f} records/s  ({best['records']:,} records in "
-                      f"{best['seconds']:.2f}s, {best['cpu_s']:.1f} CPU-s, {best['chunks']} chunks; all runs: "
-                      f"{all_runs})", flush=True)
+            runs = [eddy_restore(bootstrap, app, state_root, args.chunk) for _ in range(args.repeat)]
+            best = max(runs, key=lambda r: r["records_per_s"])
+            all_runs = ", ".join(f"{r['records_per_s']:,.0f}" for r in runs)
+            row["eddy"] = best
+            print(f"  {'eddy':<11} {best['records_per_s']:>12,.0f} records/s  ({best['records']:,} records in "
+                  f"{best['seconds']:.2f}s, {best['cpu_s']:.1f} CPU-s, {best['chunks']} chunks; all runs: "
+                  f"{all_runs})", flush=True)
             if not args.skip_kstreams:
                 ks_runs = [kstreams_restore(bootstrap, app, topic, state_root) for _ in range(args.repeat)]
                 ok = [r for r in ks_runs if isinstance(r, dict)]

@@ -1,7 +1,8 @@
 """The commit protocol of a task's batch: Kafka first, then the stores.
 
 `TaskCommitter` is created by `ProcessorStateManager` (state/manager.py) for an active task and
-called through `ProcessorStateManager.commit`; it can also be used alone.
+called through `ProcessorStateManager.commit`; its `RecordCollector` (record_collector.py) sends
+the records and notes the offsets Kafka gives them. See docs/DESIGN.md, "One micro-batch".
 
 ``exactly_once``: one Kafka transaction per task and batch, with ``transactional.id =
 <app>-<task>`` (creating the committer calls ``init_transactions``, which fences a zombie of the
@@ -16,34 +17,32 @@ commit the input offsets, then apply the store's write batch. A crash before the
 reprocesses the batch (updates may be applied twice); a crash after it is repaired by the
 changelog. No state update is ever lost.
 
-The two phases are public (`commit_to_kafka`, then `TaskTransaction.apply`) so that tests can
-crash in between; `commit` runs both.
+The two phases are public (`ProcessorStateManager.commit_to_kafka`, then `apply_commit`) so that
+tests can crash in between; `ProcessorStateManager.commit` runs both.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import Any, Literal
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay
 
 from eddy_runtime import kafka_client
 from eddy_runtime.kafka_client import KafkaClientConfig
-
-if TYPE_CHECKING:
-    from eddy_runtime.state.manager import TaskTransaction
+from eddy_runtime.record_collector import ChangelogBatches, OutputRecord, RecordCollector
 
 __all__ = [
     "CommitFailed",
     "CommitResult",
     "Guarantee",
     "KafkaCommit",
-    "OutputRecord",
+    "OutputRecord",  # defined in record_collector.py, which sends it; named here beside the commit types
     "TaskCommitter",
     "TaskFenced",
     "producer_settings",
@@ -53,22 +52,7 @@ log = logging.getLogger(__name__)
 
 Guarantee = Literal["exactly_once", "at_least_once"]
 
-#: Header of the last changelog record of each store and batch: the input positions the batch
-#: reflects (JSON list of [topic, partition, next offset]); restores keep store offsets exact with it.
-INPUT_OFFSETS_HEADER = "eddy.input"
 GUARANTEES: tuple[str, ...] = ("exactly_once", "at_least_once")
-
-
-class OutputRecord(NamedTuple):
-    """A record a batch produces to an output (or repartition) topic."""
-
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    #: None: Kafka's default partitioner (murmur2 of the key, as the Java client does)
-    partition: int | None = None
-    headers: list[tuple[str, bytes]] | None = None
-    timestamp: int | None = None
 
 
 class CommitFailed(RuntimeError):
@@ -155,13 +139,8 @@ class TaskCommitter:
         self.group_id = group_id or app
         self._timeout = timeout_s
         self._ctx = f"app {app} task {task_id}"
-        self._errors: list[str] = []
-        self._last_offsets: dict[tuple[str, int], int] = {}
-        conf = producer_settings(app, task_id, guarantee, **(producer_overrides or {}))
-        # Every record reports back: the changelog offsets come from these reports, and a failed
-        # record must name its topic in the error the user sees.
-        conf["on_delivery"] = self._on_delivery
-        self._producer = kafka_client.producer(kafka, conf)
+        self._collector = RecordCollector(kafka, producer_settings(app, task_id, guarantee,
+                                                                   **(producer_overrides or {})))
         # Reads the group's committed positions (and, at-least-once, commits them): the same
         # brokers, settings and credentials as every other client of the app.
         self._consumer = kafka_client.consumer(
@@ -176,6 +155,15 @@ class TaskCommitter:
             except KafkaException as e:
                 raise CommitFailed(f"{self._ctx}: init_transactions failed: {e}", fatal=True) from e
 
+    @property
+    def _producer(self) -> Producer:
+        # No attribute of its own and no local references: a traceback that outlives a failure
+        # must not keep the producer connected after `close` dropped it.
+        producer = self._collector.producer
+        if producer is None:
+            raise TaskFenced(f"{self._ctx}: committer is closed", fatal=True)
+        return producer
+
     def committed_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The group's committed positions of input partitions (0 where nothing is committed).
 
@@ -188,73 +176,35 @@ class TaskCommitter:
         found = self._consumer.committed(tps, timeout=self._timeout)
         return {(tp.topic, tp.partition): max(tp.offset, 0) for tp in found}
 
-    # -- delivery reports -------------------------------------------------------------------
-
-    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            try:
-                where = f"{msg.topic()}[{msg.partition()}]"
-            except SystemError:
-                # After a fatal error (fenced) the client calls back with that error still set;
-                # it surfaces again from commit_transaction.
-                where = "?"
-            self._errors.append(f"{where}: {err.str()}")
-            return
-        tp = (msg.topic(), msg.partition())
-        off = msg.offset()
-        if off > self._last_offsets.get(tp, -1):
-            self._last_offsets[tp] = off
-
-    # -- phases -------------------------------------------------------------------------------
-
-    def commit(
-        self,
-        tx: TaskTransaction | None,
-        outputs: Iterable[OutputRecord] = (),
-        input_offsets: Mapping[tuple[str, int], int] | None = None,
-        *,
-        group_metadata: Any = None,
-    ) -> CommitResult:
-        """Commit a batch: Kafka (outputs, changelog records, input offsets), then the stores.
-
-        `input_offsets` are consumer positions (the next offset to process) per input
-        partition. `group_metadata` is the input consumer's ``consumer_group_metadata()``; by
-        default the committer's own (group `group_id`, partitions assigned, not subscribed).
-        """
-        kc = self.commit_to_kafka(tx, outputs, input_offsets, group_metadata=group_metadata)
-        if tx is not None:
-            tx.apply(kc.changelog_offsets, kc.input_offsets)
-        return CommitResult(
-            changelog_offsets=kc.changelog_offsets,
-            outputs=kc.outputs,
-            changelog_records=kc.changelog_records,
-            latency_s=time.monotonic() - kc.started,
-        )
-
     def commit_to_kafka(
         self,
-        tx: TaskTransaction | None,
+        tx: ChangelogBatches | None,
         outputs: Iterable[OutputRecord] = (),
         input_offsets: Mapping[tuple[str, int], int] | None = None,
         *,
         group_metadata: Any = None,
     ) -> KafkaCommit:
-        """Phase one: make the batch durable in Kafka. The caller then applies `tx`."""
+        """Phase one: make the batch (outputs, changelog records, input offsets) durable in Kafka;
+        the caller then applies `tx` to the stores with the returned changelog offsets.
+
+        `input_offsets` are consumer positions (the next offset to process) per input partition.
+        `group_metadata` is the input consumer's ``consumer_group_metadata()``; by default the
+        committer's own (group `group_id`, partitions assigned, not subscribed).
+        """
         if self._unusable:
             raise TaskFenced(f"{self._ctx}: committer is unusable: {self._unusable}", fatal=True)
         started = time.monotonic()
         inputs = dict(input_offsets or {})
-        self._errors.clear()
-        self._last_offsets.clear()
+        self._collector.begin()
         if self.guarantee == "exactly_once":
             n_out, n_cl, last_of_store = self._exactly_once(tx, outputs, inputs, group_metadata)
         else:
             n_out, n_cl, last_of_store = self._at_least_once(tx, outputs, inputs)
         offsets: dict[str, int | None] = {}
-        for store, tp in last_of_store.items():
-            off = self._last_offsets.get(tp)
+        for store, (topic, partition) in last_of_store.items():
+            off = self._collector.last_offset(topic, partition)
             if off is None:
-                raise CommitFailed(f"{self._ctx}: no delivery report for changelog {tp[0]}[{tp[1]}] of "
+                raise CommitFailed(f"{self._ctx}: no delivery report for changelog {topic}[{partition}] of "
                                    f"store {store}")
             offsets[store] = off
         return KafkaCommit(offsets, inputs, n_out, n_cl, started)
@@ -263,21 +213,21 @@ class TaskCommitter:
 
     def _exactly_once(
         self,
-        tx: TaskTransaction | None,
+        tx: ChangelogBatches | None,
         outputs: Iterable[OutputRecord],
         inputs: dict[tuple[str, int], int],
         group_metadata: Any,
     ) -> tuple[int, int, dict[str, tuple[str, int]]]:
+        errors = self._collector.errors
         try:
             self._producer.begin_transaction()
-            n_out, n_cl, last_of_store = self._produce(tx, outputs, inputs)
+            n_out, n_cl, last_of_store = self._collector.send(outputs, tx, inputs)
             if inputs:
                 tps = [TopicPartition(t, part, off) for (t, part), off in inputs.items()]
                 metadata = group_metadata or self._consumer.consumer_group_metadata()
                 self._bounded("send_offsets_to_transaction",
                               lambda: self._producer.send_offsets_to_transaction(tps, metadata, self._timeout))
-            # (No local reference to the producer: a traceback that outlives a failure must not
-            # keep it connected after close.) flush serves the delivery reports that carry the changelog offsets.
+            # flush serves the delivery reports that carry the changelog offsets.
             remaining = self._producer.flush(self._timeout)
             if remaining:
                 raise CommitFailed(f"{self._ctx}: {remaining} records not delivered in {self._timeout}s")
@@ -297,10 +247,10 @@ class TaskCommitter:
         except CommitFailed as e:
             self._abort_quietly()
             raise CommitFailed(str(e), aborted=True) from e
-        if self._errors:
+        if errors:
             # Cannot happen after a successful commit (the broker would have refused it); keep the
             # store untouched and the caller informed if it ever does.
-            raise CommitFailed(f"{self._ctx}: delivery errors in a committed transaction: {self._errors[:3]}")
+            raise CommitFailed(f"{self._ctx}: delivery errors in a committed transaction: {errors[:3]}")
         return n_out, n_cl, last_of_store
 
     def _bounded(self, what: str, call: Callable[[], None]) -> None:
@@ -330,17 +280,21 @@ class TaskCommitter:
             raise outcome[0]
 
     def _commit_transaction(self) -> None:
+        """commit_transaction, again at once after a retriable error, until the committer's timeout.
+
+        Not `kafka_client.retrying`: that backs off between tries and also retries errors that
+        librdkafka does not flag retriable; a commit is retried only when the client says so, at
+        once, with what is left of one deadline as each call's timeout."""
         deadline = time.monotonic() + self._timeout
-        while True:
-            try:
+
+        def note(state: RetryCallState) -> None:
+            log.warning("%s: commit_transaction retriable error, retrying: %s", self._ctx,
+                        state.outcome.exception() if state.outcome else "?")
+
+        for attempt in Retrying(retry=retry_if_exception(_flagged_retriable), stop=stop_after_delay(self._timeout),
+                                before_sleep=note, reraise=True):
+            with attempt:
                 self._producer.commit_transaction(max(1.0, deadline - time.monotonic()))
-                return
-            except KafkaException as e:
-                err = e.args[0]
-                if err.retriable() and time.monotonic() < deadline:
-                    log.warning("%s: commit_transaction retriable error, retrying: %s", self._ctx, err)
-                    continue
-                raise
 
     def _fail(self, e: KafkaException) -> None:
         err: KafkaError = e.args[0]
@@ -348,7 +302,8 @@ class TaskCommitter:
                                          KafkaError.INVALID_PRODUCER_EPOCH):
             self._unusable = str(err)
             raise TaskFenced(f"{self._ctx}: fenced or fatal producer error: {err}", fatal=True) from e
-        detail = f"; failed records: {self._errors[:3]}" if self._errors else ""
+        errors = self._collector.errors
+        detail = f"; failed records: {errors[:3]}" if errors else ""
         if err.txn_requires_abort():
             self._abort_quietly()
             raise CommitFailed(f"{self._ctx}: transaction aborted: {err}{detail}", aborted=True) from e
@@ -363,16 +318,17 @@ class TaskCommitter:
     # -- at least once ------------------------------------------------------------------------
 
     def _at_least_once(
-        self, tx: TaskTransaction | None, outputs: Iterable[OutputRecord], inputs: dict[tuple[str, int], int]
+        self, tx: ChangelogBatches | None, outputs: Iterable[OutputRecord], inputs: dict[tuple[str, int], int]
     ) -> tuple[int, int, dict[str, tuple[str, int]]]:
+        errors = self._collector.errors
         try:
-            n_out, n_cl, last_of_store = self._produce(tx, outputs, inputs)
+            n_out, n_cl, last_of_store = self._collector.send(outputs, tx, inputs)
             remaining = self._producer.flush(self._timeout)
         except KafkaException as e:
             raise CommitFailed(f"{self._ctx}: produce failed: {e}", fatal=e.args[0].fatal()) from e
-        if remaining or self._errors:
+        if remaining or errors:
             raise CommitFailed(
-                f"{self._ctx}: {remaining} records undelivered, errors: {self._errors[:3]}; input offsets "
+                f"{self._ctx}: {remaining} records undelivered, errors: {errors[:3]}; input offsets "
                 "not committed, the batch will be processed again"
             )
         if inputs:
@@ -386,60 +342,18 @@ class TaskCommitter:
                 raise CommitFailed(f"{self._ctx}: committing input offsets failed: {bad}")
         return n_out, n_cl, last_of_store
 
-    # -- producing ----------------------------------------------------------------------------
-
-    def _produce(
-        self,
-        tx: TaskTransaction | None,
-        outputs: Iterable[OutputRecord],
-        inputs: dict[tuple[str, int], int],
-    ) -> tuple[int, int, dict[str, tuple[str, int]]]:
-        produce = self._send
-        n_out = 0
-        for rec in outputs:
-            kwargs: dict[str, Any] = {}
-            if rec.partition is not None:
-                kwargs["partition"] = rec.partition
-            if rec.headers:
-                kwargs["headers"] = rec.headers
-            if rec.timestamp is not None:
-                kwargs["timestamp"] = rec.timestamp
-            produce(rec.topic, rec.key, rec.value, **kwargs)
-            n_out += 1
-        n_cl = 0
-        last_of_store: dict[str, tuple[str, int]] = {}
-        if tx is not None:
-            header = [(INPUT_OFFSETS_HEADER, json.dumps(sorted([t, p, o] for (t, p), o in inputs.items())))]
-            for store, topic, partition, records in tx.changelog_batches():
-                if not records:
-                    continue
-                for k, v in records[:-1]:
-                    produce(topic, k, v, partition=partition)
-                k, v = records[-1]
-                # The last record of a store's batch carries the input offsets the batch
-                # reflects, for restores.
-                produce(topic, k, v, partition=partition, headers=header)
-                n_cl += len(records)
-                last_of_store[store] = (topic, partition)
-        return n_out, n_cl, last_of_store
-
-    def _send(self, topic: str, key: bytes | None, value: bytes | None, **kwargs: Any) -> None:
-        while True:
-            try:
-                self._producer.produce(topic, value, key, **kwargs)
-                return
-            except BufferError:
-                # Local queue full: let the producer drain, then retry.
-                self._producer.poll(0.05)
-
     def close(self) -> None:
         """Flush and drop the Kafka clients (a producer is only destroyed with its last reference,
         and a traceback that keeps this committer alive must not keep the producer connected)."""
-        if self._producer is None:
+        if self._collector.producer is None:
             return
         try:
             self._producer.flush(self._timeout)
         finally:
             self._consumer.close()
-            self._producer = None  # type: ignore[assignment]
+            self._collector.producer = None
             self._unusable = "closed"
+
+
+def _flagged_retriable(e: BaseException) -> bool:
+    return isinstance(e, KafkaException) and bool(e.args) and bool(e.args[0].retriable())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -65,14 +66,16 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes, bytes | N
                 p.produce(topic, v, k, partition=partition)
             p.commit_transaction(30)
     else:
+        deadline = time.monotonic() + 60
         for k, v in records:
             while True:
                 try:
                     p.produce(topic, v, k, partition=partition)
                     break
                 except BufferError:
+                    assert time.monotonic() < deadline, f"producer queue to {topic} still full after 60 s"
                     p.poll(0.05)
-        assert p.flush(30) == 0
+        assert p.flush(30) == 0, f"records to {topic} not delivered within 30 s"
 
 
 def read_all(bootstrap: str, topic: str, partition: int = 0) -> list[tuple[int, bytes, bytes | None]]:
@@ -82,14 +85,15 @@ def read_all(bootstrap: str, topic: str, partition: int = 0) -> list[tuple[int, 
     c.assign([TopicPartition(topic, partition, 0)])
     out = []
     low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-    if high > low:
-        done = False
-        while not done:
-            for m in c.consume(10_000, 1.0):
-                if m.error():
-                    done = m.offset() >= high
-                else:
-                    out.append((m.offset(), m.key(), m.value()))
+    deadline = time.monotonic() + 60
+    done = high <= low
+    while not done:
+        assert time.monotonic() < deadline, f"{topic}[{partition}]: end {high} not reached in 60 s ({len(out)} read)"
+        for m in c.consume(10_000, 1.0):
+            if m.error():
+                done = m.offset() >= high
+            else:
+                out.append((m.offset(), m.key(), m.value()))
     c.close()
     return out
 

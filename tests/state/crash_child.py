@@ -3,7 +3,8 @@
 Run as ``python -m tests.state.crash_child <bootstrap> <app> <state_dir> <input_topic> <guarantee>``.
 It opens task 0_0 (restoring whatever its store lacks), checks that the store's input offset
 agrees with the group's committed offset (exactly_once), then counts the input from the
-committed offset to the end in batches, committing each batch, and exits 0 when done.
+committed offset to the end in batches, committing each batch, and exits 0 when done (4 when the
+input stops short of its end for 60 s).
 
 ``CRASH_AT=<point>:<batch>`` makes it SIGKILL itself at a named point of that batch:
 ``before_commit``, ``between_commit_and_store`` (Kafka committed, store not written) or
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections import Counter
 
 from confluent_kafka import Consumer, TopicPartition
@@ -24,6 +26,8 @@ from eddy_runtime.state import ProcessorStateManager, StoreSpec
 COUNTS = StoreSpec.key_value("counts", key_serde="string", value_serde="int64")
 BATCH = 100
 EXIT_INCONSISTENT = 3
+EXIT_STALLED = 4
+STALL_S = 60
 
 
 def crash_point(name: str, batch: int) -> None:
@@ -49,11 +53,16 @@ def main(bootstrap: str, app: str, state_dir: str, input_topic: str, guarantee: 
     _, end = consumer.get_watermark_offsets(tp, timeout=30)
     consumer.assign([TopicPartition(input_topic, 0, position)])
     batch = 0
+    last_progress = time.monotonic()
     while position < end:
         batch += 1
         msgs = [m for m in consumer.consume(min(BATCH, end - position), timeout=10) if m.error() is None]
         if not msgs:
+            if time.monotonic() - last_progress > STALL_S:
+                print(f"no input past offset {position} (end {end}) for {STALL_S}s", file=sys.stderr)
+                return EXIT_STALLED
             continue
+        last_progress = time.monotonic()
         words = Counter(m.value().decode() for m in msgs)
         tx = mgr.transaction()
         counts = tx.key_value("counts")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import struct
+import time
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from eddy_runtime.commit import TaskCommitter
 from eddy_runtime.state import (
     ChangelogTopicMismatch,
     ChangelogTopicSpec,
@@ -68,7 +70,7 @@ def test_lock_held_by_another_process_is_rejected(state_app: StateApp) -> None:
             open_active(state_app)
     finally:
         child.kill()
-        child.wait()
+        child.wait(10)
     with open_active(state_app) as mgr:
         assert mgr.restored
 
@@ -153,10 +155,6 @@ def test_at_least_once_commit_flushes_commits_offsets_then_writes_the_store(stat
 def test_a_kafka_call_that_ignores_its_timeout_makes_the_committer_unusable(kafka) -> None:
     """librdkafka's send_offsets_to_transaction can hang past its timeout when the group
     coordinator's broker goes away; the committer gives up on it and the task is reopened."""
-    import time
-
-    from eddy_runtime.commit import TaskCommitter, TaskFenced
-
     committer = TaskCommitter("bounded", "0_0", kafka.bootstrap, "at_least_once", timeout_s=0.5)
     try:
         started = time.monotonic()

@@ -30,6 +30,9 @@ from tests.state.crash_child import BATCH, EXIT_INCONSISTENT
 pytestmark = pytest.mark.integration
 
 KILLS = 32
+#: bounds on the kill loop: runs that finish before their kill count no kill
+MAX_RUNS = 4 * KILLS
+MAX_SECONDS = 900
 CHUNK = 800  # input records appended before each run
 DISTINCT_KEYS = 250
 NAMED_POINTS = ("between_commit_and_store", "between_commit_and_store", "before_commit", "after_store")
@@ -70,6 +73,11 @@ def test_counts_survive_repeated_sigkills(state_app: StateApp, guarantee: str) -
     finished_early = 0
     runs = 0
     while kills.total() - kills["lost_volume"] < KILLS:
+        # A run that ends before its kill counts no kill: bound the loop, not only each run.
+        assert runs < MAX_RUNS and time.monotonic() - started < MAX_SECONDS, (
+            f"only {dict(kills)} kills after {runs} runs and {time.monotonic() - started:.0f}s "
+            f"({finished_early} runs finished before their kill)"
+        )
         append_input()
         runs += 1
         if runs > 3 and rnd.random() < 0.1:
@@ -86,14 +94,12 @@ def test_counts_survive_repeated_sigkills(state_app: StateApp, guarantee: str) -
             kills["outside"] += code == -9
         finished_early += code == 0
     assert run_child(state_app, guarantee, {}, kill_after_s=120) == 0
-    elapsed = time.monotonic() - started
 
     with ProcessorStateManager.open(state_app.name, "0_0", [COUNTS], state_app.state_dir, state_app.bootstrap,
                                     guarantee=guarantee) as mgr:
         assert mgr.restored
         counts = dict(mgr.store("counts").items())
-    print(f"{guarantee}: kills {dict(kills)}, runs that finished before a kill {finished_early}, {elapsed:.1f}s")
-    assert kills.total() - kills["lost_volume"] >= 30
+    assert kills.total() - kills["lost_volume"] >= KILLS
     assert kills["between_commit_and_store"] >= 3
     if guarantee == "exactly_once":
         assert counts == dict(reference)

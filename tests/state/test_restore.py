@@ -42,27 +42,28 @@ def store_contents(mgr: ProcessorStateManager, store: str = "counts") -> dict[by
     return dict(mgr.store(store).iter_raw())
 
 
-@pytest.mark.parametrize(("state_app", "bulk"), [("plaintext", "always"), ("plaintext", "never"),
-                                                 ("sasl_ssl", "never")], indirect=["state_app"])
-def test_restore_from_scratch_rebuilds_the_store_from_the_changelog(state_app: StateApp, bulk: str) -> None:
+@pytest.mark.parametrize("state_app", ["plaintext", "sasl_ssl"], indirect=True)
+def test_restore_from_scratch_rebuilds_the_store_from_the_changelog(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
     records = random_changelog(30_000, keys=5_000)
     produce(state_app.bootstrap, state_app.changelog(), records, partition=0,
             transactional_id=f"{state_app.name}-writer", per_transaction=2_000)
-    with open_task(state_app, bulk_restore=bulk) as mgr:
+    with open_task(state_app) as mgr:
         assert not mgr.restored
         chunks = []
+        deadline = time.monotonic() + 60
         while not mgr.restored:
+            assert time.monotonic() < deadline, f"restore not done in 60 s: {chunks[-1:]}"
             chunks.append(mgr.restore_chunk(max_records=7_000))
         assert len(chunks) >= 4, "a restore goes in bounded chunks"
         assert chunks[0].remaining > 0 and chunks[0].rate > 0 and chunks[0].eta_s is not None
         assert chunks[-1].done and chunks[-1].remaining == 0
-        assert chunks[-1].stores[0].mode == ("bulk" if bulk == "always" else "batch")
+        assert chunks[-1].stores[0].mode == "batch"
         assert chunks[-1].restored == len(records)
         assert not mgr.store("counts").bulk_loading, "a cold store is reopened for reads once loaded"
         assert store_contents(mgr) == last_value_per_key(records)
-        end = TopicPartition(state_app.changelog(), 0)
-        assert mgr.store("counts").offsets.changelog_offset == read_all(state_app.bootstrap, end.topic)[-1][0]
+        last_record = read_all(state_app.bootstrap, state_app.changelog())[-1]
+        assert mgr.store("counts").offsets.changelog_offset == last_record[0]
         figures = mgr.figures()
         assert figures.stores[0].restored_records == len(records)
 
@@ -84,7 +85,7 @@ def test_restore_from_a_checkpoint_reads_only_the_delta(state_app: StateApp) -> 
     delta = [(b"w1", (100).to_bytes(8, "big")), (b"new", (1).to_bytes(8, "big"))]
     produce(state_app.bootstrap, state_app.changelog(), delta, transactional_id=f"{state_app.name}-0_0")
     with open_task(state_app, specs=(COUNTS,)) as mgr:
-        mgr.restore(timeout_s=30)
+        assert mgr.restore(timeout_s=30).done, "the delta is restored within 30 s"
         assert mgr.progress.restored == 2
         assert mgr.progress.stores[0].mode == "batch"
         counts = mgr.store("counts")
@@ -124,12 +125,9 @@ def test_compacted_changelog_is_restored_exactly(state_app: StateApp, kafka) -> 
     offsets = [o for o, _, _ in on_log]
     assert any(b - a > 1 for a, b in zip(offsets, offsets[1:], strict=False)), "offsets must have gaps"
     expected = last_value_per_key([*records, *rolls])
-    for bulk in ("always", "never"):
-        shutil.rmtree(state_app.state_dir, ignore_errors=True)
-        with open_task(state_app, bulk_restore=bulk) as mgr:
-            mgr.restore(timeout_s=60)
-            assert mgr.restored
-            assert store_contents(mgr) == expected
+    with open_task(state_app) as mgr:
+        assert mgr.restore(timeout_s=60).done, "the compacted changelog is restored within 60 s"
+        assert store_contents(mgr) == expected
 
 
 def test_empty_changelog_restores_nothing_and_is_done_at_once(state_app: StateApp) -> None:
@@ -143,7 +141,7 @@ def test_store_ahead_of_a_recreated_changelog_is_wiped_and_restored(state_app: S
     state_app.ensure_changelogs()
     produce(state_app.bootstrap, state_app.changelog(), random_changelog(500, 100))
     with open_task(state_app) as mgr:
-        mgr.restore(timeout_s=30)
+        assert mgr.restore(timeout_s=30).done, "the first restore finishes within 30 s"
     kafka.admin.delete_topics([state_app.changelog()])[state_app.changelog()].result(30)
     _wait_until_gone(kafka, state_app.changelog())
     with pytest.raises(ChangelogTopicMissing, match=state_app.changelog()):
@@ -152,7 +150,7 @@ def test_store_ahead_of_a_recreated_changelog_is_wiped_and_restored(state_app: S
     fresh = [(b"only", b"1")]
     produce(state_app.bootstrap, state_app.changelog(), fresh)
     with caplog.at_level(logging.WARNING), open_task(state_app) as mgr:
-        mgr.restore(timeout_s=30)
+        assert mgr.restore(timeout_s=30).done, "the restore from scratch finishes within 30 s"
         assert store_contents(mgr) == {b"only": b"1"}
     assert "beyond the changelog's end" in caplog.text
 
@@ -163,14 +161,14 @@ def test_store_behind_the_changelog_start_is_wiped_and_restored(state_app: State
     kafka.create_topic(state_app.changelog(), partitions=2, config={"cleanup.policy": "compact,delete"})
     produce(state_app.bootstrap, state_app.changelog(), [(b"a", b"1"), (b"b", b"1")])
     with open_task(state_app) as mgr:
-        mgr.restore(timeout_s=30)
+        assert mgr.restore(timeout_s=30).done, "the first restore finishes within 30 s"
         assert mgr.store("counts").offsets.changelog_offset == 1
     produce(state_app.bootstrap, state_app.changelog(), [(b"c", b"1"), (b"d", b"1"), (b"e", b"1")])
     futures = kafka.admin.delete_records([TopicPartition(state_app.changelog(), 0, 4)])
     for f in futures.values():
         f.result(30)
     with caplog.at_level(logging.WARNING), open_task(state_app) as mgr:
-        mgr.restore(timeout_s=30)
+        assert mgr.restore(timeout_s=30).done, "the restore from scratch finishes within 30 s"
         assert store_contents(mgr) == {b"e": b"1"}
     assert "below the changelog's start" in caplog.text
 
@@ -187,7 +185,7 @@ def test_window_store_is_restored_from_its_changelog(state_app: StateApp) -> Non
         mgr.commit(tx, outputs=[OutputRecord(state_app.input_topic, b"x", b"y", partition=1)])
     shutil.rmtree(state_app.state_dir)
     with open_task(state_app, specs=(spec,)) as mgr:
-        mgr.restore(timeout_s=30)
+        assert mgr.restore(timeout_s=30).done, "the window store is restored within 30 s"
         assert list(mgr.store("clicks").fetch_range("alice", 2_000, 4_000)) == [(2_000, 2), (3_000, 3), (4_000, 4)]
         assert mgr.store("clicks").get_raw(b"alice", 9_000) == (9).to_bytes(8, "big")
     assert windowed_key(b"alice", 0) in {k for _, k, _ in read_all(state_app.bootstrap, state_app.changelog("clicks"))}
@@ -196,7 +194,7 @@ def test_window_store_is_restored_from_its_changelog(state_app: StateApp) -> Non
 def _wait_until_gone(kafka, topic: str) -> None:
     deadline = time.monotonic() + 30
     while topic in kafka.admin.list_topics(timeout=10).topics:
-        assert time.monotonic() < deadline
+        assert time.monotonic() < deadline, f"{topic} still listed 30 s after its deletion"
         time.sleep(0.2)
     # The broker may still refuse to recreate a topic that is being deleted.
     while True:
@@ -204,8 +202,9 @@ def _wait_until_gone(kafka, topic: str) -> None:
             kafka.admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
             kafka.admin.delete_topics([topic])[topic].result(10)
             break
-        except Exception:  # noqa: BLE001
-            assert time.monotonic() < deadline
+        except Exception as e:  # noqa: BLE001
+            assert time.monotonic() < deadline, f"{topic} cannot be recreated 30 s after its deletion: {e}"
             time.sleep(0.5)
     while topic in kafka.admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"{topic} (recreated as a probe) still listed after 30 s"
         time.sleep(0.2)

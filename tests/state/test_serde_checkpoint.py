@@ -69,3 +69,10 @@ def test_corrupt_checkpoint_is_reported_with_the_file_name(tmp_path, text: str) 
     path.write_text(text)
     with pytest.raises(CheckpointError, match=".checkpoint"):
         OffsetCheckpoint(path).read()
+
+
+def test_checkpoint_of_stores_holds_the_last_input_record_they_reflect(tmp_path) -> None:
+    cp = OffsetCheckpoint(tmp_path / ".checkpoint")
+    # Two stores of a task: positions are next offsets to process; 0 means nothing processed.
+    cp.write_store_offsets({("app-a-changelog", 3): 41}, [{("in", 3): 10, ("other", 3): 0}, {("in", 3): 12}])
+    assert cp.read() == {("app-a-changelog", 3): 41, ("in", 3): 11}

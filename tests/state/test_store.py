@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_runtime.state.store import KeyValueStore, StoreSpec, open_store, prefix_successor
+from eddy_runtime.state import KeyValueStore, StoreSpec, open_store
+from eddy_runtime.state.store import prefix_successor
 
 pytestmark = pytest.mark.unit
 
@@ -94,22 +95,6 @@ def test_a_transaction_cannot_be_applied_twice(counts: KeyValueStore) -> None:
     tx.apply(changelog_offset=0)
     with pytest.raises(RuntimeError, match="already applied"):
         tx.put("a", 2)
-
-
-def test_bulk_ingest_lands_sorted_records_and_offsets(tmp_path) -> None:
-    store = open_store(StoreSpec.key_value("bulk"), tmp_path / "bulk")
-    try:
-        records = [(b"k%05d" % i, b"v%d" % i) for i in range(10_000)]
-        assert store.ingest_sorted(records, changelog_offset=19_999, keep_deletes=False) == 10_000
-        assert store.get(b"k00042") == b"v42"
-        assert store.offsets.changelog_offset == 19_999
-        # A second file may delete what the first wrote.
-        store.ingest_sorted([(b"k00042", None), (b"zz", b"1")], changelog_offset=20_001)
-        assert store.get(b"k00042") is None
-        assert store.get(b"zz") == b"1"
-        assert not list(tmp_path.glob("bulk/*.sst.tmp"))
-    finally:
-        store.close()
 
 
 def test_writes_without_wal_are_flushed_before_a_logged_write(tmp_path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_runtime.state.store import StoreSpec, open_store
+from eddy_runtime.state import StoreSpec, open_store
 from eddy_runtime.state.window_store import WindowStore, split_windowed_key, windowed_key
 
 pytestmark = pytest.mark.unit

@@ -3,22 +3,29 @@
 This docstring is the API contract for the Spark runtime (pipeline/driver modules). It stays
 stable; additions are fine, changes are announced.
 
-Modules (Kafka Streams' names, Quix Streams' layering):
+Modules (Kafka Streams' names, Quix Streams' layering; docs/DESIGN.md, "Vocabulary" and
+"One micro-batch"):
 
-- ``serde.py``          bytes / string / json / int64 serdes at the API edge
-- ``store.py``          `StoreSpec`, `KeyValueStore` + `KeyValueTransaction` (reads its own writes),
-                        offsets in a metadata column family written with the data
-- ``window_store.py``   `WindowStore` + `WindowTransaction` (segments, retention)
-- ``task_directory.py`` ``<stateDir>/<app>/<task>/`` layout, the task lock (`TaskDirectoryLocked`
-                        names the holder), `StateDirectory.inventory()` for the operator
-- ``checkpoint.py``     `OffsetCheckpoint`: the ``.checkpoint`` file (Kafka Streams' format)
-- ``changelog.py``      ``<app>-<store>-changelog`` naming, `ensure_changelog_topics` (created and
-                        validated by ``../topics.py``, which does the same for every topic an app writes)
-- ``restore.py``        `StoreChangelogReader`: chunked restore with progress, bulk path
-- ``standby.py``        `StandbyUpdater`: standbys tail changelogs, report lag
-- ``manager.py``        `ProcessorStateManager`: one task's stores, restore, standby, commit
-- ``metrics.py``        `TaskFigures` (picklable) and `StateMetrics` (Prometheus, in the driver and the executors)
-- ``../commit.py``      `TaskCommitter`: exactly_once / at_least_once commit protocol
+- ``serde.py``            bytes / string / json / int64 serdes at the API edge
+- ``store_spec.py``       `StoreSpec` (what a store is), `StoreOffsets` (what it holds), `StoreSize`
+- ``rocksdb_store.py``    what both store kinds share: RocksDB, offsets in a metadata column family
+                          written with the data, one write path, the transaction base
+- ``store.py``            `KeyValueStore` + `KeyValueTransaction` (reads its own writes)
+- ``window_store.py``     `WindowStore` + `WindowTransaction` (segments, retention)
+- ``stores.py``           `open_store` (the store a spec names) and `StateStore` (either kind)
+- ``task_transaction.py`` `TaskTransaction`: one batch across a task's stores
+- ``task_directory.py``   ``<stateDir>/<app>/<task>/`` layout, the task lock (`TaskDirectoryLocked`
+                          names the holder), `StateDirectory.inventory()` for the operator
+- ``checkpoint.py``       `OffsetCheckpoint`: the ``.checkpoint`` file (Kafka Streams' format)
+- ``changelog.py``        ``<app>-<store>-changelog`` naming, `ensure_changelog_topics` (created and
+                          validated by ``../topics.py``, which does the same for every topic an app writes)
+- ``restore.py``          `StoreChangelogReader`: chunked restore, standby tails
+- ``restore_progress.py`` `RestoreProgress` / `TaskRestoreProgress`, restored records since open
+- ``standby.py``          `StandbyUpdater`: standbys tail changelogs, report lag
+- ``manager.py``          `ProcessorStateManager`: one task's stores, restore, standby, commit
+- ``metrics.py``          `TaskFigures` (picklable) and `StateMetrics` (Prometheus, in the driver and the executors)
+- ``../commit.py``        `TaskCommitter`: exactly_once / at_least_once commit protocol
+- ``../record_collector.py`` `RecordCollector`: sends a batch's records, notes the offsets Kafka gives them
 
 Driver, once per app start (before any task opens)::
 
@@ -72,7 +79,8 @@ exactly_once active), so keep a manager open across batches in a long-lived work
 the lock guarantees that a second process never opens the same task.
 """
 
-from eddy_runtime.commit import CommitFailed, CommitResult, OutputRecord, TaskCommitter, TaskFenced
+from eddy_runtime.commit import CommitFailed, CommitResult, TaskCommitter, TaskFenced
+from eddy_runtime.record_collector import OutputRecord
 from eddy_runtime.state.changelog import (
     ChangelogTopicMismatch,
     ChangelogTopicMissing,
@@ -81,11 +89,13 @@ from eddy_runtime.state.changelog import (
     ensure_changelog_topics,
 )
 from eddy_runtime.state.checkpoint import OffsetCheckpoint
-from eddy_runtime.state.manager import ProcessorStateManager, TaskTransaction
+from eddy_runtime.state.manager import ProcessorStateManager
 from eddy_runtime.state.metrics import StateMetrics, StoreFigures, TaskFigures
-from eddy_runtime.state.restore import RestoreProgress, TaskRestoreProgress
+from eddy_runtime.state.restore_progress import RestoreProgress, TaskRestoreProgress
 from eddy_runtime.state.serde import serde_for
-from eddy_runtime.state.store import KeyValueStore, KeyValueTransaction, StoreOffsets, StoreSpec, open_store
+from eddy_runtime.state.store import KeyValueStore, KeyValueTransaction
+from eddy_runtime.state.store_spec import StoreOffsets, StoreSpec
+from eddy_runtime.state.stores import StateStore, open_store
 from eddy_runtime.state.task_directory import (
     LockHolder,
     StateDirectory,
@@ -94,6 +104,7 @@ from eddy_runtime.state.task_directory import (
     TaskDirectoryLocked,
     TaskInventory,
 )
+from eddy_runtime.state.task_transaction import TaskTransaction
 from eddy_runtime.state.window_store import WindowStore, WindowTransaction
 
 __all__ = [
@@ -111,6 +122,7 @@ __all__ = [
     "RestoreProgress",
     "StateDirectory",
     "StateMetrics",
+    "StateStore",
     "StoreFigures",
     "StoreInventory",
     "StoreOffsets",

@@ -6,18 +6,18 @@ is compacted and has one partition per task, i.e. the input's partition count; t
 task ``S_P`` is ``P``. The driver (or the operator) calls `ensure_changelog_topics` before any
 task opens its stores; it creates and validates them through `eddy_runtime.topics`: a topic that
 exists with the wrong partition count or cleanup policy is an error, never silently used, because
-restoring a task from the wrong partition corrupts it.
+restoring a task from the wrong partition corrupts it (docs/DESIGN.md, "Topics").
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from confluent_kafka.admin import AdminClient
 
 from eddy_contract.spec import TopicsSpec
+from eddy_runtime.state.store_spec import StoreSpec
 from eddy_runtime.topics import TopicMismatch, TopicRequirement, ensure_topics
 
 __all__ = [
@@ -28,9 +28,6 @@ __all__ = [
     "ensure_changelog_topics",
     "topic_partition_count",
 ]
-
-if TYPE_CHECKING:
-    from eddy_runtime.state.store import StoreSpec
 
 CHANGELOG_SUFFIX = "-changelog"
 _WINDOW_CHANGELOG_EXTRA_RETENTION_MS = 24 * 3600 * 1000

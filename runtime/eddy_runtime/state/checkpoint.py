@@ -4,7 +4,7 @@ The authoritative offsets of a store live inside the store (its metadata column 
 in the same RocksDB write batch as the data, see store.py). This file mirrors them so that tools,
 and the operator's inventory of a volume (task_directory.py), can read a task's offsets without
 opening RocksDB or taking the task's lock. `ProcessorStateManager` (manager.py) writes it after
-restores, on commits (throttled) and on close.
+restores, on commits (throttled) and on close (docs/DESIGN.md, "Vocabulary").
 
 Format (version 0, as Kafka Streams writes it)::
 
@@ -25,7 +25,7 @@ directory is fsynced, so a crash leaves either the old or the new file, never a 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 __all__ = ["CHECKPOINT_FILE_NAME", "CheckpointError", "OffsetCheckpoint"]
@@ -60,6 +60,18 @@ class OffsetCheckpoint:
             os.close(fd)
         os.replace(tmp, self.path)
         _fsync_dir(self.path.parent)
+
+    def write_store_offsets(
+        self, changelogs: Mapping[tuple[str, int], int], input_positions: Iterable[Mapping[tuple[str, int], int]]
+    ) -> None:
+        """Write what stores hold: their changelog offsets as they are, and of the input positions
+        (next offset to process) they reflect, the last record reflected (the highest, less one)."""
+        offsets = dict(changelogs)
+        for positions in input_positions:
+            for tp, pos in positions.items():
+                if pos > 0:
+                    offsets[tp] = max(offsets.get(tp, -1), pos - 1)
+        self.write(offsets)
 
     def read(self) -> dict[tuple[str, int], int]:
         """The offsets in the file; empty when there is no file."""

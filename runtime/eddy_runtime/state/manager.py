@@ -2,102 +2,50 @@
 
 `ProcessorStateManager` is Kafka Streams' class of the same name, for one task (``S_P``): it
 takes the task directory's lock, opens the task's stores, registers their changelog partitions
-(partition ``P`` of ``<app>-<store>-changelog``), decides whether and how they restore, and
-owns the task's `TaskCommitter` (commit.py) while the task is active. The Spark runtime calls it
-inside an executor's Python worker; see the package docstring (state/__init__.py) for the flow.
+(partition ``P`` of ``<app>-<store>-changelog``), plans their restores, and owns the task's
+`TaskCommitter` (commit.py) while the task is active. The Spark runtime calls it inside an
+executor's Python worker; see the package docstring (state/__init__.py) for the flow.
 
 Roles: an *active* restores until `restored`, then processes batches through `transaction()`
 and `commit()`; a *standby* tails its changelogs (`standby_chunk`) and becomes the active with
-`promote()`, which restores only what the standby had not applied yet.
+`promote()`, which restores only what the standby had not applied yet (docs/DESIGN.md, "Vocabulary"
+and "One micro-batch").
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 from confluent_kafka import Consumer
 
+from eddy_contract.tasks import TaskId
 from eddy_runtime import kafka_client
-from eddy_runtime.commit import CommitFailed, CommitResult, Guarantee, KafkaCommit, OutputRecord, TaskCommitter
+from eddy_runtime.commit import CommitFailed, CommitResult, Guarantee, KafkaCommit, TaskCommitter
 from eddy_runtime.kafka_client import KafkaClientConfig
+from eddy_runtime.record_collector import OutputRecord
 from eddy_runtime.state.changelog import changelog_topic_name
 from eddy_runtime.state.metrics import StoreFigures, TaskFigures
-from eddy_runtime.state.restore import (
-    BulkMode,
-    StoreChangelogReader,
-    TaskRestoreProgress,
-    restore_consumer_settings,
-)
+from eddy_runtime.state.restore import StoreChangelogReader, restore_consumer_settings
+from eddy_runtime.state.restore_progress import RestoredRecords, TaskRestoreProgress
 from eddy_runtime.state.standby import StandbyUpdater
-from eddy_runtime.state.store import KeyValueTransaction, StoreSpec, open_store
-from eddy_runtime.state.task_directory import TaskDirectory, TaskLock, task_partition
-from eddy_runtime.state.window_store import WindowTransaction
+from eddy_runtime.state.store_spec import StoreSpec
+from eddy_runtime.state.stores import StateStore, open_store
+from eddy_runtime.state.task_directory import TaskDirectory, TaskLock
+from eddy_runtime.state.task_transaction import TaskTransaction
 
-if TYPE_CHECKING:
-    from eddy_runtime.state.store import StateStore
-
-__all__ = ["ProcessorStateManager", "Role", "TaskTransaction"]
+__all__ = ["ProcessorStateManager", "Role"]
 
 log = logging.getLogger(__name__)
 
 Role = Literal["active", "standby"]
 
 _READ_AT_ONCE_OFFSETS = 16
-
-
-class TaskTransaction:
-    """One batch of one task: a transaction per store, applied together after the Kafka commit."""
-
-    def __init__(self, manager: ProcessorStateManager) -> None:
-        self.manager = manager
-        self._txs: dict[str, KeyValueTransaction | WindowTransaction] = {
-            name: store.begin() for name, store in manager.stores.items()
-        }
-        self._applied = False
-
-    def store(self, name: str) -> Any:
-        """The named store's transaction (`KeyValueTransaction` or `WindowTransaction`)."""
-        try:
-            return self._txs[name]
-        except KeyError:
-            raise KeyError(f"task {self.manager.task_id} has no store {name!r}; "
-                           f"it has {sorted(self._txs)}") from None
-
-    __getitem__ = store
-
-    def key_value(self, name: str) -> KeyValueTransaction:
-        tx = self.store(name)
-        if not isinstance(tx, KeyValueTransaction):
-            raise TypeError(f"store {name!r} is not a key-value store")
-        return tx
-
-    def window(self, name: str) -> WindowTransaction:
-        tx = self.store(name)
-        if not isinstance(tx, WindowTransaction):
-            raise TypeError(f"store {name!r} is not a window store")
-        return tx
-
-    def changelog_batches(self) -> Iterator[tuple[str, str, int, list[tuple[bytes, bytes | None]]]]:
-        """(store, changelog topic, partition, records) for each logged store with writes."""
-        m = self.manager
-        for name, tx in self._txs.items():
-            if m.stores[name].spec.logged and tx.dirty:
-                yield name, m.changelog_topic(name), m.partition, tx.changelog_records()
-
-    def apply(
-        self, changelog_offsets: Mapping[str, int | None], input_offsets: Mapping[tuple[str, int], int] | None
-    ) -> None:
-        """Phase two of a commit: write each store's batch with its offsets (one write batch per store)."""
-        if self._applied:
-            raise RuntimeError("task transaction already applied")
-        for name, tx in self._txs.items():
-            tx.apply(changelog_offsets.get(name), input_offsets)
-        self._applied = True
 
 
 class ProcessorStateManager:
@@ -111,32 +59,26 @@ class ProcessorStateManager:
         task_dir: TaskDirectory,
         lock: TaskLock,
         kafka: KafkaClientConfig,
-        role: Role,
-        guarantee: Guarantee,
         partition: int,
-        bulk_restore: BulkMode,
-        producer_overrides: Mapping[str, Any],
+        *,
+        role: Role,
+        new_committer: Callable[[], TaskCommitter],
         checkpoint_interval_s: float,
-        group_id: str | None,
     ) -> None:
         self.app = app
         self.task_id = task_id
         self.partition = partition
         self.task_dir = task_dir
-        self.kafka = kafka
-        self.guarantee = guarantee
         self.role: Role = role
         self._specs = {s.name: s for s in specs}
         self._lock = lock
         self._ctx = f"app {app} task {task_id}"
-        self._group_id = group_id
-        self._producer_overrides = dict(producer_overrides)
+        self._new_committer = new_committer
         self._checkpoint_interval_s = checkpoint_interval_s
         self._last_checkpoint = 0.0
         self._commit_latencies: list[float] = []
         self._commits = 0
-        self._restored_total: dict[str, int] = {s.name: 0 for s in specs}
-        self._counted: dict[str, int] = {s.name: 0 for s in specs}
+        self._restored_records = RestoredRecords(self._specs)
         self._closed = False
         self.stores: dict[str, StateStore] = {}
         self.committer: TaskCommitter | None = None
@@ -149,9 +91,7 @@ class ProcessorStateManager:
                 self.stores[spec.name] = open_store(spec, task_dir.store_path(spec.name))
             if any(s.logged for s in specs):
                 self._consumer = kafka_client.consumer(kafka, restore_consumer_settings(app, task_id))
-                self._reader = StoreChangelogReader(
-                    self._consumer, wipe=self._wipe_store, bulk=bulk_restore, context=self._ctx
-                )
+                self._reader = StoreChangelogReader(self._consumer, wipe=self._wipe_store, context=self._ctx)
                 for spec in specs:
                     if spec.logged:
                         self._reader.register(self.stores[spec.name], self.changelog_topic(spec.name), partition)
@@ -161,7 +101,7 @@ class ProcessorStateManager:
                 self._standby = StandbyUpdater(self._reader) if self._reader else None
                 if self._standby:
                     self._progress = self._standby.start()
-                    self._counted = {name: 0 for name in self._counted}
+                    self._restored_records.restart()
         except BaseException:
             self._release()
             raise
@@ -181,7 +121,6 @@ class ProcessorStateManager:
         guarantee: Guarantee = "exactly_once",
         partition: int | None = None,
         lock_timeout: float = 0.0,
-        bulk_restore: BulkMode = "auto",
         producer_overrides: Mapping[str, Any] | None = None,
         checkpoint_interval_s: float = 1.0,
         group_id: str | None = None,
@@ -194,23 +133,14 @@ class ProcessorStateManager:
         app's `KafkaClientConfig` (a bare bootstrap string means PLAINTEXT); `producer_overrides`
         adjust the committer's producer settings.
         """
+        if partition is None:
+            partition = TaskId.parse(task_id).partition  # ValueError naming a malformed id
+        kc = KafkaClientConfig.of(kafka)
+        new_committer = functools.partial(TaskCommitter, app, task_id, kc, guarantee, group_id=group_id,
+                                          producer_overrides=producer_overrides)
         td = TaskDirectory(state_dir, app, task_id)
-        lock = td.lock(timeout=lock_timeout)
-        return cls(
-            app,
-            task_id,
-            stores,
-            td,
-            lock,
-            KafkaClientConfig.of(kafka),
-            role,
-            guarantee,
-            task_partition(task_id) if partition is None else partition,
-            bulk_restore,
-            producer_overrides or {},
-            checkpoint_interval_s,
-            group_id,
-        )
+        return cls(app, task_id, stores, td, td.lock(timeout=lock_timeout), kc, partition,
+                   role=role, new_committer=new_committer, checkpoint_interval_s=checkpoint_interval_s)
 
     def __enter__(self) -> ProcessorStateManager:
         return self
@@ -230,25 +160,22 @@ class ProcessorStateManager:
         self.task_dir.wipe_store(name)
         new = open_store(self._specs[name], self.task_dir.store_path(name))
         self.stores[name] = new
-        self._counted[name] = 0
+        self._restored_records.restart(name)
         return new
 
     def _become_active(self) -> None:
         self.role = "active"
         if self.committer is None:
-            self.committer = TaskCommitter(
-                self.app, self.task_id, self.kafka, self.guarantee,
-                group_id=self._group_id, producer_overrides=self._producer_overrides,
-            )
+            self.committer = self._new_committer()
         if self._reader is not None:
             self._plan(tail=False)
             if not self._progress.done and self._progress.remaining <= _READ_AT_ONCE_OFFSETS:
                 # Usually just the commit marker after the store's last record: read it now, so
                 # a caught-up task is restored when open() or promote() returns.
                 self._progress = self._reader.restore_chunk(max_seconds=1.0)
-                self._count_restored()
+                self._restored_records.count(self._progress)
             if self._progress.done:
-                self._on_restored()
+                self.write_checkpoint()
 
     # -- restore ----------------------------------------------------------------------------------
 
@@ -269,9 +196,9 @@ class ProcessorStateManager:
         if self._reader is None or self._reader.done:
             return self._progress
         self._progress = self._reader.restore_chunk(max_records=max_records, max_seconds=max_seconds)
-        self._count_restored()
+        self._restored_records.count(self._progress)
         if self._reader.done:
-            self._on_restored()
+            self.write_checkpoint()
         return self._progress
 
     def restore(self, timeout_s: float | None = None, chunk_records: int = 1_000_000) -> TaskRestoreProgress:
@@ -287,19 +214,7 @@ class ProcessorStateManager:
         assert self._reader is not None
         self._progress = self._reader.prepare(tail=tail)
         # A new plan counts its restored records from 0 again.
-        self._counted = {name: 0 for name in self._counted}
-
-    def _on_restored(self) -> None:
-        self.write_checkpoint()
-
-    def _count_restored(self) -> None:
-        for p in self._progress.stores:
-            prev = self._counted.get(p.store, 0)
-            if p.restored >= prev:
-                self._restored_total[p.store] += p.restored - prev
-            else:  # a new restore (re-plan, wipe) started counting from 0
-                self._restored_total[p.store] += p.restored
-            self._counted[p.store] = p.restored
+        self._restored_records.restart()
 
     # -- standby --------------------------------------------------------------------------------
 
@@ -311,7 +226,7 @@ class ProcessorStateManager:
         if self._standby is None:
             return self._progress
         self._progress = self._standby.poll(max_records=max_records, max_seconds=max_seconds)
-        self._count_restored()
+        self._restored_records.count(self._progress)
         self._maybe_checkpoint()
         return self._progress
 
@@ -328,7 +243,7 @@ class ProcessorStateManager:
             return self._progress
         if self._standby is not None:
             self._standby.stop()
-            self._count_restored()
+            self._restored_records.count(self._progress)
             self._standby = None
         log.info("%s: promoting standby to active", self._ctx)
         self._become_active()
@@ -342,7 +257,7 @@ class ProcessorStateManager:
         if not self.restored:
             raise RuntimeError(f"{self._ctx}: stores are not restored yet (role {self.role}); "
                                f"call restore_chunk until restored")
-        return TaskTransaction(self)
+        return TaskTransaction(self.app, self.task_id, self.partition, self.stores)
 
     def commit(
         self,
@@ -403,18 +318,10 @@ class ProcessorStateManager:
 
     def write_checkpoint(self) -> None:
         """Mirror the stores' offsets into the task's `.checkpoint` file (atomic)."""
-        offsets: dict[tuple[str, int], int] = {}
-        for name, store in self.stores.items():
-            if store.closed:
-                continue
-            o = store.offsets
-            if store.spec.logged and o.changelog_offset is not None:
-                offsets[(self.changelog_topic(name), self.partition)] = o.changelog_offset
-            for tp, pos in o.input_offsets.items():
-                if pos > 0:
-                    # .checkpoint holds "last record reflected" offsets; the store keeps positions.
-                    offsets[tp] = max(offsets.get(tp, -1), pos - 1)
-        self.task_dir.checkpoint.write(offsets)
+        stores = {name: store.offsets for name, store in self.stores.items() if not store.closed}
+        changelogs = {(self.changelog_topic(name), self.partition): o.changelog_offset for name, o in stores.items()
+                      if self._specs[name].logged and o.changelog_offset is not None}
+        self.task_dir.checkpoint.write_store_offsets(changelogs, [o.input_offsets for o in stores.values()])
         self._last_checkpoint = time.monotonic()
 
     def figures(self) -> TaskFigures:
@@ -432,7 +339,7 @@ class ProcessorStateManager:
                     changelog_topic=self.changelog_topic(name) if store.spec.logged else None,
                     changelog_partition=self.partition,
                     changelog_offset=None if store.closed else store.offsets.changelog_offset,
-                    restored_records=self._restored_total.get(name, 0),
+                    restored_records=self._restored_records.total(name),
                     restore_rate=p.rate if p is not None and restoring else 0.0,
                     restore_remaining=p.remaining if p is not None and restoring else 0,
                     restore_eta_s=p.eta_s if p is not None and restoring else None,

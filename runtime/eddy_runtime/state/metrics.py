@@ -1,4 +1,5 @@
-"""State figures of a task, and the Prometheus metrics made from them.
+"""State figures of a task, and the Prometheus metrics made from them (every metric: docs/metrics.md;
+where the figures travel: docs/DESIGN.md, "One micro-batch").
 
 `ProcessorStateManager.figures()` (manager.py) returns plain, picklable `TaskFigures` that a work
 item hands back; `StateMetrics.observe` turns them into metrics in two places:

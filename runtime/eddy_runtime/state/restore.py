@@ -11,61 +11,41 @@ land). Offsets may jump over compacted records and transaction markers; the read
 counts on consecutive offsets: a partition is done when its position (next offset to read)
 reaches the end, which the consumer also reports as a partition EOF.
 
-Two ways to write what was read:
-
-- *batch*: each consumed batch becomes one RocksDB write batch, with the WAL off and one flush
-  at the end (the changelog covers a crash in between: the store's offsets are written in the
-  same batches, and data and offsets are flushed together); a cold store is opened with
-  bulk-loading options meanwhile (vector memtable, compaction once at the end, store.py);
-- *bulk* (a cold key-value store only): keep the last value per key in memory, sort, write an
-  SST file and ingest it; up to `bulk_max_keys` keys per SST file, so memory stays bounded.
-
-Which is faster is measured by bench/restore.py; `bulk="auto"` picks the measured winner.
+Each consumed batch becomes one RocksDB write batch, with the WAL off and one flush at the end
+(the changelog covers a crash in between: the store's offsets are written in the same batches,
+and data and offsets are flushed together); a cold key-value store is opened with bulk-loading
+options meanwhile (vector memtable, compaction once at the end, store.py), so the loop spends
+~0.55 us of Python time per record and leaves sorting to RocksDB's threads. Measured with
+bench/restore.py on the shared 2-core machine (random key order, 32-byte values): 761k records/s
+(1.8 CPU-s) for 1M records over 1M keys, 393k/s (19.5 CPU-s) for 10M. Writing the last value per
+key to a sorted SST file and ingesting it was slower in every run (at 10M records: 474k vs 794k
+records/s in the run that settled it), so there is no such path.
 
 Edge cases: an empty changelog restores nothing; a store offset beyond the changelog's end
 (the topic was recreated) or below its start (records were deleted) means the local store
 cannot be trusted, so it is wiped and restored from scratch with a warning; a changelog that
-does not exist raises `ChangelogTopicMissing`.
+does not exist raises `ChangelogTopicMissing`. When restores run: docs/DESIGN.md, "One micro-batch"
+and "The operator's part".
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from eddy_runtime.commit import INPUT_OFFSETS_HEADER
+from eddy_runtime.record_collector import input_offsets_in
 from eddy_runtime.state.changelog import ChangelogTopicMissing
+from eddy_runtime.state.restore_progress import RestoreProgress, TaskRestoreProgress
 from eddy_runtime.state.store import KeyValueStore
+from eddy_runtime.state.stores import StateStore
 
-if TYPE_CHECKING:
-    from eddy_runtime.state.store import StateStore
-
-__all__ = [
-    "BulkMode",
-    "RestoreProgress",
-    "StoreChangelogReader",
-    "TaskRestoreProgress",
-    "restore_consumer_settings",
-]
+__all__ = ["StoreChangelogReader", "restore_consumer_settings"]
 
 log = logging.getLogger(__name__)
-
-BulkMode = Literal["auto", "always", "never"]
-
-#: Measured with bench/restore.py on the shared 2-core machine (random key order, 32-byte values):
-#: 1M records over 1M keys, batches 1.8 CPU-s (761k/s) vs SST path 3.0 CPU-s (313k/s); 10M records
-#: over 1M keys, 19.5 vs 25.1 CPU-s (393k/s vs 166k/s). Batches into a bulk-loading store spend
-#: ~0.55 us of Python time per record and leave sorting to RocksDB's threads; the SST path spends
-#: ~1.8 us in Python (dict updates, sort, SST writes). So "auto" uses batches; "always" forces the
-#: SST path.
-AUTO_BULK_FOR_COLD_STORES = False
 
 _KAFKA_TIMEOUT_S = 30.0
 _STALL_CHECK_S = 10.0
@@ -98,70 +78,6 @@ def restore_consumer_settings(app: str, task_id: str) -> dict[str, object]:
     return conf
 
 
-@dataclass(frozen=True)
-class RestoreProgress:
-    """One store's restore (or standby tail): where it is, how fast it goes."""
-
-    store: str
-    topic: str
-    partition: int
-    mode: str  # "batch", "bulk", "tail" or "none" (nothing to restore)
-    start_offset: int
-    end_offset: int
-    position: int
-    restored: int  # records applied (or, in bulk mode, read) so far
-    elapsed_s: float
-    done: bool
-
-    @property
-    def remaining(self) -> int:
-        """Offsets left to read: an upper bound on records (compaction and markers leave gaps)."""
-        return max(0, self.end_offset - self.position)
-
-    @property
-    def rate(self) -> float:
-        """Records per second since this restore started (wall clock, pauses included)."""
-        return self.restored / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-    @property
-    def eta_s(self) -> float | None:
-        if self.done or self.remaining == 0:
-            return 0.0
-        rate = self.rate
-        return self.remaining / rate if rate > 0 else None
-
-
-@dataclass(frozen=True)
-class TaskRestoreProgress:
-    """All stores of a task."""
-
-    stores: tuple[RestoreProgress, ...]
-
-    @property
-    def done(self) -> bool:
-        return all(p.done for p in self.stores)
-
-    @property
-    def restored(self) -> int:
-        return sum(p.restored for p in self.stores)
-
-    @property
-    def remaining(self) -> int:
-        return sum(p.remaining for p in self.stores)
-
-    @property
-    def rate(self) -> float:
-        elapsed = max((p.elapsed_s for p in self.stores), default=0.0)
-        return self.restored / elapsed if elapsed > 0 else 0.0
-
-    @property
-    def eta_s(self) -> float | None:
-        if self.done:
-            return 0.0
-        rate = self.rate
-        return self.remaining / rate if rate > 0 else None
-
-
 class _Target:
     """Mutable restore state of one store's changelog partition."""
 
@@ -177,10 +93,6 @@ class _Target:
         self.started = time.monotonic()
         self.done = True
         self.assigned = False
-        self.bulk: dict[bytes, bytes | None] | None = None
-        self.bulk_sst_count = 0
-        self.last_offset: int | None = None  # last record read (bulk: not yet ingested)
-        self.inputs: dict[tuple[str, int], int] | None = None
 
     @property
     def tp(self) -> TopicPartition:
@@ -201,16 +113,6 @@ class _Target:
         )
 
 
-def _input_offsets_of(msg: Message) -> dict[tuple[str, int], int] | None:
-    headers = msg.headers()
-    if not headers:
-        return None
-    for name, value in headers:  # type: ignore[str-unpack,misc]
-        if name == INPUT_OFFSETS_HEADER and value:
-            return {(t, int(p)): int(o) for t, p, o in json.loads(value)}
-    return None
-
-
 class StoreChangelogReader:
     """Reads a task's changelog partitions into its stores, chunk by chunk.
 
@@ -223,16 +125,12 @@ class StoreChangelogReader:
         consumer: Consumer,
         *,
         wipe: Callable[[str], StateStore],
-        bulk: BulkMode = "auto",
         batch_size: int = 5_000,
-        bulk_max_keys: int = 2_000_000,
         context: str = "",
     ) -> None:
         self._consumer = consumer
         self._wipe = wipe
-        self._bulk = bulk
         self._batch_size = batch_size
-        self._bulk_max_keys = bulk_max_keys
         self._ctx = context
         self._targets: dict[str, _Target] = {}  # by topic
         self.tail = False
@@ -283,8 +181,8 @@ class StoreChangelogReader:
             t.store = self._wipe(t.store.spec.name)
             local = None
         elif local is None and not t.store.is_empty():
-            # Data without offsets: written by a bulk ingest that a crash interrupted. A replay
-            # from the start is correct on top of it, but the bulk path needs an empty store.
+            # Data without a changelog offset: where it came from is unknown, so the whole
+            # changelog is replayed over it (the last value per key wins).
             log.info("%s: store %s has data but no offset; replaying its changelog from the start",
                      self._ctx, t.store.spec.name)
         start = low if local is None else local + 1
@@ -292,33 +190,17 @@ class StoreChangelogReader:
         t.end = high
         t.restored = 0
         t.started = time.monotonic()
-        t.last_offset = None
-        t.inputs = None
-        t.bulk = None
-        t.bulk_sst_count = 0
         if self.tail:
             t.mode = "tail"
             t.done = start >= high
         elif start >= high:
             t.mode, t.done = "none", True
         else:
-            t.done = False
-            t.mode = "bulk" if self._use_bulk(t, local) else "batch"
-            if t.mode == "bulk":
-                t.bulk = {}
-            elif local is None and isinstance(t.store, KeyValueStore) and t.store.is_empty():
+            t.mode, t.done = "batch", False
+            if local is None and isinstance(t.store, KeyValueStore) and t.store.is_empty():
                 t.store.begin_bulk_load()
         log.info("%s: store %s %s from %s-%d offset %d to %d (%s)", self._ctx, t.store.spec.name,
                  "tails" if self.tail else "restores", t.topic, t.partition, start, high, t.mode)
-
-    def _use_bulk(self, t: _Target, local: int | None) -> bool:
-        if not isinstance(t.store, KeyValueStore) or local is not None:
-            return False
-        if self._bulk == "never":
-            return False
-        if not t.store.is_empty():
-            return False
-        return self._bulk == "always" or AUTO_BULK_FOR_COLD_STORES
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -412,21 +294,9 @@ class StoreChangelogReader:
         """Apply data records (no error events) of one changelog partition, in offset order."""
         last = msgs[-1]
         last_offset: int = last.offset()  # type: ignore[assignment]  # data records have offsets
-        inputs = _input_offsets_of(last)
+        inputs = input_offsets_in(last)
         store = t.store
-        if t.mode == "bulk":
-            buf = t.bulk
-            assert buf is not None
-            for m in msgs:
-                buf[m.key()] = m.value()  # type: ignore[index]
-            if None in buf:  # a keyless record cannot be stored
-                del buf[None]  # type: ignore[arg-type]
-            t.last_offset = last_offset
-            if inputs:
-                t.inputs = inputs
-            if len(buf) >= self._bulk_max_keys:
-                self._ingest_bulk(t)
-        elif isinstance(store, KeyValueStore):
+        if isinstance(store, KeyValueStore):
             wb = store.new_write_batch()
             put = wb.put
             for m in msgs:
@@ -487,8 +357,6 @@ class StoreChangelogReader:
             return
         finished = [t for t in self._targets.values() if t.done and t.assigned]
         for t in finished:
-            if t.mode == "bulk":
-                self._ingest_bulk(t)
             if t.store.bulk_loading:
                 t.store.end_bulk_load()
             else:
@@ -499,24 +367,6 @@ class StoreChangelogReader:
                      time.monotonic() - t.started, t.mode)
         if finished:
             self._consumer.incremental_unassign([t.tp for t in finished])
-
-    def _ingest_bulk(self, t: _Target) -> None:
-        if not t.bulk:
-            if t.last_offset is not None:
-                t.store.write((), changelog_offset=t.last_offset, input_offsets=t.inputs)
-            return
-        assert isinstance(t.store, KeyValueStore)
-        buf = t.bulk
-        keys = sorted(buf)
-        t.store.ingest_sorted(
-            ((k, buf[k]) for k in keys),
-            changelog_offset=t.last_offset,
-            input_offsets=t.inputs,
-            # The first file lands in an empty store: deletes there are no-ops.
-            keep_deletes=t.bulk_sst_count > 0,
-        )
-        t.bulk_sst_count += 1
-        t.bulk = {}
 
     # -- tail mode (standbys) -----------------------------------------------------------------
 

@@ -4,7 +4,8 @@ Stores, transactions and changelogs only ever see bytes; a `Serde` turns a user'
 into bytes and back. `StoreSpec` (store.py) names one by string (``bytes``, ``string``, ``json``,
 ``int64``) so a spec stays a plain, picklable value that the driver can ship to executors.
 The int64 encoding is Kafka's ``LongSerializer`` (8 bytes, big-endian, signed), so a Kafka
-Streams or Java consumer reads Eddy's changelogs and outputs as they are.
+Streams or Java consumer reads Eddy's changelogs and outputs as they are (docs/DESIGN.md,
+"Vocabulary").
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import struct
 from typing import Any, Protocol
 
 __all__ = [
+    "INT64",
     "BytesSerde",
     "Int64Serde",
     "JsonSerde",
@@ -81,7 +83,8 @@ class JsonSerde:
         return json.loads(data)
 
 
-_INT64 = struct.Struct(">q")
+#: Kafka's LongSerializer encoding; stores use it for their offsets and window starts too
+INT64 = struct.Struct(">q")
 
 
 class Int64Serde:
@@ -93,14 +96,14 @@ class Int64Serde:
         if isinstance(obj, bool) or not isinstance(obj, int):
             raise SerdeError(f"int64 serde expects int, got {type(obj).__name__}: {obj!r:.80}")
         try:
-            return _INT64.pack(obj)
+            return INT64.pack(obj)
         except struct.error as e:
             raise SerdeError(f"int64 serde: {obj} does not fit in 64 bits") from e
 
     def deserialize(self, data: bytes) -> int:
         if len(data) != 8:
             raise SerdeError(f"int64 serde expects 8 bytes, got {len(data)}")
-        return _INT64.unpack(data)[0]
+        return int(INT64.unpack(data)[0])
 
 
 _SERDES: dict[str, Serde] = {

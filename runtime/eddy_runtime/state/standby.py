@@ -9,14 +9,15 @@ has no standbys; Kafka Streams' are the model.
 runtime calls `ProcessorStateManager.standby_chunk` for a standby work item and
 `ProcessorStateManager.promote` when the assignment makes it the active. The lag it reports
 (changelog end minus the standby's position, in offsets) is what the operator compares with
-``acceptableRecoveryLag`` when it moves tasks.
+``acceptableRecoveryLag`` when it moves tasks (docs/DESIGN.md, "The operator's part").
 """
 
 from __future__ import annotations
 
 import logging
 
-from eddy_runtime.state.restore import StoreChangelogReader, TaskRestoreProgress
+from eddy_runtime.state.restore import StoreChangelogReader
+from eddy_runtime.state.restore_progress import TaskRestoreProgress
 
 __all__ = ["StandbyUpdater"]
 

@@ -1,6 +1,6 @@
 """Task directories on a state volume: layout, the per-task lock, and the volume's inventory.
 
-Layout (DESIGN.md)::
+Layout (docs/DESIGN.md, "Vocabulary")::
 
     <stateDir>/<app>/<task>/rocksdb/<store>/   one RocksDB instance per task and store
     <stateDir>/<app>/<task>/.checkpoint        offsets mirror (checkpoint.py)
@@ -29,6 +29,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
+
+from eddy_contract.tasks import TaskId
 from eddy_runtime.state.changelog import CHANGELOG_SUFFIX, changelog_topic_name
 from eddy_runtime.state.checkpoint import CHECKPOINT_FILE_NAME, CheckpointError, OffsetCheckpoint
 
@@ -40,20 +43,10 @@ __all__ = [
     "TaskDirectoryLocked",
     "TaskInventory",
     "TaskLock",
-    "task_partition",
 ]
 
 LOCK_FILE_NAME = ".lock"
 ROCKSDB_DIR_NAME = "rocksdb"
-
-
-def task_partition(task_id: str) -> int:
-    """The partition of task ``S_P`` (its input and changelog partition)."""
-    try:
-        _, partition = task_id.split("_")
-        return int(partition)
-    except ValueError:
-        raise ValueError(f"task id {task_id!r} is not of the form <subtopology>_<partition>") from None
 
 
 @dataclass(frozen=True)
@@ -138,19 +131,16 @@ class TaskDirectory:
         """Take the task's lock, waiting up to `timeout` seconds; `TaskDirectoryLocked` if held."""
         self.path.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as e:
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    os.close(fd)
-                    raise
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise TaskDirectoryLocked(self.path, self.holder()) from None
-                time.sleep(poll_interval)
+        try:
+            for attempt in Retrying(retry=retry_if_exception(_held_elsewhere), stop=stop_after_delay(timeout),
+                                    wait=wait_fixed(poll_interval), reraise=True):
+                with attempt:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if _held_elsewhere(e):
+                raise TaskDirectoryLocked(self.path, self.holder()) from None
+            raise
         me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(me).encode(), 0)
@@ -240,7 +230,7 @@ class StateDirectory:
                 if not task_path.is_dir():
                     continue
                 try:
-                    partition = task_partition(task_path.name)
+                    partition = TaskId.parse(task_path.name).partition
                 except ValueError:
                     continue  # not a task directory
                 out.append(self._task_inventory(TaskDirectory(self.path, a, task_path.name), partition))
@@ -282,6 +272,11 @@ class StateDirectory:
             locked_by=td.holder(),
             checkpoint_error=error,
         )
+
+
+def _held_elsewhere(e: BaseException) -> bool:
+    """A non-blocking flock refused because another open file description holds the lock."""
+    return isinstance(e, OSError) and e.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
 
 
 def _dir_size(path: Path) -> int:

@@ -5,12 +5,12 @@ Windows live in time segments, one RocksDB column family per segment, with key-f
 range scan per segment. A segment whose newest window is expired (window start <= stream time
 - retention, stream time being the newest window start written) is dropped as a whole with
 ``drop_column_family``: expiring windows costs one metadata operation, not a delete per key
-(Kafka Streams' segmented window store, inside one RocksDB instance).
+(Kafka Streams' segmented window store, inside one RocksDB instance; docs/DESIGN.md, "Vocabulary").
 
 The changelog record of a window has the same raw key as the store, so restore.py replays it
 through `WindowStore.write` like any other store. Writes and offsets share one write batch
-(store.py's `_RocksDBStore`); `ProcessorStateManager` opens these stores through
-`store.open_store` and processing reaches them through `WindowTransaction`.
+(rocksdb_store.py's `RocksDBStore`); `ProcessorStateManager` opens these stores through
+`stores.open_store` and processing reaches them through `WindowTransaction`.
 """
 
 from __future__ import annotations
@@ -22,13 +22,9 @@ from typing import Any
 
 import rocksdict
 
-from eddy_runtime.state.store import (
-    _INT64,
-    InputOffsets,
-    StoreSpec,
-    _RocksDBStore,
-    _StoreTransaction,
-)
+from eddy_runtime.state.rocksdb_store import RocksDBStore, StoreTransaction
+from eddy_runtime.state.serde import INT64
+from eddy_runtime.state.store_spec import StoreSpec
 
 __all__ = ["WindowStore", "WindowTransaction", "split_windowed_key", "windowed_key"]
 
@@ -39,14 +35,14 @@ _SEGMENT_CF_PREFIX = "seg-"
 
 def windowed_key(key: bytes, window_start: int) -> bytes:
     """The raw key of a window: serialised key + window start (8 bytes, big-endian)."""
-    return key + _INT64.pack(window_start)
+    return key + INT64.pack(window_start)
 
 
 def split_windowed_key(raw: bytes) -> tuple[bytes, int]:
-    return raw[:-8], _INT64.unpack(raw[-8:])[0]
+    return raw[:-8], INT64.unpack(raw[-8:])[0]
 
 
-class WindowStore(_RocksDBStore):
+class WindowStore(RocksDBStore):
     """Windows of (key, window start) -> value in time segments, with retention.
 
     A window is expired when its start <= stream time - retention (stream time: the newest
@@ -142,7 +138,7 @@ class WindowStore(_RocksDBStore):
                 assert isinstance(k, bytes)
                 # A longer key sharing this key's bytes as a prefix can sort in between.
                 if len(k) == want_len:
-                    yield _INT64.unpack(k[-8:])[0], v
+                    yield INT64.unpack(k[-8:])[0], v
 
     def iter_all_raw(
         self, time_from: int, time_to: int, stream_time: int | None = None
@@ -156,7 +152,7 @@ class WindowStore(_RocksDBStore):
                 continue
             for k, v in self._segments[seg].items():
                 assert isinstance(k, bytes)
-                ws = _INT64.unpack(k[-8:])[0]
+                ws = INT64.unpack(k[-8:])[0]
                 if time_from <= ws <= time_to:
                     yield k[:-8], ws, v
 
@@ -181,43 +177,37 @@ class WindowStore(_RocksDBStore):
     def begin(self) -> WindowTransaction:
         return WindowTransaction(self)
 
-    def write(
-        self,
-        records: Iterable[tuple[bytes, bytes | None]],
-        *,
-        changelog_offset: int | None = None,
-        input_offsets: InputOffsets | None = None,
-        disable_wal: bool = False,
-    ) -> int:
-        """Apply raw changelog records (windowed key, value-or-None) and the offsets atomically."""
-        wb = rocksdict.WriteBatch(raw_mode=True)
+    def _add_to_batch(
+        self, wb: rocksdict.WriteBatch, records: Iterable[tuple[bytes, bytes | None]]
+    ) -> tuple[int, int | None]:
+        """Windowed changelog records into their segments; a record of an expired window (a
+        replay of old changelog records) is skipped, so it cannot come back."""
         stream_time = self.stream_time
-        unpack = _INT64.unpack
+        unpack = INT64.unpack
         n = 0
         for k, v in records:
             ws = unpack(k[-8:])[0]
             if stream_time is None or ws > stream_time:
                 stream_time = ws
-            bound = None if stream_time is None else stream_time - self._retention
-            if bound is not None and ws <= bound:
-                continue  # expired: a replay of old changelog records must not resurrect it
+            if ws <= stream_time - self._retention:
+                continue
             cf = self._segment_cf(self._segment_id(ws))
             if v is None:
                 wb.delete(k, cf)
             else:
                 wb.put(k, v, cf)
             n += 1
-        self._commit_batch(wb, changelog_offset, input_offsets, stream_time, disable_wal)
+        return n, stream_time
+
+    def _after_write(self) -> None:
         self._drop_expired_segments()
-        return n
 
 
-class WindowTransaction(_StoreTransaction):
+class WindowTransaction(StoreTransaction[WindowStore]):
     """One batch's view of a window store; reads see this batch's writes first."""
 
     def __init__(self, store: WindowStore) -> None:
         super().__init__(store)
-        self.store = store
         self._stream_time = store.stream_time
 
     @property
@@ -242,7 +232,7 @@ class WindowTransaction(_StoreTransaction):
         merged: dict[int, bytes | None] = dict(self.store.iter_key_raw(k, time_from, time_to, self._stream_time))
         for wk, v in self._writes.items():
             if len(wk) == len(k) + 8 and wk[:-8] == k:
-                ws = _INT64.unpack(wk[-8:])[0]
+                ws = INT64.unpack(wk[-8:])[0]
                 if time_from <= ws <= time_to and not self._expired(ws):
                     merged[ws] = v
         vde = self._vde
@@ -271,4 +261,4 @@ class WindowTransaction(_StoreTransaction):
         bound = None if self._stream_time is None else self._stream_time - self.store._retention
         if bound is None:
             return list(self._writes.items())
-        return [(k, v) for k, v in self._writes.items() if _INT64.unpack(k[-8:])[0] > bound]
+        return [(k, v) for k, v in self._writes.items() if INT64.unpack(k[-8:])[0] > bound]
