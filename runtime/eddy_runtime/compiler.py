@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from eddy_contract.tasks import TaskId, task_id
 from eddy_runtime.pipeline import (
     Aggregate,
     GroupBy,
@@ -35,7 +36,7 @@ from eddy_runtime.pipeline import (
     ToTopic,
     Transform,
 )
-from eddy_runtime.state import ChangelogTopicSpec, StoreSpec, changelog_topic_name
+from eddy_runtime.state import ChangelogTopicSpec, StoreSpec
 
 __all__ = [
     "CompiledApp",
@@ -146,7 +147,7 @@ class SubTopology:
 
     @property
     def task_ids(self) -> tuple[str, ...]:
-        return tuple(f"{self.id}_{p}" for p in range(self.partitions))
+        return tuple(task_id(self.id, p) for p in range(self.partitions))
 
     @property
     def stores(self) -> tuple[StoreSpec, ...]:
@@ -192,23 +193,15 @@ class CompiledApp:
                     out.append(t)
         return tuple(out)
 
-    def subtopology_of(self, task_id: str) -> SubTopology:
-        return self.subtopologies[int(task_id.split("_")[0])]
+    def subtopology_of(self, task: str) -> SubTopology:
+        return self.subtopologies[TaskId.parse(task).subtopology]
 
     def stateful_tasks(self) -> tuple[str, ...]:
         return tuple(t for s in self.subtopologies if s.stateful_task for t in s.task_ids)
 
     def changelog_topics(self) -> list[ChangelogTopicSpec]:
-        out = []
-        for s in self.subtopologies:
-            for store in s.stores:
-                if store.kind == "window":
-                    out.append(ChangelogTopicSpec(changelog_topic_name(self.app, store.name), s.partitions,
-                                                  cleanup_policy="compact,delete",
-                                                  retention_ms=(store.retention_ms or 0) + 86_400_000))
-                else:
-                    out.append(ChangelogTopicSpec(changelog_topic_name(self.app, store.name), s.partitions))
-        return out
+        return [ChangelogTopicSpec.for_store(self.app, store, s.partitions) for s in self.subtopologies
+                for store in s.stores]
 
 
 # -- compiling ------------------------------------------------------------------------------------

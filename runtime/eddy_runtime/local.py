@@ -27,9 +27,11 @@ from typing import Any, TextIO
 
 from eddy_contract.spec import StreamAppSpec, load_streamapp_file
 from eddy_runtime import kafka_client
-from eddy_runtime.driver import BatchReport, Driver, DriverError, DriverOptions, load_pipeline
+from eddy_runtime.driver import Driver, DriverOptions
 from eddy_runtime.kafka_client import KafkaClientConfig, KafkaCredentialsMissing, KafkaUnreachable
+from eddy_runtime.outcomes import BatchReport, DriverError
 from eddy_runtime.pipeline import Topology
+from eddy_runtime.startup import load_pipeline
 
 __all__ = ["LocalRun", "LocalRunOptions", "local_spark_session"]
 
