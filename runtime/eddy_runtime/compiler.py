@@ -207,6 +207,11 @@ class CompiledApp:
 # -- compiling ------------------------------------------------------------------------------------
 
 
+def _with_group_key(expr: Any) -> Callable[[Any], Any]:
+    """The DataFrame step that computes a group_by expression into `GROUP_KEY_COLUMN`."""
+    return lambda df: df.withColumn(GROUP_KEY_COLUMN, expr)
+
+
 def _chain(node: Node) -> list[Node]:
     out: list[Node] = []
     n: Node | None = node
@@ -284,8 +289,7 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
                     else:
                         if stateful is not None:
                             raise PipelineError("after a stateful step, group_by takes a column name")
-                        expr = end.key
-                        steps.append(lambda df, expr=expr: df.withColumn(GROUP_KEY_COLUMN, expr))
+                        steps.append(_with_group_key(end.key))
                         key_column = GROUP_KEY_COLUMN
                     topic = repartition_topic_name(app, end.name)
                     if topic in repartitions:
@@ -334,9 +338,9 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
                                 uses_dataframe=bool(steps)))
     # Pending order assigned downstream ids in creation order; check they line up.
     for s in subs:
-        for sink in s.sinks:
-            if isinstance(sink, RepartitionSink):
-                assert subs[sink.target].source.topic == sink.topic
+        for out in s.sinks:
+            if isinstance(out, RepartitionSink):
+                assert subs[out.target].source.topic == out.topic
     return CompiledApp(app, tuple(subs), dict(repartitions), tuple(dict.fromkeys(outputs)))
 
 

@@ -148,8 +148,8 @@ class Driver:
             batch_id=self.batch_id,
             generation=self.assignment.generation if self.assignment else 0,
             kafka=self.kafka,
-            guarantee=self.spec.processing_guarantee.value,  # type: ignore[arg-type]
-            bad_record_policy=self.spec.bad_record_policy.value,  # type: ignore[arg-type]
+            guarantee=self.spec.processing_guarantee.value,
+            bad_record_policy=self.spec.bad_record_policy.value,
             dead_letter_topic=self.spec.dead_letter_topic,
             state_dir=self.options.state_dir,
             per_executor_state_dirs=self.options.per_executor_state_dirs,

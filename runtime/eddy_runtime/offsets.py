@@ -57,11 +57,11 @@ class OffsetReader:
     def list_offsets(self, tps: TopicPartitions, which: Literal["latest", "earliest"]) -> dict[tuple[str, int], int]:
         """Last stable (``latest``, read committed) or earliest offsets of `tps`."""
         from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # re-exported without __all__
 
         if not tps:
             return {}
-        spec = OffsetSpec.latest() if which == "latest" else OffsetSpec.earliest()
+        spec = OffsetSpec.latest() if which == "latest" else OffsetSpec.earliest()  # type: ignore[no-untyped-call]
         request = {TopicPartition(t, p): spec for t, p in tps}
 
         def list_offsets() -> dict[tuple[str, int], int]:

@@ -145,7 +145,8 @@ class PinnedSlots:
             for slot in list(slots):
                 yield from fn(slot)
 
-        return self.rdd.mapPartitionsWithIndex(partition).collect()
+        found: list[Any] = self.rdd.mapPartitionsWithIndex(partition).collect()
+        return found
 
     def dataframe(self, spark: Any) -> Any:
         """A one-column DataFrame (``slot int``), one row per partition, still pinned."""

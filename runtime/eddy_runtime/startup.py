@@ -61,7 +61,7 @@ def ship_by_value(module: ModuleType) -> None:
     from pyspark import cloudpickle
 
     with contextlib.suppress(ValueError):
-        cloudpickle.register_pickle_by_value(module)
+        cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]  # pyspark's vendored copy
 
 
 def source_topics(topology: Topology) -> list[str]:
@@ -124,7 +124,8 @@ def prepare_app(spark: Any, admin: Any, kafka: KafkaClientConfig, topology: Topo
         ensure_app_topics(admin, compiled, spec, create_outputs=create_output_topics)
     except TopicError as e:
         raise DriverError(str(e)) from e
-    program: bytes = cloudpickle.dumps([s.for_executor() for s in compiled.subtopologies])
+    program: bytes = cloudpickle.dumps(  # type: ignore[no-untyped-call]  # pyspark's vendored copy
+        [s.for_executor() for s in compiled.subtopologies])
     subs = ", ".join(
         f"{s.id}: {s.source.topic} -> {len(s.steps)} step(s)"
         + (f" -> {s.stateful.kind}" if s.stateful else "")

@@ -34,6 +34,7 @@ from eddy_runtime.work import (
     BatchSettings,
     InputRange,
     ItemResult,
+    ItemStatus,
     SlotWork,
     WorkItem,
 )
@@ -178,44 +179,44 @@ class TaskRunner:
 
     def _run_item(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork, item: WorkItem,
                   data: pa.Table | BatchOutput | None) -> ItemResult:
-        base = {"task": item.task, "executor": slot.executor, "role": item.role}
+        base = ItemResult(item.task, slot.executor, item.role, "processed")  # every reply sets its status
         try:
             if slot.executor != self.executor_id:
                 raise MisplacedTask(f"task {item.task} was planned for executor {slot.executor} but reached the "
                                     f"runner of executor {self.executor_id}")
             ensure_on_executor(self.executor_id, f"task {item.task}", unknown_ok=True)
         except MisplacedTask as e:
-            return ItemResult(**base, status="misplaced", message=str(e))
+            return replace(base, status="misplaced", message=str(e))
         sub = subs[TaskId.parse(item.task).subtopology]
         try:
             t = self._task(settings, sub, item.task, item.role)
         except TaskDirectoryLocked as e:
-            return ItemResult(**base, status="locked", message=str(e))
+            return replace(base, status="locked", message=str(e))
         except CommitFailed as e:  # init_transactions failed
-            return ItemResult(**base, status="failed", message=f"opening task {item.task}: {e}")
+            return replace(base, status="failed", message=f"opening task {item.task}: {e}")
         except Exception as e:  # noqa: BLE001 - reported to the driver, which decides
             log.exception("opening task %s failed", item.task)
-            return ItemResult(**base, status="failed", message=f"opening task {item.task}: {type(e).__name__}: {e}")
+            return replace(base, status="failed", message=f"opening task {item.task}: {type(e).__name__}: {e}")
         with t.lock:
             try:
                 if item.role == "standby":
                     progress = t.manager.standby_chunk(max_seconds=settings.standby_chunk_seconds)
-                    return ItemResult(**base, status="standby", figures=t.manager.figures(),
+                    return replace(base, status="standby", figures=t.manager.figures(),
                                       restored=progress.restored, restore_remaining=progress.remaining)
                 return self._active(settings, sub, item, t, data, base)
             except TaskFenced as e:
                 self._close_quietly(item.task)
-                return ItemResult(**base, status="fenced", message=str(e))
+                return replace(base, status="fenced", message=str(e))
             except CommitFailed as e:
-                status = "aborted" if e.aborted else "failed"
+                status: ItemStatus = "aborted" if e.aborted else "failed"
                 t.positions = None
-                return ItemResult(**base, status=status, message=str(e))
+                return replace(base, status=status, message=str(e))
             except PipelineRuntimeError as e:
-                return ItemResult(**base, status="failed", message=f"pipeline error: {e}")
+                return replace(base, status="failed", message=f"pipeline error: {e}")
             except Exception as e:  # noqa: BLE001
                 log.exception("task %s failed", item.task)
                 self._close_quietly(item.task)
-                return ItemResult(**base, status="failed",
+                return replace(base, status="failed",
                                   message=f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
 
     def _close_quietly(self, task_id: str) -> None:
@@ -230,22 +231,22 @@ class TaskRunner:
                 log.exception("closing task %s failed", task_id)
 
     def _active(self, settings: BatchSettings, sub: SubTopology, item: WorkItem, t: _Task,
-                data: pa.Table | BatchOutput | None, base: dict[str, Any]) -> ItemResult:
+                data: pa.Table | BatchOutput | None, base: ItemResult) -> ItemResult:
         mgr = t.manager
         if not mgr.restored:
             progress = mgr.restore_chunk(max_records=settings.restore_chunk_records,
                                          max_seconds=settings.restore_chunk_seconds)
-            return ItemResult(**base, status="restoring", figures=mgr.figures(), restored=progress.restored,
+            return replace(base, status="restoring", figures=mgr.figures(), restored=progress.restored,
                               restore_remaining=progress.remaining)
         if t.positions is None:
             t.positions = self._committed(mgr, item.ranges)
         stale = [r for r in item.ranges if t.positions.get((r.topic, r.partition), 0) != r.start]
         if stale:
-            return ItemResult(**base, status="aborted", figures=mgr.figures(),
+            return replace(base, status="aborted", figures=mgr.figures(),
                               message=f"stale plan: {[(r.topic, r.partition, r.start) for r in stale]} but "
                                       f"committed positions are {t.positions}")
         if item.restore_only or all(r.empty for r in item.ranges):
-            return ItemResult(**base, status="processed", figures=mgr.figures())
+            return replace(base, status="processed", figures=mgr.figures())
         bad, records_read = self._stash.pop((settings.batch_id, item.task), ([], 0))
         reader = range_reader(settings.kafka)
         source = item.ranges[0]
@@ -302,8 +303,8 @@ class TaskRunner:
         if out.output_timestamps:
             lat = (committed_at - np.concatenate(out.output_timestamps)) / 1000.0
             counts, total = latency_histogram(np.maximum(lat, 0.0))
-        return ItemResult(
-            **base,
+        return replace(
+            base,
             status="processed",
             records_in=records_in,
             records_out=len(out.outputs),
@@ -317,11 +318,11 @@ class TaskRunner:
             figures=mgr.figures(),
         )
 
-    def _stop_at(self, base: dict[str, Any], bad: Sequence[BadRecord], mgr: ProcessorStateManager) -> ItemResult:
+    def _stop_at(self, base: ItemResult, bad: Sequence[BadRecord], mgr: ProcessorStateManager) -> ItemResult:
         first = min(bad, key=lambda b: b.offset)
         msg = f"bad record at {first.topic}[{first.partition}] offset {first.offset}: {first.error}"
-        log.error("task %s: %s (policy fail: nothing of this batch is committed)", base["task"], msg)
-        return ItemResult(**base, status="bad-record", message=msg, figures=mgr.figures(),
+        log.error("task %s: %s (policy fail: nothing of this batch is committed)", base.task, msg)
+        return replace(base, status="bad-record", message=msg, figures=mgr.figures(),
                           bad_records=(BadRecordInfo(first.topic, first.partition, first.offset, first.error),))
 
     @staticmethod

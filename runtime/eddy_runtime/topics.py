@@ -150,7 +150,7 @@ def ensure_topics(admin: Any, requirements: Iterable[TopicRequirement],
     `topic_problems` finds. A topic another client created meanwhile counts as existing.
     """
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # re-exported without __all__
 
     settings = settings or TopicsSpec()
     reqs = list(requirements)
@@ -209,7 +209,7 @@ def describe_topics(admin: Any, names: Sequence[str]) -> dict[str, TopicDescript
     that answers, so "unknown topic" is retried for a few seconds; then it is an error.
     """
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import ConfigResource
+    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]  # re-exported without __all__
 
     if not names:
         return {}
