@@ -35,8 +35,15 @@ Program = tuple[str, bytes]
 ArrowFn = Callable[[Iterable["pa.RecordBatch"]], Iterator["pa.RecordBatch"]]
 
 
-def _misplaced(work: SlotWork, error: MisplacedTask) -> list[ItemResult]:
-    return [ItemResult(i.task, work.executor, i.role, "misplaced", message=str(error)) for i in work.items]
+def _misplaced(settings: BatchSettings, work: SlotWork) -> list[ItemResult] | None:
+    """None if this process works for the executor `work` was planned for; otherwise a
+    "misplaced" result per item (nothing touched)."""
+    what = f"task {work.dataframe_task}" if work.dataframe_task is not None else f"executor {work.executor}'s slot"
+    try:
+        ensure_on_executor(work.executor, what, settings.executor_hosts)
+    except MisplacedTask as e:
+        return [ItemResult(i.task, work.executor, i.role, "misplaced", message=str(e)) for i in work.items]
+    return None
 
 
 def _call_runner(settings: BatchSettings, program: Program, work: SlotWork, data: object) -> list[ItemResult]:
@@ -91,12 +98,8 @@ def read_step(settings: BatchSettings, sub: SubTopology, works: list[SlotWork], 
         for slot in _slots(batches):
             _check_partition(offset, slot)
             work = works[slot]
-            if not work.items:
-                continue
-            try:
-                ensure_on_executor(work.executor, f"the input of task {work.dataframe_task}", settings.executor_hosts)
-            except MisplacedTask:
-                continue  # the sink step reports it
+            if not work.items or _misplaced(settings, work) is not None:
+                continue  # the sink step reports a misplaced slot
             item = work.items[0]
             if item.restore_only or item.ranges[0].empty:
                 continue
@@ -149,10 +152,9 @@ def sink_step(settings: BatchSettings, program: Program, works: list[SlotWork], 
         ctx = TaskContext.get()
         slot = ctx.partitionId() - offset if ctx is not None else 0
         work = works[slot]
-        try:
-            ensure_on_executor(work.executor, f"task {work.dataframe_task}", settings.executor_hosts)
-        except MisplacedTask as e:
-            yield _result_batch(_misplaced(work, e))
+        misplaced = _misplaced(settings, work)
+        if misplaced is not None:
+            yield _result_batch(misplaced)
             return
         data: Any = pa.Table.from_batches(received) if received else pa.table({})
         if stateless is not None and data.num_rows:
@@ -171,10 +173,9 @@ def executor_step(settings: BatchSettings, program: Program, works: list[SlotWor
         for slot in _slots(batches):
             _check_partition(offset, slot)
             work = works[slot]
-            try:
-                ensure_on_executor(work.executor, f"the work of executor {work.executor}", settings.executor_hosts)
-            except MisplacedTask as e:
-                yield _result_batch(_misplaced(work, e))
+            misplaced = _misplaced(settings, work)
+            if misplaced is not None:
+                yield _result_batch(misplaced)
                 continue
             results = _call_runner(settings, program, work, None) if work.items or work.held is not None else []
             if work.inventory:
