@@ -1,6 +1,6 @@
 """The stateful steps and sinks of a sub-topology, vectorized over one batch of one task.
 
-`process_batch` runs in the executor's task runner (runner.py) on a `pyarrow.Table` of rows:
+`process_batch` runs in the executor's task runner (task_runner.py) on a `pyarrow.Table` of rows:
 a stateful step first pre-aggregates the batch per key (or per key and window) with Arrow's
 group-by, then does one read-modify-write per distinct key through the task's store
 transaction (state/manager.py's `TaskTransaction`); the sinks turn the resulting rows into

@@ -9,7 +9,7 @@ Columns of a source topic's table: ``key``, ``value`` (typed by the serdes: ``st
 ``offset`` and ``timestamp`` (microseconds, UTC; what Spark's TimestampType maps to).
 
 Records that cannot be deserialized become `BadRecord`s; the caller applies the app's
-bad-record policy (runner.py).
+bad-record policy (task_runner.py, executor_steps.py).
 """
 
 from __future__ import annotations
