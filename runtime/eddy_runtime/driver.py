@@ -43,7 +43,7 @@ from eddy_runtime.health import BatchProgress, HealthAndMetricsServer
 from eddy_runtime.kafka_client import KafkaClientConfig
 from eddy_runtime.metrics import DriverMetrics
 from eddy_runtime.offsets import OffsetReader, changelog_partitions, input_partitions
-from eddy_runtime.outcomes import BatchReport, DriverError, short_error
+from eddy_runtime.outcomes import BatchReport, short_error, stop_error
 from eddy_runtime.pipeline import Topology
 from eddy_runtime.placement import BatchWatch, ExecutorRef, executor_hosts, live_executors
 from eddy_runtime.poison import PoisonIsolation
@@ -312,19 +312,15 @@ class Driver:
             self._failed_batches = 0
         else:
             self._failed_batches += 1
-        for r in report.by_status("bad-record"):
-            raise DriverError(f"task {r.task}: {r.message} (badRecordPolicy: fail)")
         for r in report.by_status("failed"):
             log.error("task %s on executor %s failed: %s", r.task, r.executor, r.message)
-            if r.message.startswith("pipeline error"):
-                raise DriverError(f"task {r.task}: {r.message}")
         for r in report.results:
             for b in r.bad_records:
                 log.warning("app %s task %s: bad record %s (%s)", self.app, r.task, b,
                             "dead-lettered" if r.dead_lettered else "skipped")
-        if self._failed_batches >= self.options.max_failed_batches:
-            raise DriverError(f"{self._failed_batches} batches in a row failed; last error: "
-                              f"{report.error or [r.message for r in report.by_status('failed')][:1]}")
+        error = stop_error(report, self._failed_batches, self.options.max_failed_batches)
+        if error is not None:
+            raise error
         if self.options.runtime_state_target is not None:
             try:
                 self._publish_runtime_state(report, lag, live)
@@ -353,10 +349,6 @@ class Driver:
             timer = threading.Timer(self.options.stop_grace_s, cancel_late)
             timer.daemon = True
             timer.start()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
 
     def run(self, on_batch: Callable[[BatchReport], None] | None = None, max_batches: int | None = None,
             until: Callable[[BatchReport], bool] | None = None) -> None:
@@ -392,17 +384,12 @@ class Driver:
     def close(self) -> None:
         """Close every executor's tasks (stores flushed, checkpoints written), then the clients."""
         try:
-            self.close_tasks()
+            live = live_executors(self.sc)
+            if live:
+                close_runners(self.sc, live, self._settings(live))
         finally:
             self.metrics.close()
             if self._health is not None:
                 self._health.close()
                 self._health = None
             self._offsets.close()
-
-    def close_tasks(self) -> None:
-        """Ask every live executor's task runner to close its tasks."""
-        live = live_executors(self.sc)
-        if live:
-            close_runners(self.sc, live, self._settings(live))
-

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from eddy_contract.assignor import TaskMove
 from eddy_runtime.work import ItemResult, ItemStatus
 
-__all__ = ["BatchReport", "DriverError", "short_error"]
+__all__ = ["BatchReport", "DriverError", "short_error", "stop_error"]
 
 
 class DriverError(RuntimeError):
@@ -48,3 +48,17 @@ def short_error(e: BaseException) -> str:
     """The gist of a Spark/py4j error: its message lines without the JVM stack."""
     lines = [ln for ln in str(e).splitlines() if ln.strip() and not ln.strip().startswith("at ")]
     return " | ".join(lines[:6])[:1500]
+
+
+def stop_error(report: BatchReport, failed_in_a_row: int, max_failed_batches: int) -> DriverError | None:
+    """Why the app cannot go on after `report` (None: it can): a bad record under policy fail, an
+    error in the user's pipeline code, or `max_failed_batches` failed batches in a row."""
+    for r in report.by_status("bad-record"):
+        return DriverError(f"task {r.task}: {r.message} (badRecordPolicy: fail)")
+    for r in report.by_status("failed"):
+        if r.message.startswith("pipeline error"):
+            return DriverError(f"task {r.task}: {r.message}")
+    if failed_in_a_row >= max_failed_batches:
+        return DriverError(f"{failed_in_a_row} batches in a row failed; last error: "
+                           f"{report.error or [r.message for r in report.by_status('failed')][:1]}")
+    return None

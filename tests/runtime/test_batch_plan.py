@@ -1,5 +1,6 @@
 """Planning a micro-batch from the assignment and the offsets, and the driver's pure bookkeeping
-around it: input lag, the bisection that finds a poison record, what volumes hold (pure)."""
+around it: input lag, the bisection that finds a poison record, what volumes hold, when the app
+must stop (pure)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from eddy_contract.assignor import Assignment, TaskAssignment
 from eddy_runtime.batch_plan import input_ranges, plan_batch, task_lags
 from eddy_runtime.compiler import CompiledApp, compile_topology
+from eddy_runtime.outcomes import BatchReport, stop_error
 from eddy_runtime.pipeline import Topology
 from eddy_runtime.poison import first_failing
 from eddy_runtime.runtime_state import Volumes
@@ -127,3 +129,18 @@ def test_volumes_track_restoring_actives_and_forget_executors_that_left():
     volumes.record_results([ItemResult("1_0", "1", "active", "processed"),
                             ItemResult("1_1", "2", "standby", "standby")], live={"1", "2"})
     assert volumes.restoring == {"1_1": "2"}
+
+
+def test_a_bad_record_under_policy_fail_or_an_error_in_the_users_code_stops_the_app():
+    bad = BatchReport(1, "ok", 0.1, 1, [ItemResult("0_0", "1", "active", "bad-record", message="at offset 4")])
+    assert str(stop_error(bad, 0, 5)) == "task 0_0: at offset 4 (badRecordPolicy: fail)"
+    user = BatchReport(1, "ok", 0.1, 1, [ItemResult("0_1", "2", "active", "failed", message="pipeline error: x")])
+    assert str(stop_error(user, 1, 5)) == "task 0_1: pipeline error: x"
+    other = BatchReport(1, "ok", 0.1, 1, [ItemResult("0_1", "2", "active", "failed", message="task runner: EOF")])
+    assert stop_error(other, 1, 5) is None
+
+
+def test_failed_batches_stop_the_app_once_max_failed_batches_failed_in_a_row():
+    failed = BatchReport(7, "failed", 0.1, 1, error="Job aborted")
+    assert stop_error(failed, 4, 5) is None
+    assert str(stop_error(failed, 5, 5)) == "5 batches in a row failed; last error: Job aborted"
