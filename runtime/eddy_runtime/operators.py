@@ -177,8 +177,7 @@ def _store_ops(spec: StatefulSpec, tx: Any) -> tuple[Callable[[list[Any], list[A
         kv = tx.key_value(spec.store.name)
 
         def get(keys: list[Any], _w: list[Any]) -> list[Any]:
-            found: list[Any] = kv.get_many(keys)
-            return found
+            return list(kv.get_many(keys))
 
         def put(keys: list[Any], _w: list[Any], values: list[Any]) -> list[bool]:
             kv.put_many(keys, values)
