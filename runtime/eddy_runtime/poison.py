@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from eddy_runtime.compiler import CompiledApp, SubTopology
 from eddy_runtime.executor_steps import RESULT_DDL, probe_sink, read_step
@@ -19,6 +19,9 @@ from eddy_runtime.outcomes import DriverError, short_error
 from eddy_runtime.placement import ExecutorRef, PinnedSlots
 from eddy_runtime.records import spark_source_schema
 from eddy_runtime.work import BatchSettings, InputRange, SlotWork, WorkItem
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["PoisonIsolation", "first_failing"]
 
@@ -45,7 +48,7 @@ def first_failing(start: int, end: int, fails: Callable[[int, int], str | None])
 class PoisonIsolation:
     """The poison records found so far, and the Spark probes that find them."""
 
-    def __init__(self, spark: Any, policy: str) -> None:
+    def __init__(self, spark: SparkSession, policy: str) -> None:
         self.spark = spark
         #: the app's bad-record policy: under ``fail`` a poison record stops the app
         self.policy = policy

@@ -22,6 +22,8 @@ from eddy_runtime.state import TaskInventory, changelog_topic_name
 from eddy_runtime.work import BatchSettings, ItemResult
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
+
     from eddy_runtime.compiler import CompiledApp
 
 __all__ = ["Volumes", "held_offsets", "probe_inventories", "runtime_state"]
@@ -74,7 +76,7 @@ class Volumes:
                 self.held_stores.pop(e, None)
 
 
-def probe_inventories(sc: object, executors: Sequence[ExecutorRef],
+def probe_inventories(sc: SparkContext, executors: Sequence[ExecutorRef],
                       settings: BatchSettings) -> list[tuple[str, tuple[TaskInventory, ...]]]:
     """(executor, what its volume holds) for each of `executors`, read on the executor itself."""
     app = settings.app

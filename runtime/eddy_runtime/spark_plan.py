@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eddy_contract.assignor import Assignment
 from eddy_runtime.batch_plan import BatchPlan
@@ -22,6 +22,10 @@ from eddy_runtime.placement import ExecutorRef, PinnedSlots, current_executor_id
 from eddy_runtime.records import spark_source_schema
 from eddy_runtime.runner_client import RunnerClient
 from eddy_runtime.work import BatchSettings, SlotWork, WorkItem
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["SlotLayout", "batch_frames", "close_runners", "dataframe_item_slots", "slot_layout"]
 
@@ -36,12 +40,12 @@ class SlotLayout:
     #: per sub-topology with DataFrame steps: its tasks with a live active, and that executor
     dataframe_slots: dict[int, list[tuple[str, ExecutorRef]]]
     #: per such sub-topology: the pinned DataFrame its batches start from
-    dataframe_bases: dict[int, Any]
+    dataframe_bases: dict[int, DataFrame]
     executor_slots: list[ExecutorRef]
-    executor_base: Any
+    executor_base: DataFrame
 
 
-def slot_layout(spark: Any, compiled: CompiledApp, assignment: Assignment, live: Sequence[ExecutorRef],
+def slot_layout(spark: SparkSession, compiled: CompiledApp, assignment: Assignment, live: Sequence[ExecutorRef],
                 previous: SlotLayout | None) -> SlotLayout:
     """The layout for `assignment` on `live` executors: `previous` if it is for the same ones
     (building pinned partitions costs py4j round trips)."""
@@ -70,7 +74,7 @@ def dataframe_item_slots(layout: SlotLayout, plan: BatchPlan) -> dict[str, tuple
 
 
 def batch_frames(compiled: CompiledApp, layout: SlotLayout, plan: BatchPlan, settings: BatchSettings,
-                 program: Program, *, fresh: bool, inventory: bool) -> list[Any]:
+                 program: Program, *, fresh: bool, inventory: bool) -> list[DataFrame]:
     """One DataFrame per sub-topology with DataFrame steps and work, plus one over the executor
     slots; empty when there is nothing to do. `fresh`: send each executor what it holds (its
     runner closes the rest); `inventory`: executors report what their volumes hold."""
@@ -97,7 +101,7 @@ def batch_frames(compiled: CompiledApp, layout: SlotLayout, plan: BatchPlan, set
     return frames
 
 
-def close_runners(sc: Any, live: Sequence[ExecutorRef], settings: BatchSettings) -> None:
+def close_runners(sc: SparkContext, live: Sequence[ExecutorRef], settings: BatchSettings) -> None:
     """Ask every live executor's task runner to close its tasks (stores flushed, checkpoints
     written) and exit."""
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eddy_contract.spec import StreamAppSpec
 from eddy_runtime import kafka_client
@@ -24,6 +24,9 @@ from eddy_runtime.outcomes import DriverError
 from eddy_runtime.pipeline import Join, Node, PipelineError, Topology
 from eddy_runtime.records import spark_source_schema
 from eddy_runtime.topics import TopicError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["PreparedApp", "check_dataframe_steps", "load_pipeline", "prepare_app", "ship_by_value", "source_topics"]
 
@@ -78,7 +81,7 @@ def source_topics(topology: Topology) -> list[str]:
     return out
 
 
-def check_dataframe_steps(spark: Any, compiled: CompiledApp) -> None:
+def check_dataframe_steps(spark: SparkSession, compiled: CompiledApp) -> None:
     """Reject DataFrame steps that shuffle: they would move records off their task's executor."""
     sc = spark.sparkContext
     for sub in compiled.subtopologies:
@@ -101,7 +104,7 @@ def check_dataframe_steps(spark: Any, compiled: CompiledApp) -> None:
             )
 
 
-def prepare_app(spark: Any, admin: Any, kafka: KafkaClientConfig, topology: Topology, spec: StreamAppSpec, *,
+def prepare_app(spark: SparkSession, admin: Any, kafka: KafkaClientConfig, topology: Topology, spec: StreamAppSpec, *,
                 create_output_topics: bool) -> PreparedApp:
     """Compile the pipeline against the topics and create the topics the app needs."""
     from pyspark import cloudpickle
