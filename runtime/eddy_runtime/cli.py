@@ -38,7 +38,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     logging.basicConfig(level=logging.WARNING, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    from eddy_runtime.driver import DriverError
+    from eddy_runtime.outcomes import DriverError
 
     try:
         return LocalRun(options).run()
@@ -50,7 +50,8 @@ def _run(args: argparse.Namespace) -> int:
 def _driver(args: argparse.Namespace) -> int:
     from eddy_contract.spec import load_streamapp_file
     from eddy_runtime.channel_io import ChannelLocation
-    from eddy_runtime.driver import Driver, DriverError, DriverOptions, default_state_dir
+    from eddy_runtime.driver import Driver, DriverOptions, default_state_dir
+    from eddy_runtime.outcomes import DriverError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # py4j logs every callback connection it closes at INFO: a line a second, nothing to act on.

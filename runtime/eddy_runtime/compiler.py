@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from eddy_contract.tasks import TaskId, task_id
 from eddy_runtime.pipeline import (
     Aggregate,
     GroupBy,
@@ -35,7 +36,7 @@ from eddy_runtime.pipeline import (
     ToTopic,
     Transform,
 )
-from eddy_runtime.state import ChangelogTopicSpec, StoreSpec, changelog_topic_name
+from eddy_runtime.state import ChangelogTopicSpec, StoreSpec
 
 __all__ = [
     "CompiledApp",
@@ -146,7 +147,7 @@ class SubTopology:
 
     @property
     def task_ids(self) -> tuple[str, ...]:
-        return tuple(f"{self.id}_{p}" for p in range(self.partitions))
+        return tuple(task_id(self.id, p) for p in range(self.partitions))
 
     @property
     def stores(self) -> tuple[StoreSpec, ...]:
@@ -192,26 +193,23 @@ class CompiledApp:
                     out.append(t)
         return tuple(out)
 
-    def subtopology_of(self, task_id: str) -> SubTopology:
-        return self.subtopologies[int(task_id.split("_")[0])]
+    def subtopology_of(self, task: str) -> SubTopology:
+        return self.subtopologies[TaskId.parse(task).subtopology]
 
     def stateful_tasks(self) -> tuple[str, ...]:
         return tuple(t for s in self.subtopologies if s.stateful_task for t in s.task_ids)
 
     def changelog_topics(self) -> list[ChangelogTopicSpec]:
-        out = []
-        for s in self.subtopologies:
-            for store in s.stores:
-                if store.kind == "window":
-                    out.append(ChangelogTopicSpec(changelog_topic_name(self.app, store.name), s.partitions,
-                                                  cleanup_policy="compact,delete",
-                                                  retention_ms=(store.retention_ms or 0) + 86_400_000))
-                else:
-                    out.append(ChangelogTopicSpec(changelog_topic_name(self.app, store.name), s.partitions))
-        return out
+        return [ChangelogTopicSpec.for_store(self.app, store, s.partitions) for s in self.subtopologies
+                for store in s.stores]
 
 
 # -- compiling ------------------------------------------------------------------------------------
+
+
+def _with_group_key(expr: Any) -> Callable[[Any], Any]:
+    """The DataFrame step that computes a group_by expression into `GROUP_KEY_COLUMN`."""
+    return lambda df: df.withColumn(GROUP_KEY_COLUMN, expr)
 
 
 def _chain(node: Node) -> list[Node]:
@@ -291,8 +289,7 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
                     else:
                         if stateful is not None:
                             raise PipelineError("after a stateful step, group_by takes a column name")
-                        expr = end.key
-                        steps.append(lambda df, expr=expr: df.withColumn(GROUP_KEY_COLUMN, expr))
+                        steps.append(_with_group_key(end.key))
                         key_column = GROUP_KEY_COLUMN
                     topic = repartition_topic_name(app, end.name)
                     if topic in repartitions:
@@ -341,9 +338,9 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
                                 uses_dataframe=bool(steps)))
     # Pending order assigned downstream ids in creation order; check they line up.
     for s in subs:
-        for sink in s.sinks:
-            if isinstance(sink, RepartitionSink):
-                assert subs[sink.target].source.topic == sink.topic
+        for out in s.sinks:
+            if isinstance(out, RepartitionSink):
+                assert subs[out.target].source.topic == out.topic
     return CompiledApp(app, tuple(subs), dict(repartitions), tuple(dict.fromkeys(outputs)))
 
 

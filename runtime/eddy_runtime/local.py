@@ -27,9 +27,12 @@ from typing import Any, TextIO
 
 from eddy_contract.spec import StreamAppSpec, load_streamapp_file
 from eddy_runtime import kafka_client
-from eddy_runtime.driver import BatchReport, Driver, DriverError, DriverOptions, load_pipeline
+from eddy_runtime.compiler import TopicSink
+from eddy_runtime.driver import Driver, DriverOptions
 from eddy_runtime.kafka_client import KafkaClientConfig, KafkaCredentialsMissing, KafkaUnreachable
+from eddy_runtime.outcomes import BatchReport, DriverError
 from eddy_runtime.pipeline import Topology
+from eddy_runtime.startup import load_pipeline
 
 __all__ = ["LocalRun", "LocalRunOptions", "local_spark_session"]
 
@@ -161,7 +164,7 @@ class LocalRun:
         return spark
 
     def ensure_input_topics(self, kafka: KafkaClientConfig, topology: Topology) -> list[str]:
-        from confluent_kafka.admin import NewTopic
+        from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # re-exported without __all__
 
         admin = kafka_client.admin(kafka)
         existing = admin.list_topics(timeout=30).topics
@@ -301,7 +304,7 @@ class LocalRun:
             if opts.feed and sample.is_file() and topics:
                 self._thread(self.feed, kafka, topics[0], sample)
             sink = next((k for s in compiled.subtopologies for k in s.sinks
-                         if getattr(k, "topic", None) in compiled.output_topics), None)
+                         if isinstance(k, TopicSink) and k.topic in compiled.output_topics), None)
             if sink is not None:
                 self._thread(self.watch_output, kafka, sink.topic, sink.key_serde or "bytes",
                              sink.value_serde or "bytes")

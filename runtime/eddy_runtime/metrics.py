@@ -133,7 +133,7 @@ class DriverMetrics(_Served):
         self.failovers = Counter("eddy_driver_executor_losses", "Executors that died while the app ran",
                                  ["app"], registry=r)
         self.latency = _LatencyCollector(app)
-        r.register(self.latency)  # type: ignore[arg-type]
+        r.register(self.latency)
 
     def observe_batch(self, outcome: str, seconds: float, results: Iterable[ItemResult], wall_s: float) -> None:
         app = self.app

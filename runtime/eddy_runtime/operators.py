@@ -1,6 +1,6 @@
 """The stateful steps and sinks of a sub-topology, vectorized over one batch of one task.
 
-`process_batch` runs in the executor's task runner (runner.py) on a `pyarrow.Table` of rows:
+`process_batch` runs in the executor's task runner (task_runner.py) on a `pyarrow.Table` of rows:
 a stateful step first pre-aggregates the batch per key (or per key and window) with Arrow's
 group-by, then does one read-modify-write per distinct key through the task's store
 transaction (state/manager.py's `TaskTransaction`); the sinks turn the resulting rows into
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,7 +177,7 @@ def _store_ops(spec: StatefulSpec, tx: Any) -> tuple[Callable[[list[Any], list[A
         kv = tx.key_value(spec.store.name)
 
         def get(keys: list[Any], _w: list[Any]) -> list[Any]:
-            return kv.get_many(keys)
+            return list(kv.get_many(keys))
 
         def put(keys: list[Any], _w: list[Any], values: list[Any]) -> list[bool]:
             kv.put_many(keys, values)
@@ -195,7 +195,7 @@ def _store_ops(spec: StatefulSpec, tx: Any) -> tuple[Callable[[list[Any], list[A
     return wget, wput
 
 
-def _result(spec: StatefulSpec, keys: pa.Array, starts: list[int] | None, values: list[Any],
+def _result(spec: StatefulSpec, keys: pa.Array, starts: Sequence[int | None] | None, values: list[Any],
             stamps: np.ndarray, written: list[bool]) -> pa.Table:
     mask = np.asarray(written, dtype=bool)
     cols: dict[str, Any] = {"key": keys, "value": pa.array(values)}

@@ -291,7 +291,7 @@ class Stream:
                 "transform after a stateful step (count, aggregate, join...) is not supported in the same "
                 "sub-topology: write the result to a topic with to() and read it with topology.stream()"
             )
-        return Stream(self.topology, Transform(self.node, fn, name or getattr(fn, "__name__", "transform")))
+        return Stream(self.topology, Transform(self.node, fn, name or str(getattr(fn, "__name__", "transform"))))
 
     def group_by(self, key: Any, *, name: str | None = None, key_serde: str = "string",
                  partitions: int | None = None) -> GroupedStream:

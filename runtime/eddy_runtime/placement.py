@@ -1,12 +1,12 @@
 """Pinned placement of work on Spark executors: who is alive, pinned RDDs, self-checks, job watches.
 
-Spark has no API to say "run partition i on executor E". What works (DESIGN.md, "Placement
+Spark has no API to say "run partition i on executor E". What works (docs/DESIGN.md, "Placement
 facts", measured on pyspark 4.3): a partition's preferred location ``executor_<host>_<id>`` set
 through ``SparkContext.makeRDD(Seq[(T, Seq[String])])`` plus a high ``spark.locality.wait``.
 Narrow steps over such an RDD (a DataFrame built on it, ``mapInArrow``, ``select``...) stay on
 the executor until the first shuffle.
 
-The driver (driver.py) uses this module as follows:
+The driver uses this module as follows (driver.py, spark_plan.py, executor_steps.py):
 
 - `live_executors` before planning: work is only ever planned onto executors alive right now;
 - `PinnedSlots` once per assignment: one partition per slot (a task copy on an executor); the
@@ -14,8 +14,8 @@ The driver (driver.py) uses this module as follows:
 - `BatchWatch` around each batch's Spark job: it cancels the job group as soon as one of the
   batch's executors dies (a job pinned to a dead executor would otherwise wait for the locality
   timeout, or silently run elsewhere on the same host);
-- inside a task, `current_executor_id` lets the code check it runs where it was meant to before
-  it touches any state (`ensure_on_executor`).
+- inside a task, every piece of work calls `ensure_on_executor` (built on `current_executor_id`)
+  before it touches any state: the one check that it runs where it was planned.
 """
 
 from __future__ import annotations
@@ -145,7 +145,8 @@ class PinnedSlots:
             for slot in list(slots):
                 yield from fn(slot)
 
-        return self.rdd.mapPartitionsWithIndex(partition).collect()
+        found: list[Any] = self.rdd.mapPartitionsWithIndex(partition).collect()
+        return found
 
     def dataframe(self, spark: Any) -> Any:
         """A one-column DataFrame (``slot int``), one row per partition, still pinned."""
@@ -279,8 +280,15 @@ def executor_jvm_pid() -> int | None:
     return jvm[0] if jvm is not None else None
 
 
-def ensure_on_executor(expected: str, what: str, hosts: Mapping[str, str] | None = None) -> None:
-    """Raise `MisplacedTask` unless this process belongs to executor `expected`."""
+def ensure_on_executor(expected: str, what: str, hosts: Mapping[str, str] | None = None, *,
+                       unknown_ok: bool = False) -> None:
+    """Raise `MisplacedTask` unless this process belongs to executor `expected`: the one check
+    every piece of work makes before it touches state.
+
+    `unknown_ok`: a process that cannot tell its executor trusts `expected` (the task runner,
+    started with its executor's id, once the worker that started it is gone).
+    """
     here = current_executor_id(hosts)
-    if here != expected:
-        raise MisplacedTask(f"{what} was planned for executor {expected} but runs on executor {here}")
+    if here == expected or (here is None and unknown_ok):
+        return
+    raise MisplacedTask(f"{what} was planned for executor {expected} but runs on executor {here}")

@@ -9,7 +9,7 @@ Columns of a source topic's table: ``key``, ``value`` (typed by the serdes: ``st
 ``offset`` and ``timestamp`` (microseconds, UTC; what Spark's TimestampType maps to).
 
 Records that cannot be deserialized become `BadRecord`s; the caller applies the app's
-bad-record policy (runner.py).
+bad-record policy (task_runner.py, executor_steps.py).
 """
 
 from __future__ import annotations
@@ -145,14 +145,16 @@ class RangeReader:
                 msgs = c.consume(num_messages=min(100_000, max(end - last, 1)), timeout=0.02)
                 for m in msgs:
                     err = m.error()
+                    off = m.offset()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
                             # What the broker has ends here: markers or aborted records were left.
-                            if m.offset() >= end:
+                            if off is not None and off >= end:
                                 last = end - 1
                             continue
                         raise RuntimeError(f"reading {rng.topic}[{rng.partition}]: {err}")
-                    off = m.offset()
+                    if off is None:  # a fetched record always has one; the client's types allow None
+                        raise RuntimeError(f"reading {rng.topic}[{rng.partition}]: a record without an offset")
                     if off >= end:
                         last = end - 1
                         break
@@ -323,11 +325,12 @@ def encode_column(col: pa.Array | pa.ChunkedArray, serde: str | None) -> list[by
         pack = _INT64.pack
         return [None if v is None else pack(int(v)) for v in values]
     if serde in ("string", "bytes"):
-        if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t):
-            return pc.cast(col, pa.binary()).to_pylist()
-        if serde == "bytes" and not pa.types.is_binary(t):
-            raise TypeError(f"bytes serde needs a binary column, got {t}")
-        return pc.cast(pc.cast(col, pa.string()), pa.binary()).to_pylist()
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)):
+            if serde == "bytes":
+                raise TypeError(f"bytes serde needs a binary column, got {t}")
+            col = pc.cast(col, pa.string())
+        encoded: list[bytes | None] = pc.cast(col, pa.binary()).to_pylist()
+        return encoded
     if serde == "json":
         dumps = json.dumps
         return [None if v is None else dumps(v, default=_json_default, separators=(",", ":")).encode()
@@ -353,10 +356,11 @@ def timestamps_ms(table: pa.Table) -> np.ndarray | None:
     now_ms = int(time.time() * 1000)
     if pa.types.is_timestamp(t):
         per_ms = {"s": 0.001, "ms": 1, "us": 1000, "ns": 1_000_000}[t.unit]
-        raw = pc.fill_null(pc.cast(col, pa.int64()), int(now_ms * per_ms)).to_numpy(zero_copy_only=False)
+        raw: np.ndarray = pc.fill_null(pc.cast(col, pa.int64()), int(now_ms * per_ms)).to_numpy(zero_copy_only=False)
         return raw.astype(np.int64) if per_ms == 1 else (raw / per_ms).astype(np.int64)
     if pa.types.is_integer(t):  # epoch milliseconds
-        return pc.fill_null(pc.cast(col, pa.int64()), now_ms).to_numpy(zero_copy_only=False).astype(np.int64)
+        ms: np.ndarray = pc.fill_null(pc.cast(col, pa.int64()), now_ms).to_numpy(zero_copy_only=False)
+        return ms.astype(np.int64)
     return None
 
 

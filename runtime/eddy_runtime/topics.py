@@ -1,10 +1,11 @@
-"""The Kafka topics an app writes: what each must look like, creating the missing ones, validating
-the ones that exist.
+"""The rules for a Kafka topic an app writes: what it must look like (`TopicRequirement`),
+creating the missing ones, validating the ones that exist (docs/DESIGN.md, "Topics").
 
-The driver calls `ensure_app_topics` once per start, before any task runs, with the topics
-`app_topic_requirements` derives from the compiled pipeline: the stores' changelogs (what
-`eddy_runtime.state.ChangelogTopicSpec` says; `ensure_changelog_topics` does the same for tests and
-tools that only have stores), repartition topics, the dead-letter topic and the output topics. They are created with
+The driver calls `app_topics.ensure_app_topics` once per start, before any task runs, with the
+topics `app_topics.app_topic_requirements` derives from the compiled pipeline: the stores'
+changelogs (what `eddy_runtime.state.ChangelogTopicSpec` says; `ensure_changelog_topics` does the
+same for tests and tools that only have stores), repartition topics, the dead-letter topic and the
+output topics. They are created with
 `spec.kafka.topics` (replication factor, -1 passing the brokers' default through as Kafka
 Streams does, and `min.insync.replicas`). Every creation error other than "already exists" is
 raised; a topic that exists is described and checked, and a mismatch the app cannot live with is
@@ -17,13 +18,9 @@ import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from eddy_contract.spec import TopicsSpec
-
-if TYPE_CHECKING:
-    from eddy_contract.spec import StreamAppSpec
-    from eddy_runtime.compiler import CompiledApp
 
 __all__ = [
     "TopicCreationFailed",
@@ -31,9 +28,7 @@ __all__ = [
     "TopicError",
     "TopicMismatch",
     "TopicRequirement",
-    "app_topic_requirements",
     "describe_topics",
-    "ensure_app_topics",
     "ensure_topics",
     "topic_problems",
 ]
@@ -146,33 +141,6 @@ def topic_problems(req: TopicRequirement, found: TopicDescription, settings: Top
     return problems
 
 
-def app_topic_requirements(compiled: CompiledApp, spec: StreamAppSpec, *,
-                           create_outputs: bool = True) -> list[TopicRequirement]:
-    """Every topic the compiled app writes, changelogs first."""
-    reqs = [c.requirement() for c in compiled.changelog_topics()]
-    reqs += [TopicRequirement(t, "repartition", n, check_partitions=True, cleanup_policy="delete")
-             for t, n in compiled.repartition_topics.items()]
-    if spec.dead_letter_topic:
-        reqs.append(TopicRequirement(spec.dead_letter_topic, "dead-letter", 1))
-    if create_outputs:
-        named = {r.name for r in reqs}
-        for s in compiled.subtopologies:
-            for sink in s.sinks:
-                topic = getattr(sink, "topic", None)
-                if topic and topic not in named:
-                    # A user's topic: created if missing, its replicas are the user's business.
-                    reqs.append(TopicRequirement(topic, "output", s.partitions, internal=False))
-                    named.add(topic)
-    return reqs
-
-
-def ensure_app_topics(admin: Any, compiled: CompiledApp, spec: StreamAppSpec, *,
-                      create_outputs: bool = True) -> dict[str, bool]:
-    """Create and validate the topics `app_topic_requirements` lists; ``{topic: created}``."""
-    reqs = app_topic_requirements(compiled, spec, create_outputs=create_outputs)
-    return ensure_topics(admin, reqs, spec.kafka.topics)
-
-
 def ensure_topics(admin: Any, requirements: Iterable[TopicRequirement],
                   settings: TopicsSpec | None = None) -> dict[str, bool]:
     """Create the missing topics, then describe every one and check it.
@@ -182,7 +150,7 @@ def ensure_topics(admin: Any, requirements: Iterable[TopicRequirement],
     `topic_problems` finds. A topic another client created meanwhile counts as existing.
     """
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # re-exported without __all__
 
     settings = settings or TopicsSpec()
     reqs = list(requirements)
@@ -241,7 +209,7 @@ def describe_topics(admin: Any, names: Sequence[str]) -> dict[str, TopicDescript
     that answers, so "unknown topic" is retried for a few seconds; then it is an error.
     """
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import ConfigResource
+    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]  # re-exported without __all__
 
     if not names:
         return {}

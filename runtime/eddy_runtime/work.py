@@ -1,9 +1,9 @@
 """Work items the driver plans for one micro-batch, and the results executors send back.
 
-The driver (driver.py) plans, per batch, one `SlotWork` per Spark partition: either one task
-whose records go through DataFrame steps, or everything else one executor has to do in this
-batch (direct processing, restore chunks, standby tails). Executors run them in their task
-runner (runner.py) and answer with one `ItemResult` per `WorkItem`. All of these are small,
+The driver plans (batch_plan.py, spark_plan.py), per batch, one `SlotWork` per Spark partition:
+either one task whose records go through DataFrame steps, or everything else one executor has to
+do in this batch (direct processing, restore chunks, standby tails). Executors run them in their task
+runner (task_runner.py) and answer with one `ItemResult` per `WorkItem`. All of these are small,
 picklable values.
 """
 
@@ -25,6 +25,7 @@ __all__ = [
     "SlotWork",
     "WorkItem",
     "LATENCY_BUCKETS_S",
+    "Role",
 ]
 
 Role = Literal["active", "standby"]

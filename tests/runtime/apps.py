@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from eddy_contract.spec import StreamAppSpec
-from eddy_runtime.driver import BatchReport, Driver, DriverOptions
+from eddy_runtime.driver import Driver, DriverOptions
+from eddy_runtime.outcomes import BatchReport
 
 
 def streamapp(name: str, bootstrap: str, module: str, args: dict[str, str] | None = None, **spec: Any) -> StreamAppSpec:

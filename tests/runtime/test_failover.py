@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 import pytest
 
-from eddy_runtime.driver import BatchReport, Driver
+from eddy_runtime.driver import Driver
+from eddy_runtime.outcomes import BatchReport
 from eddy_runtime.placement import live_executors
 from tests.runtime.apps import driver_for, latest_counts, produce, streamapp
 

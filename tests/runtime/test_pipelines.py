@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from eddy_runtime.driver import DriverError
+from eddy_runtime.outcomes import DriverError
 from eddy_runtime.pipeline import PipelineError
 from tests.runtime.apps import driver_for, produce, read_all, run_until_idle, streamapp
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from eddy_runtime.driver import BatchReport, DriverError
+from eddy_runtime.outcomes import BatchReport, DriverError
 from eddy_runtime.state import changelog_topic_name
 from eddy_runtime.topics import describe_topics
 from tests.runtime.apps import driver_for, latest_counts, produce, read_all, streamapp

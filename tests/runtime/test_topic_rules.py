@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from eddy_contract.spec import TopicsSpec
+from eddy_runtime.app_topics import app_topic_requirements
 from eddy_runtime.compiler import compile_topology
 from eddy_runtime.pipeline import Topology
-from eddy_runtime.topics import TopicDescription, TopicRequirement, app_topic_requirements, topic_problems
+from eddy_runtime.topics import TopicDescription, TopicRequirement, topic_problems
 from tests.runtime.apps import streamapp
 
 pytestmark = pytest.mark.unit

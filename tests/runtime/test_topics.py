@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from eddy_runtime.app_topics import ensure_app_topics
 from eddy_runtime.compiler import CompiledApp, compile_topology
 from eddy_runtime.pipeline import Topology
 from eddy_runtime.topics import (
     TopicCreationFailed,
     TopicMismatch,
     describe_topics,
-    ensure_app_topics,
 )
 from tests.runtime.apps import streamapp
 

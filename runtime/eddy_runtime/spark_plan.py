@@ -1,0 +1,122 @@
+"""A batch's Spark plan: pinned partitions for the assignment (`SlotLayout`) and the DataFrames that
+run a `BatchPlan` on them (docs/DESIGN.md, "One micro-batch", step 3, and "Placement facts").
+
+Per assignment, one pinned partition per task of a sub-topology with DataFrame steps (read ->
+the user's steps -> the task runner) and one per live executor for everything else; the batch's
+work travels in the closures of executor_steps.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from eddy_contract.assignor import Assignment
+from eddy_runtime.batch_plan import BatchPlan
+from eddy_runtime.compiler import CompiledApp
+from eddy_runtime.executor_steps import RESULT_DDL, Program, executor_step, read_step, sink_step
+from eddy_runtime.outcomes import short_error
+from eddy_runtime.placement import ExecutorRef, PinnedSlots, current_executor_id
+from eddy_runtime.records import spark_source_schema
+from eddy_runtime.runner_client import RunnerClient
+from eddy_runtime.work import BatchSettings, SlotWork, WorkItem
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["SlotLayout", "batch_frames", "close_runners", "dataframe_item_slots", "slot_layout"]
+
+log = logging.getLogger("eddy.driver")
+
+
+@dataclass(frozen=True)
+class SlotLayout:
+    """Pinned partitions for one assignment generation on one set of executors."""
+
+    key: tuple[Any, ...]
+    #: per sub-topology with DataFrame steps: its tasks with a live active, and that executor
+    dataframe_slots: dict[int, list[tuple[str, ExecutorRef]]]
+    #: per such sub-topology: the pinned DataFrame its batches start from
+    dataframe_bases: dict[int, DataFrame]
+    executor_slots: list[ExecutorRef]
+    executor_base: DataFrame
+
+
+def slot_layout(spark: SparkSession, compiled: CompiledApp, assignment: Assignment, live: Sequence[ExecutorRef],
+                previous: SlotLayout | None) -> SlotLayout:
+    """The layout for `assignment` on `live` executors: `previous` if it is for the same ones
+    (building pinned partitions costs py4j round trips)."""
+    by_id = {e.id: e for e in live}
+    key = (assignment.generation, tuple(sorted(assignment.tasks.items())), tuple(live))
+    if previous is not None and previous.key == key:
+        return previous
+    dataframe_slots: dict[int, list[tuple[str, ExecutorRef]]] = {}
+    for sub in compiled.subtopologies:
+        if not sub.uses_dataframe:
+            continue
+        slots = [(t, by_id[assignment.tasks[t].active]) for t in sub.task_ids
+                 if t in assignment.tasks and assignment.tasks[t].active in by_id]
+        if slots:
+            dataframe_slots[sub.id] = slots
+    sc = spark.sparkContext
+    bases = {sid: PinnedSlots(sc, [e for _, e in slots]).dataframe(spark) for sid, slots in dataframe_slots.items()}
+    executor_slots = list(live)
+    return SlotLayout(key, dataframe_slots, bases, executor_slots, PinnedSlots(sc, executor_slots).dataframe(spark))
+
+
+def dataframe_item_slots(layout: SlotLayout, plan: BatchPlan) -> dict[str, tuple[WorkItem, ExecutorRef]]:
+    """Per DataFrame task with an item this batch: the item and the executor its slot is pinned to."""
+    slot_of = {t: e for slots in layout.dataframe_slots.values() for t, e in slots}
+    return {t: (item, slot_of[t]) for t, item in plan.dataframe_items.items() if t in slot_of}
+
+
+def batch_frames(compiled: CompiledApp, layout: SlotLayout, plan: BatchPlan, settings: BatchSettings,
+                 program: Program, *, fresh: bool, inventory: bool) -> list[DataFrame]:
+    """One DataFrame per sub-topology with DataFrame steps and work, plus one over the executor
+    slots; empty when there is nothing to do. `fresh`: send each executor what it holds (its
+    runner closes the rest); `inventory`: executors report what their volumes hold."""
+    frames = []
+    offset = 0
+    items = plan.dataframe_items
+    for sub_id, slots in layout.dataframe_slots.items():
+        if not any(t in items for t, _ in slots):
+            continue
+        sub = compiled.subtopologies[sub_id]
+        works = [SlotWork(e.id, (items[t],) if t in items else (), dataframe_task=t) for t, e in slots]
+        df = layout.dataframe_bases[sub_id].mapInArrow(
+            read_step(settings, sub, works, offset), spark_source_schema(sub.source.key_serde, sub.source.value_serde))
+        for step in sub.steps:
+            df = step(df)
+        stateless = sub.for_executor() if sub.stateful is None else None
+        frames.append(df.mapInArrow(sink_step(settings, program, works, offset, stateless), RESULT_DDL))
+        offset += len(slots)
+    works = [SlotWork(e.id, tuple(plan.per_executor[e.id]), held=tuple(plan.held[e.id]) if fresh else None,
+                      inventory=inventory)
+             for e in layout.executor_slots]
+    if frames or not all(w.idle for w in works):
+        frames.append(layout.executor_base.mapInArrow(executor_step(settings, program, works, offset), RESULT_DDL))
+    return frames
+
+
+def close_runners(sc: SparkContext, live: Sequence[ExecutorRef], settings: BatchSettings) -> None:
+    """Ask every live executor's task runner to close its tasks (stores flushed, checkpoints
+    written) and exit."""
+
+    def close(slot: int) -> Iterator[tuple[str, str]]:
+        me = current_executor_id(settings.executor_hosts) or ""
+        client = RunnerClient(settings.state_dir_for(me), me)
+        try:
+            yield me, str(client.call(("shutdown",), timeout_s=60, start=False))
+        except ConnectionRefusedError:
+            yield me, "no task runner"
+        except Exception as e:  # noqa: BLE001
+            yield me, f"close failed: {e}"
+
+    try:
+        for executor, outcome in PinnedSlots(sc, live).run(close):
+            log.info("executor %s closed its tasks: %s", executor, outcome)
+    except Exception as e:  # noqa: BLE001 - stopping anyway; the runners exit with their executors
+        log.warning("closing the tasks failed: %s", short_error(e))

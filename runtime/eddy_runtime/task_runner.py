@@ -1,0 +1,340 @@
+"""The task runner's work: the tasks one executor holds (their state managers, kept open across
+batches) and the work items it runs against them (docs/DESIGN.md, "One micro-batch", steps 4-5).
+
+`TaskRunner.handle` serves the requests runner.py receives from `runner_client.RunnerClient`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from eddy_contract.tasks import TaskId
+from eddy_runtime.bad_records import bad_record_output, failed_row_records
+from eddy_runtime.commit import CommitFailed, TaskFenced
+from eddy_runtime.compiler import SubTopology
+from eddy_runtime.metrics import ExecutorMetrics
+from eddy_runtime.operators import BatchOutput, PipelineRuntimeError, TaskState, apply_table_updates, process_batch
+from eddy_runtime.placement import MisplacedTask, ensure_on_executor
+from eddy_runtime.records import BadRecord, RawRecords, decode_repartition, decode_source, range_reader
+from eddy_runtime.state import ProcessorStateManager, TaskDirectoryLocked
+from eddy_runtime.work import (
+    LATENCY_BUCKETS_S,
+    BadRecordInfo,
+    BatchSettings,
+    InputRange,
+    ItemResult,
+    ItemStatus,
+    SlotWork,
+    WorkItem,
+)
+
+__all__ = ["TaskRunner", "latency_histogram"]
+
+log = logging.getLogger("eddy.runner")
+
+
+def latency_histogram(latencies_s: np.ndarray) -> tuple[tuple[int, ...], float]:
+    """Counts per `LATENCY_BUCKETS_S` bucket (upper bounds, plus one overflow) and the sum."""
+    if latencies_s.size == 0:
+        return (), 0.0
+    idx = np.searchsorted(np.asarray(LATENCY_BUCKETS_S), latencies_s, side="left")
+    counts = np.bincount(idx, minlength=len(LATENCY_BUCKETS_S) + 1)
+    return tuple(int(c) for c in counts), float(latencies_s.sum())
+
+
+class _Task:
+    """A task the runner holds: its state manager, what it keeps between batches, its lock."""
+
+    def __init__(self, manager: ProcessorStateManager) -> None:
+        self.manager = manager
+        self.state = TaskState()
+        self.lock = threading.Lock()
+        #: input positions this runner committed (or found committed when it opened the task)
+        self.positions: dict[tuple[str, int], int] | None = None
+
+
+class TaskRunner:
+    """Runs work items against the tasks it holds; one instance per runner process."""
+
+    def __init__(self, executor_id: str, state_dir: str, metrics: ExecutorMetrics | None = None) -> None:
+        self.executor_id = executor_id
+        self.state_dir = state_dir
+        self.metrics = metrics
+        self._tasks: dict[str, _Task] = {}
+        self._tasks_lock = threading.Lock()
+        self._programs: dict[str, dict[int, SubTopology]] = {}
+        #: (batch, task) -> bad records and the count of records a read step read for the sink
+        self._stash: dict[tuple[int, str], tuple[list[BadRecord], int]] = {}
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def handle(self, request: tuple[Any, ...]) -> Any:
+        kind = request[0]
+        if kind == "run":
+            _, program_id, program, settings, slot, data = request
+            if program is not None:
+                self._programs[program_id] = {s.id: s for s in pickle.loads(program)}
+            elif program_id not in self._programs:
+                return "need-program"
+            return self.run(self._programs[program_id], settings, slot, data)
+        if kind == "stash":
+            _, batch_id, task, records, read = request
+            self._stash[(batch_id, task)] = (list(records), read)
+            # Old batches' leftovers (a sink that never came) must not pile up.
+            for key in [k for k in self._stash if k[0] < batch_id - 10]:
+                del self._stash[key]
+            return "ok"
+        if kind == "close":
+            self.close_all()
+            return "ok"
+        if kind == "ping":
+            return ("pong", self.executor_id, os.getpid())
+        raise ValueError(f"unknown request {kind!r}")
+
+    def run(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork,
+            data: pa.Table | BatchOutput | None) -> list[ItemResult]:
+        if slot.held is not None:
+            self._release_unheld(dict(slot.held))
+        results = []
+        for item in slot.items:
+            started = time.monotonic()
+            result = self._run_item(subs, settings, slot, item, data)
+            results.append(_with_duration(result, time.monotonic() - started))
+        if self.metrics is not None:
+            self.metrics.observe(settings.app, results)
+        return results
+
+    # -- tasks --------------------------------------------------------------------------------
+
+    def _release_unheld(self, held: dict[str, str]) -> None:
+        with self._tasks_lock:
+            gone = [t for t in self._tasks if t not in held]
+        for task in gone:
+            self._close(task, "no longer assigned here")
+
+    def _close(self, task_id: str, why: str) -> None:
+        with self._tasks_lock:
+            t = self._tasks.pop(task_id, None)
+        if t is None:
+            return
+        with t.lock:
+            log.info("closing task %s (%s): %s", task_id, t.manager.role, why)
+            if self.metrics is not None:
+                self.metrics.forget(t.manager.app, task_id, list(t.manager.stores))
+            try:
+                t.manager.close()
+            except Exception:  # noqa: BLE001 - the lock is released by close() even on errors
+                log.exception("closing task %s failed", task_id)
+
+    def close_all(self) -> None:
+        for task in list(self._tasks):
+            self._close(task, "runner closing")
+
+    def _task(self, settings: BatchSettings, sub: SubTopology, task_id: str, role: str) -> _Task:
+        """The held task in `role`: opened, promoted from standby, or reopened as a standby."""
+        with self._tasks_lock:
+            t = self._tasks.get(task_id)
+        if t is not None and t.manager.role == role:
+            return t
+        if t is not None and role == "active":
+            with t.lock:
+                log.info("promoting task %s from standby", task_id)
+                t.manager.promote()
+                t.positions = None
+                return t
+        if t is not None:
+            self._close(task_id, "becomes a standby here")
+        manager = ProcessorStateManager.open(
+            settings.app,
+            task_id,
+            list(sub.stores),
+            settings.state_dir_for(self.executor_id),
+            settings.kafka,
+            role=role,  # type: ignore[arg-type]
+            guarantee=settings.guarantee,
+            lock_timeout=5.0,
+        )
+        log.info("opened task %s as %s", task_id, role)
+        t = _Task(manager)
+        for spec in sub.stores:
+            if spec.kind == "window":
+                st = manager.store(spec.name).offsets.stream_time
+                t.state.stream_time = st
+        with self._tasks_lock:
+            self._tasks[task_id] = t
+        return t
+
+    # -- one item -------------------------------------------------------------------------------
+
+    def _run_item(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork, item: WorkItem,
+                  data: pa.Table | BatchOutput | None) -> ItemResult:
+        base = ItemResult(item.task, slot.executor, item.role, "processed")  # every reply sets its status
+        try:
+            if slot.executor != self.executor_id:
+                raise MisplacedTask(f"task {item.task} was planned for executor {slot.executor} but reached the "
+                                    f"runner of executor {self.executor_id}")
+            ensure_on_executor(self.executor_id, f"task {item.task}", unknown_ok=True)
+        except MisplacedTask as e:
+            return replace(base, status="misplaced", message=str(e))
+        sub = subs[TaskId.parse(item.task).subtopology]
+        try:
+            t = self._task(settings, sub, item.task, item.role)
+        except TaskDirectoryLocked as e:
+            return replace(base, status="locked", message=str(e))
+        except CommitFailed as e:  # init_transactions failed
+            return replace(base, status="failed", message=f"opening task {item.task}: {e}")
+        except Exception as e:  # noqa: BLE001 - reported to the driver, which decides
+            log.exception("opening task %s failed", item.task)
+            return replace(base, status="failed", message=f"opening task {item.task}: {type(e).__name__}: {e}")
+        with t.lock:
+            try:
+                if item.role == "standby":
+                    progress = t.manager.standby_chunk(max_seconds=settings.standby_chunk_seconds)
+                    return replace(base, status="standby", figures=t.manager.figures(),
+                                      restored=progress.restored, restore_remaining=progress.remaining)
+                return self._active(settings, sub, item, t, data, base)
+            except TaskFenced as e:
+                self._close_quietly(item.task)
+                return replace(base, status="fenced", message=str(e))
+            except CommitFailed as e:
+                status: ItemStatus = "aborted" if e.aborted else "failed"
+                t.positions = None
+                return replace(base, status=status, message=str(e))
+            except PipelineRuntimeError as e:
+                return replace(base, status="failed", message=f"pipeline error: {e}")
+            except Exception as e:  # noqa: BLE001
+                log.exception("task %s failed", item.task)
+                self._close_quietly(item.task)
+                return replace(base, status="failed",
+                                  message=f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
+
+    def _close_quietly(self, task_id: str) -> None:
+        with self._tasks_lock:
+            t = self._tasks.pop(task_id, None)
+        if t is not None:
+            if self.metrics is not None:
+                self.metrics.forget(t.manager.app, task_id, list(t.manager.stores))
+            try:
+                t.manager.close()
+            except Exception:  # noqa: BLE001
+                log.exception("closing task %s failed", task_id)
+
+    def _active(self, settings: BatchSettings, sub: SubTopology, item: WorkItem, t: _Task,
+                data: pa.Table | BatchOutput | None, base: ItemResult) -> ItemResult:
+        mgr = t.manager
+        if not mgr.restored:
+            progress = mgr.restore_chunk(max_records=settings.restore_chunk_records,
+                                         max_seconds=settings.restore_chunk_seconds)
+            return replace(base, status="restoring", figures=mgr.figures(), restored=progress.restored,
+                              restore_remaining=progress.remaining)
+        if t.positions is None:
+            t.positions = self._committed(mgr, item.ranges)
+        stale = [r for r in item.ranges if t.positions.get((r.topic, r.partition), 0) != r.start]
+        if stale:
+            return replace(base, status="aborted", figures=mgr.figures(),
+                              message=f"stale plan: {[(r.topic, r.partition, r.start) for r in stale]} but "
+                                      f"committed positions are {t.positions}")
+        if item.restore_only or all(r.empty for r in item.ranges):
+            return replace(base, status="processed", figures=mgr.figures())
+        bad, records_read = self._stash.pop((settings.batch_id, item.task), ([], 0))
+        reader = range_reader(settings.kafka)
+        source = item.ranges[0]
+        raw_source: RawRecords | None = None
+        precomputed: BatchOutput | None = None
+        if data is None:
+            raw_source = reader.read(source, settings.read_timeout_s)
+            if sub.source.repartition:
+                rows, bad_rows = decode_repartition(raw_source, sub.source.key_serde, sub.source.combined,
+                                                    sub.source.combined_column)
+            else:
+                rows, bad_rows = decode_source(raw_source, sub.source.key_serde, sub.source.value_serde)
+            bad.extend(bad_rows)
+            records_in = len(raw_source)
+        else:
+            # A stateless sub-topology's sink step already ran its sinks (executor_steps.sink_step).
+            precomputed = data if isinstance(data, BatchOutput) else None
+            rows = pa.table({}) if precomputed is not None else data
+            records_in = records_read
+        if bad and settings.bad_record_policy == "fail":
+            return self._stop_at(base, bad, mgr)
+        tx = mgr.transaction()
+        if sub.table is not None and len(item.ranges) > 1:
+            raw_table = reader.read(item.ranges[1], settings.read_timeout_s)
+            records_in += len(raw_table)
+            for offset, err in apply_table_updates(sub.table, raw_table, tx):
+                i = raw_table.offsets.index(offset)
+                bad.append(BadRecord(raw_table.topic, raw_table.partition, offset, raw_table.timestamps[i],
+                                     raw_table.keys[i], raw_table.values[i], err, "deserialize"))
+            if bad and settings.bad_record_policy == "fail":
+                return self._stop_at(base, bad, mgr)
+        if precomputed is not None:
+            out = precomputed
+        else:
+            out = process_batch(sub, rows, tx, t.state) if rows.num_rows else BatchOutput()
+        if out.failed_rows:
+            bad.extend(failed_row_records(source, rows, raw_source, out.failed_rows, reader, settings))
+            if settings.bad_record_policy == "fail":
+                return self._stop_at(base, bad, mgr)
+        outputs = out.outputs
+        dead = 0
+        if bad and settings.bad_record_policy == "dead-letter":
+            outputs = outputs + [bad_record_output(settings, item.task, b) for b in bad]
+            dead = len(bad)
+        for b in bad:
+            log.warning("app %s task %s: bad record %s[%d]@%d (%s): %s", settings.app, item.task, b.topic,
+                        b.partition, b.offset, "dead-lettered" if dead else "skipped", b.error)
+        input_offsets = {(r.topic, r.partition): r.end for r in item.ranges}
+        mgr.commit(tx, outputs, input_offsets)
+        t.positions.update(input_offsets)
+        committed_at = time.time() * 1000
+        counts: tuple[int, ...] = ()
+        total = 0.0
+        if out.output_timestamps:
+            lat = (committed_at - np.concatenate(out.output_timestamps)) / 1000.0
+            counts, total = latency_histogram(np.maximum(lat, 0.0))
+        return replace(
+            base,
+            status="processed",
+            records_in=records_in,
+            records_out=len(out.outputs),
+            committed=input_offsets,
+            skipped=len(bad) - dead,
+            dead_lettered=dead,
+            dropped=out.dropped,
+            bad_records=tuple(BadRecordInfo(b.topic, b.partition, b.offset, b.error) for b in bad[:20]),
+            latency_counts=counts,
+            latency_sum_s=total,
+            figures=mgr.figures(),
+        )
+
+    def _stop_at(self, base: ItemResult, bad: Sequence[BadRecord], mgr: ProcessorStateManager) -> ItemResult:
+        first = min(bad, key=lambda b: b.offset)
+        msg = f"bad record at {first.topic}[{first.partition}] offset {first.offset}: {first.error}"
+        log.error("task %s: %s (policy fail: nothing of this batch is committed)", base.task, msg)
+        return replace(base, status="bad-record", message=msg, figures=mgr.figures(),
+                          bad_records=(BadRecordInfo(first.topic, first.partition, first.offset, first.error),))
+
+    @staticmethod
+    def _committed(mgr: ProcessorStateManager, ranges: Sequence[InputRange]) -> dict[tuple[str, int], int]:
+        """Input positions committed for the app's group, read once after the task (re)opens.
+
+        Opening the task fenced any older instance, so from here on only this runner moves them.
+        """
+        committer = mgr.committer
+        assert committer is not None
+        return committer.committed_offsets([(r.topic, r.partition) for r in ranges])
+
+
+def _with_duration(result: ItemResult, seconds: float) -> ItemResult:
+    return replace(result, duration_s=seconds)
