@@ -87,29 +87,3 @@ def full(name: str = "orders") -> dict[str, Any]:
             "metricsPort": 9200,
         },
     }
-
-
-def apply_crd_defaults(obj: Any, schema: dict[str, Any]) -> Any:
-    """Structural defaulting as the apiserver does it: a missing property with a default gets
-    it, then defaulting continues inside (so `default: {}` on a parent fills its children)."""
-    obj = copy.deepcopy(obj)
-    if isinstance(obj, dict) and schema.get("type") == "object":
-        for name, sub in (schema.get("properties") or {}).items():
-            if name not in obj and "default" in sub:
-                obj[name] = copy.deepcopy(sub["default"])
-            if name in obj:
-                obj[name] = apply_crd_defaults(obj[name], sub)
-    elif isinstance(obj, list) and "items" in schema:
-        obj = [apply_crd_defaults(item, schema["items"]) for item in obj]
-    return obj
-
-
-def crd_leaf_defaults(schema: dict[str, Any], path: str = "") -> dict[str, Any]:
-    """Every scalar default in the schema, by manifest path (`spec.state.size`)."""
-    out: dict[str, Any] = {}
-    for name, sub in (schema.get("properties") or {}).items():
-        here = f"{path}.{name}" if path else name
-        if "default" in sub and not isinstance(sub["default"], dict | list):
-            out[here] = sub["default"]
-        out.update(crd_leaf_defaults(sub, here))
-    return out
