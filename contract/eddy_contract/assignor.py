@@ -109,9 +109,6 @@ class Assignment:
         """Every executor named by this assignment, sorted."""
         return tuple(sorted({e for a in self.tasks.values() for e in a.copies}))
 
-    def same_placement(self, other: Assignment | None) -> bool:
-        return other is not None and dict(self.tasks) == dict(other.tasks)
-
 
 @dataclass(frozen=True)
 class TaskMove:

@@ -40,7 +40,6 @@ SUPPORTED_VERSIONS = frozenset({1})
 
 ASSIGNMENT_KEY = "assignment.json"
 RUNTIME_STATE_KEY = "state.json"
-LABEL_APP = "eddy.dev/app"
 LABEL_CHANNEL = "eddy.dev/channel"
 ROLES = ("active", "standby", "warmup")
 

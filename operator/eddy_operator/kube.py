@@ -118,11 +118,3 @@ class Kube:
             if err.status != 404:
                 raise
 
-    def read_configmap_data(self, namespace: str, name: str) -> dict[str, str] | None:
-        try:
-            cm = self.core.read_namespaced_config_map(name, namespace)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        return dict(cm.data or {})

@@ -34,8 +34,6 @@ from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LEASE_NAME = "eddy-operator"
-
 
 class LeaderElectionError(ValueError):
     """Bad leader-election settings; the message names the flag or variable."""
