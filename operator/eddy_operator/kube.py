@@ -58,7 +58,8 @@ class Kube:
             field_manager=FIELD_MANAGER,
             force_conflicts=True,
         )
-        return result.to_dict()
+        applied: dict[str, Any] = result.to_dict()
+        return applied
 
     def create_if_missing(self, obj: Mapping[str, Any]) -> bool:
         """Create unless it exists (for objects another writer fills in, like the runtime state)."""

@@ -27,7 +27,7 @@ from typing import Any
 
 EXIT_LOST_LEADERSHIP = 3
 # Set while kopf runs: what a signal must call to stop it.
-_STOP_CALLBACKS: list[Callable[[], None]] = []
+_STOP_CALLBACKS: list[Callable[[], object]] = []
 
 
 def _env_float(name: str, default: float) -> float:
