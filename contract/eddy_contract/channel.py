@@ -1,4 +1,5 @@
-"""The channel between the operator and the Spark driver: two versioned ConfigMaps.
+"""The channel between the operator and the Spark driver: two versioned ConfigMaps (docs/DESIGN.md,
+"The operator's part").
 
 - `<app>-assignment` (written by the operator, watched by the driver): key `assignment.json`
   holds one `AssignmentMessage`: the assignment generation, every task's active, standbys and

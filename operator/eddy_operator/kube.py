@@ -1,4 +1,5 @@
-"""The operator's only door to the apiserver: apply, scale, delete, patch status.
+"""The operator's only door to the apiserver: apply, scale, delete, patch status (docs/DESIGN.md,
+"The operator's part").
 
 Synchronous calls through the official client (the handlers run them in a thread). Everything
 the operator writes goes through server-side apply with one field manager, so re-applying the

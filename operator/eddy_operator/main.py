@@ -1,4 +1,5 @@
-"""`eddy-operator`: run the operator (the handlers in `eddy_operator.handlers`) with kopf.
+"""`eddy-operator`: run the operator (the handlers in `eddy_operator.handlers`) with kopf, under
+leader election (docs/DESIGN.md, "The operator's part").
 
     eddy-operator                       # every namespace
     eddy-operator -n team-a -n team-b   # only these namespaces (namespaced RBAC)

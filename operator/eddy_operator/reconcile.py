@@ -1,4 +1,5 @@
-"""Reconcile a StreamApp into its objects (idempotent), and clean up after it.
+"""Reconcile a StreamApp into its objects (idempotent), and clean up after it (docs/DESIGN.md,
+"The operator's part": Reconcile).
 
 Called by the create/update/resume/delete handlers. Every object comes from
 `eddy_operator.builders` and is server-side applied, so running this twice, or after an

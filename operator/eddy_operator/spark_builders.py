@@ -111,7 +111,7 @@ def build_spark_conf(spec: StreamAppSpec, storage_class: str) -> dict[str, str]:
         "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
         f"spark.kubernetes.executor.label.{APP_LABEL}": app,
         f"spark.kubernetes.executor.label.{ROLE_LABEL}": "executor",
-        # Work items are pinned to executors through preferred locations (DESIGN.md).
+        # Work items are pinned to executors through preferred locations (docs/DESIGN.md, "Placement facts").
         "spark.locality.wait": "3600s",
         "spark.ui.prometheus.enabled": "true",
     }

@@ -12,7 +12,7 @@ import pytest
 from eddy_contract import crd
 from eddy_contract.cel import CEL_RULES
 from eddy_contract.spec import SpecError, StreamAppSpec
-from tests.operator.manifests import CRD_PATH, REPO, minimal
+from tests.operator.manifests import CRD_PATH, REPO, RULE_BREAKERS, breaking, minimal
 
 pytestmark = pytest.mark.unit
 
@@ -52,21 +52,9 @@ def test_every_cel_rule_of_the_crd_has_a_python_twin_and_no_twin_is_left_over():
     assert set(rules) - update_only == set(CEL_RULES)
 
 
-@pytest.mark.parametrize(
-    ("change", "field"),
-    [
-        (lambda s: s.update(state={"standbyReplicas": 2}), "spec.state.standbyReplicas"),
-        (lambda s: s.update(deadLetterTopic="dlq"), "spec.deadLetterTopic"),
-        (lambda s: s["kafka"].update(security={"protocol": "SASL_SSL"}), "spec.kafka.security.sasl"),
-        (lambda s: s["kafka"].update(security={"protocol": "SSL", "tls": {"certSecretRef": {"name": "c", "key": "k"}}}),
-         "spec.kafka.security.tls"),
-        (lambda s: s["kafka"].update(config={"bootstrap.servers": "x:1"}), "spec.kafka.config.bootstrap.servers"),
-        (lambda s: s.update(executors={"nodeSelector": {"not a key": "x"}}), "spec.executors.nodeSelector.not a key"),
-    ],
-)
+@pytest.mark.parametrize(("change", "field"), [c[1:] for c in RULE_BREAKERS], ids=[c[0] for c in RULE_BREAKERS])
 def test_a_broken_cel_rule_is_reported_with_the_crds_message(change, field):
-    body = minimal()
-    change(body["spec"])
+    body = breaking(change)
     with pytest.raises(SpecError) as err:
         StreamAppSpec.from_manifest(body)
     messages = {r["message"] for _, _, r in crd.rule_sites(crd.with_defaults(body))}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +88,33 @@ def full(name: str = "orders") -> dict[str, Any]:
             "metricsPort": 9200,
         },
     }
+
+
+# Manifests that break one CEL rule of the CRD each (a change to `minimal()`'s spec), with the
+# field the Python twin names: tests/contract checks the twins, the integration tests the apiserver.
+RULE_BREAKERS: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
+    ("standbys", lambda s: s.update(state={"standbyReplicas": 2}), "spec.state.standbyReplicas"),
+    ("dead-letter", lambda s: s.update(deadLetterTopic="dlq"), "spec.deadLetterTopic"),
+    ("sasl", lambda s: s["kafka"].update(security={"protocol": "SASL_SSL"}), "spec.kafka.security.sasl"),
+    (
+        "mtls",
+        lambda s: s["kafka"].update(security={"protocol": "SSL", "tls": {"certSecretRef": {"name": "c", "key": "k"}}}),
+        "spec.kafka.security.tls",
+    ),
+    (
+        "bootstrap",
+        lambda s: s["kafka"].update(config={"bootstrap.servers": "x:1"}),
+        "spec.kafka.config.bootstrap.servers",
+    ),
+    (
+        "label-key",
+        lambda s: s.update(executors={"nodeSelector": {"not a key": "x"}}),
+        "spec.executors.nodeSelector.not a key",
+    ),
+]
+
+
+def breaking(change: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+    body = minimal()
+    change(body["spec"])
+    return body
