@@ -11,7 +11,6 @@ kubernetes client. Stable API: add fields, do not rename them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -20,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from eddy_contract import cel, crd
+from eddy_contract.units import DURATION_LIKE, SIZE_LIKE, parse_duration, quantity_to_mib
 
 GROUP = "eddy.dev"
 VERSION = "v1alpha1"
@@ -39,27 +39,20 @@ REMOVED_FIELDS: Mapping[str, str] = MappingProxyType(
     }
 )
 
-_DURATION = "a duration like 500ms, 1s, 2m or 1h"
-_SIZE = "a size like 512Mi, 1Gi or 2G"
 _LABEL_KEY = "a label key ([prefix/]name, like topology.kubernetes.io/zone)"
 # What a value matching the CRD's pattern looks like, by field, for error messages.
 _PATTERN_HINTS: Mapping[str, str] = MappingProxyType(
     {
-        "spec.triggerInterval": _DURATION,
+        "spec.triggerInterval": DURATION_LIKE,
         "spec.executors.zoneTopologyKey": _LABEL_KEY,
         "spec.executors.tolerations[].key": _LABEL_KEY,
-        "spec.executors.memory": _SIZE,
-        "spec.driver.memory": _SIZE,
-        "spec.state.size": _SIZE,
+        "spec.executors.memory": SIZE_LIKE,
+        "spec.driver.memory": SIZE_LIKE,
+        "spec.state.size": SIZE_LIKE,
         "spec.state.mountPath": "an absolute path",
         "metadata.name": "a DNS label (lower-case letters, digits and '-')",
     }
 )
-_NUMBER_UNIT_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([A-Za-z]*)$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-# The Kubernetes quantities the CRD admits for memory and disk sizes.
-_QUANTITY_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
-_QUANTITY_UNITS.update({"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50})
 
 
 class SpecError(ValueError):
@@ -275,34 +268,6 @@ def load_streamapp_file(path: str | Path) -> StreamAppSpec:
 
 
 # ---------------------------------------------------------------------------------------
-# Units (the CRD's patterns have checked the form; these read the number and the unit)
-
-
-def parse_duration(text: str, field_path: str = "duration") -> float:
-    """'500ms', '1s', '1.5m', '2h' -> seconds."""
-    number, unit = _number_and_unit(text, _DURATION_UNITS, field_path, _DURATION)
-    return number * _DURATION_UNITS[unit]
-
-
-def quantity_to_bytes(text: str, field_path: str = "quantity") -> int:
-    """A Kubernetes quantity such as '512Mi', '1Gi' or '2G' in bytes."""
-    number, unit = _number_and_unit(text, _QUANTITY_UNITS, field_path, _SIZE)
-    return int(number * _QUANTITY_UNITS[unit])
-
-
-def quantity_to_mib(text: str, field_path: str = "quantity") -> int:
-    """Rounded up to whole MiB, the unit Spark's memory settings take (`1024m`)."""
-    return max(1, -(-quantity_to_bytes(text, field_path) // 2**20))
-
-
-def _number_and_unit(text: str, units: Mapping[str, object], field_path: str, like: str) -> tuple[float, str]:
-    m = _NUMBER_UNIT_RE.match(text) if isinstance(text, str) else None
-    if not m or m.group(2) not in units:
-        raise SpecError(field_path, f"{text!r} is not {like}")
-    return float(m.group(1)), m.group(2)
-
-
-# ---------------------------------------------------------------------------------------
 # Parsing
 
 
@@ -348,7 +313,7 @@ def _parse_manifest(manifest: Mapping[str, Any]) -> StreamAppSpec:
         ),
         kafka=_kafka(s["kafka"]),
         processing_guarantee=ProcessingGuarantee(s["processingGuarantee"]),
-        trigger_interval_s=parse_duration(s["triggerInterval"], "spec.triggerInterval"),
+        trigger_interval_s=parse_duration(s["triggerInterval"]),
         bad_record_policy=policy,
         dead_letter_topic=dead_letter,
         executors=_executors(s["executors"]),

@@ -15,10 +15,8 @@ from eddy_contract.spec import (
     StreamAppSpec,
     TopicsSpec,
     load_streamapp_file,
-    parse_duration,
-    quantity_to_bytes,
-    quantity_to_mib,
 )
+from eddy_contract.units import parse_duration, quantity_to_bytes, quantity_to_mib
 from tests.operator.manifests import CRD_PATH, crd, full, minimal
 
 pytestmark = pytest.mark.unit
@@ -189,6 +187,8 @@ def test_units_parse_like_kubernetes_and_spark():
     assert quantity_to_bytes("512Mi") == 512 * 2**20
     assert quantity_to_mib("1.5Gi") == 1536
     assert quantity_to_mib("1M") == 1  # rounded up, never zero
+    with pytest.raises(ValueError, match="is not a size like"):
+        quantity_to_bytes("1gb")
 
 
 def test_a_streamapp_yaml_file_loads_for_local_mode(tmp_path):
