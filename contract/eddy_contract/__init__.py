@@ -1,6 +1,6 @@
-"""The contract the operator and the runtime share: the `StreamApp` spec model (`spec`), task ids
-(`tasks`), the assignor both run (`assignor`) and the messages of the channel between them
-(`channel`). Pure values and functions; neither half's package is imported here.
-
-See docs/DESIGN.md ("Components and folders").
+"""The contract the operator and the runtime share (docs/DESIGN.md, "Components and folders"): the
+`StreamApp` spec model (`spec`, validated by the CRD's schema in `crd` and its rules in `cel`, its
+durations and sizes read by `units`), task ids (`tasks`), the assignor both run (`assignor`), the
+messages of the channel between them (`channel`) and the one way to a Kubernetes client (`kube`).
+Neither half's package is imported here.
 """

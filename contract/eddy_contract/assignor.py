@@ -1,4 +1,5 @@
-"""The task assignor: which executor runs each task's active, its standbys and its warmups.
+"""The task assignor: which executor runs each task's active, its standbys and its warmups
+(docs/DESIGN.md, "The operator's part": Assign).
 
 A pure, deterministic function in the manner of Kafka Streams' HighAvailabilityTaskAssignor
 (KIP-441) with rack-aware standbys (KIP-708, racks = zones). The operator calls it on every
@@ -32,7 +33,7 @@ restore from the changelog's start. A stateless task has end offset 0 and lag 0 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -108,9 +109,6 @@ class Assignment:
     def executors(self) -> tuple[str, ...]:
         """Every executor named by this assignment, sorted."""
         return tuple(sorted({e for a in self.tasks.values() for e in a.copies}))
-
-    def same_placement(self, other: Assignment | None) -> bool:
-        return other is not None and dict(self.tasks) == dict(other.tasks)
 
 
 @dataclass(frozen=True)
@@ -298,15 +296,23 @@ class _Assignor:
 
     # Step 3
     def balance(self, active: dict[str, str], load: dict[str, int], sticky: set[str]) -> None:
-        while True:
-            move = self._best_move(active, load, sticky, caught_up_only=True, exclude=set())
-            if move is None:
-                return
+        for t, _ in self._make_best_moves(active, load, sticky, caught_up_only=True, once_each=False):
+            sticky.discard(t)
+
+    def _make_best_moves(
+        self, active: dict[str, str], load: dict[str, int], sticky: set[str], caught_up_only: bool, once_each: bool
+    ) -> Iterator[tuple[str, str]]:
+        """Make the best move (`_best_move`) on `active` and `load` until none is left, yielding
+        each one; `once_each`: a task moves at most once."""
+        moved: set[str] = set()
+        while (move := self._best_move(active, load, sticky, caught_up_only, exclude=moved)) is not None:
             t, dst = move
             load[active[t]] -= 1
             load[dst] += 1
             active[t] = dst
-            sticky.discard(t)
+            if once_each:
+                moved.add(t)
+            yield t, dst
 
     def _best_move(
         self,
@@ -346,20 +352,8 @@ class _Assignor:
 
     # Step 4 (the plan; warmups are placed after the standbys)
     def plan_moves(self, active: Mapping[str, str], load: Mapping[str, int], sticky: set[str]) -> list[tuple[str, str]]:
-        simulated_active = dict(active)
-        simulated_load = dict(load)
-        planned: list[tuple[str, str]] = []
-        moved: set[str] = set()
-        while True:
-            move = self._best_move(simulated_active, simulated_load, sticky, caught_up_only=False, exclude=moved)
-            if move is None:
-                break
-            t, dst = move
-            simulated_load[simulated_active[t]] -= 1
-            simulated_load[dst] += 1
-            simulated_active[t] = dst
-            moved.add(t)
-            planned.append((t, dst))
+        # Simulated on copies: the actives stay where they are until the warmups caught up.
+        planned = list(self._make_best_moves(dict(active), dict(load), sticky, caught_up_only=False, once_each=True))
         # Warmups already under way keep their budget before new ones.
         planned.sort(key=lambda m: not self.was_warmup(m[1], m[0]))
         return planned

@@ -1,4 +1,5 @@
-"""The channel between the operator and the Spark driver: two versioned ConfigMaps.
+"""The channel between the operator and the Spark driver: two versioned ConfigMaps (docs/DESIGN.md,
+"The operator's part").
 
 - `<app>-assignment` (written by the operator, watched by the driver): key `assignment.json`
   holds one `AssignmentMessage`: the assignment generation, every task's active, standbys and
@@ -40,7 +41,6 @@ SUPPORTED_VERSIONS = frozenset({1})
 
 ASSIGNMENT_KEY = "assignment.json"
 RUNTIME_STATE_KEY = "state.json"
-LABEL_APP = "eddy.dev/app"
 LABEL_CHANNEL = "eddy.dev/channel"
 ROLES = ("active", "standby", "warmup")
 

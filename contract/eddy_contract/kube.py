@@ -1,5 +1,5 @@
 """The one way both halves get a Kubernetes API client: in-cluster credentials in a pod, otherwise
-$KUBECONFIG (tests, laptops, `eddy run` against a cluster)."""
+$KUBECONFIG (tests, laptops, `eddy run` against a cluster); docs/DESIGN.md, "Components and folders"."""
 
 from __future__ import annotations
 

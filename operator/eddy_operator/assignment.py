@@ -1,5 +1,5 @@
 """Failover and restore orchestration: from executor pods and the driver's runtime state to a
-published assignment, events, status and metrics.
+published assignment, events, status and metrics (docs/DESIGN.md, "The operator's part": Assign, React).
 
 Called by the handlers on every executor-pod event, runtime-state change and StreamApp change.
 One `AppController` per app serialises the work with a lock and remembers the last published

@@ -1,4 +1,5 @@
-"""The kopf handlers: thin glue from Kubernetes events to reconcile, assignment and status.
+"""The kopf handlers: thin glue from Kubernetes events to reconcile, assignment and status
+(docs/DESIGN.md, "The operator's part").
 
 Run with `kopf run -m eddy_operator.handlers --all-namespaces` (or `eddy-operator`). The work
 happens in `reconcile` (objects), `assignment` (assignor, failover, events, status) and

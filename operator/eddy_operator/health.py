@@ -1,5 +1,6 @@
 """The operator's liveness: what its `/healthz` says, as a leader (kopf's endpoint plus the probe
-handler in `handlers.py`) and as a standby (a small server of its own, `StandbyHealthServer`).
+handler in `handlers.py`) and as a standby (a small server of its own, `StandbyHealthServer`);
+docs/DESIGN.md, "The operator's part": Stay available.
 
 kopf's liveness endpoint answers as long as its event loop does, even when every handler is
 stuck: the handlers run their apiserver calls in the loop's default thread pool, and a pool

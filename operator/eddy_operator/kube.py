@@ -1,4 +1,5 @@
-"""The operator's only door to the apiserver: apply, scale, delete, patch status.
+"""The operator's only door to the apiserver: apply, scale, delete, patch status (docs/DESIGN.md,
+"The operator's part").
 
 Synchronous calls through the official client (the handlers run them in a thread). Everything
 the operator writes goes through server-side apply with one field manager, so re-applying the
@@ -58,7 +59,8 @@ class Kube:
             field_manager=FIELD_MANAGER,
             force_conflicts=True,
         )
-        return result.to_dict()
+        applied: dict[str, Any] = result.to_dict()
+        return applied
 
     def create_if_missing(self, obj: Mapping[str, Any]) -> bool:
         """Create unless it exists (for objects another writer fills in, like the runtime state)."""
@@ -118,11 +120,3 @@ class Kube:
             if err.status != 404:
                 raise
 
-    def read_configmap_data(self, namespace: str, name: str) -> dict[str, str] | None:
-        try:
-            cm = self.core.read_namespaced_config_map(name, namespace)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        return dict(cm.data or {})

@@ -1,5 +1,6 @@
 """Leader election over a coordination.k8s.io/v1 Lease: of the operator's replicas, one handles
-StreamApps; the others wait and take over when it stops renewing.
+StreamApps; the others wait and take over when it stops renewing (docs/DESIGN.md, "The
+operator's part": Stay available).
 
 `main.py` runs `LeaderElector.campaign()` before it starts kopf, `keep_renewing()` while kopf runs
 and `release()` after kopf stopped. kopf's own peering stays off (standalone): the Lease decides.
@@ -33,8 +34,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
-
-DEFAULT_LEASE_NAME = "eddy-operator"
 
 
 class LeaderElectionError(ValueError):

@@ -1,4 +1,5 @@
-"""`eddy-operator`: run the operator (the handlers in `eddy_operator.handlers`) with kopf.
+"""`eddy-operator`: run the operator (the handlers in `eddy_operator.handlers`) with kopf, under
+leader election (docs/DESIGN.md, "The operator's part").
 
     eddy-operator                       # every namespace
     eddy-operator -n team-a -n team-b   # only these namespaces (namespaced RBAC)
@@ -27,7 +28,7 @@ from typing import Any
 
 EXIT_LOST_LEADERSHIP = 3
 # Set while kopf runs: what a signal must call to stop it.
-_STOP_CALLBACKS: list[Callable[[], None]] = []
+_STOP_CALLBACKS: list[Callable[[], object]] = []
 
 
 def _env_float(name: str, default: float) -> float:

@@ -1,4 +1,5 @@
-"""The operator's Prometheus metrics, served on `/metrics` (prometheus-client).
+"""The operator's Prometheus metrics, served on `/metrics` (prometheus-client); docs/DESIGN.md,
+"The operator's part": Report, and docs/metrics.md for every series.
 
 Names follow `eddy_operator_<what>_<unit>`; per-app series carry `namespace` and `app` labels.
 """

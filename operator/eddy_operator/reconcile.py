@@ -1,4 +1,5 @@
-"""Reconcile a StreamApp into its objects (idempotent), and clean up after it.
+"""Reconcile a StreamApp into its objects (idempotent), and clean up after it (docs/DESIGN.md,
+"The operator's part": Reconcile).
 
 Called by the create/update/resume/delete handlers. Every object comes from
 `eddy_operator.builders` and is server-side applied, so running this twice, or after an
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eddy_contract.spec import SpecError, StreamAppSpec
-from eddy_operator import builders
+from eddy_operator import builders, spark_builders
 from eddy_operator.builders import Owner
 from eddy_operator.kube import Kube
 
@@ -46,7 +47,7 @@ def reconcile(kube: Kube, body: Mapping[str, Any]) -> ReconcileResult:
     owner = Owner(spec.name, body["metadata"]["uid"])
     storage_class = resolve_storage_class(kube, spec)
     applied: list[str] = []
-    for obj in builders.build_all(spec, owner, storage_class, body["spec"]):
+    for obj in spark_builders.build_all(spec, owner, storage_class, body["spec"]):
         name = f"{obj['kind']}/{obj['metadata']['name']}"
         if obj["kind"] == "ConfigMap" and obj["metadata"]["name"].endswith("-runtime-state"):
             # The driver owns its content; the operator only makes sure it exists and is owned.

@@ -1,4 +1,5 @@
-"""A StreamApp's status, computed from what the operator observes (pure).
+"""A StreamApp's status, computed from what the operator observes (pure; docs/DESIGN.md, "The
+operator's part": Report).
 
 The lifecycle follows the Flink Kubernetes Operator's habit of one `phase` for people and
 conditions for machines:

@@ -1,11 +1,11 @@
-"""The StreamApp spec parser: defaults agree with the CRD, invalid manifests name their field."""
+"""The StreamApp spec parser: the CRD's defaults and rules, invalid manifests named by field."""
 
 from __future__ import annotations
 
 import pytest
 
+from eddy_contract.crd import with_defaults
 from eddy_contract.spec import (
-    DEFAULTS,
     BadRecordPolicy,
     ProcessingGuarantee,
     SaslMechanism,
@@ -15,30 +15,20 @@ from eddy_contract.spec import (
     StreamAppSpec,
     TopicsSpec,
     load_streamapp_file,
-    parse_duration,
-    quantity_to_bytes,
-    quantity_to_mib,
 )
-from tests.operator.manifests import (
-    CRD_PATH,
-    apply_crd_defaults,
-    crd,
-    crd_leaf_defaults,
-    crd_schema,
-    full,
-    minimal,
-)
+from eddy_contract.units import parse_duration, quantity_to_bytes, quantity_to_mib
+from tests.operator.manifests import CRD_PATH, crd, full, minimal
 
 pytestmark = pytest.mark.unit
 
 
-def test_every_crd_default_equals_the_spec_module_default_and_vice_versa():
-    assert crd_leaf_defaults(crd_schema()) == dict(DEFAULTS)
+def test_the_topics_defaults_the_runtime_uses_are_the_crds():
+    assert StreamAppSpec.from_manifest(minimal()).kafka.topics == TopicsSpec()
 
 
 def test_manifest_defaulted_by_the_crd_parses_to_the_same_spec_as_the_bare_manifest():
     bare = minimal()
-    defaulted = apply_crd_defaults(bare, crd_schema())
+    defaulted = with_defaults(bare)
     assert defaulted != bare  # the CRD did fill something in
     assert StreamAppSpec.from_manifest(defaulted) == StreamAppSpec.from_manifest(bare)
 
@@ -88,14 +78,14 @@ def test_full_manifest_keeps_every_field():
     assert spec.executors.node_selector == {"pool": "stream"}
     assert spec.driver.memory_mib == 1536
     assert spec.state.storage_class == "fast-ssd"
-    assert spec.state.size_bytes == 20 * 2**30
+    assert spec.state.size == "20Gi"
     assert spec.state.retain_volumes_on_delete is False
     assert spec.spark_conf == {"spark.sql.shuffle.partitions": "8"}
     assert spec.metrics_port == 9200
 
 
 def test_full_manifest_is_a_fixed_point_of_crd_defaulting():
-    assert apply_crd_defaults(full(), crd_schema()) == full()
+    assert with_defaults(full()) == full()
 
 
 def test_dead_letter_policy_defaults_its_topic_from_the_application_id():
@@ -144,7 +134,7 @@ _MIN_ISR = "spec.kafka.topics.minInsyncReplicas"
         (
             lambda s: s["kafka"].update(security={"protocol": "PLAINTEXT", "tls": {}}),
             "spec.kafka.security.tls",
-            "not allowed",
+            "only allowed",
         ),
         (lambda s: s["kafka"].update(config={"sasl.password": "hunter2"}), "spec.kafka.config.sasl.password", "Secret"),
         (lambda s: s["kafka"].update(topics={"replicationFactor": 0}), _RF, "-1"),
@@ -154,7 +144,7 @@ _MIN_ISR = "spec.kafka.topics.minInsyncReplicas"
         (
             lambda s: s["kafka"].update(topics={"replicationFactor": 2, "minInsyncReplicas": 3}),
             _MIN_ISR,
-            "at most replicationFactor (2)",
+            "at most replicationFactor",
         ),
         (lambda s: s["kafka"].update(topics={"replicas": 3}), "spec.kafka.topics.replicas", "unknown field"),
         (
@@ -197,6 +187,8 @@ def test_units_parse_like_kubernetes_and_spark():
     assert quantity_to_bytes("512Mi") == 512 * 2**20
     assert quantity_to_mib("1.5Gi") == 1536
     assert quantity_to_mib("1M") == 1  # rounded up, never zero
+    with pytest.raises(ValueError, match="is not a size like"):
+        quantity_to_bytes("1gb")
 
 
 def test_a_streamapp_yaml_file_loads_for_local_mode(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,27 +90,31 @@ def full(name: str = "orders") -> dict[str, Any]:
     }
 
 
-def apply_crd_defaults(obj: Any, schema: dict[str, Any]) -> Any:
-    """Structural defaulting as the apiserver does it: a missing property with a default gets
-    it, then defaulting continues inside (so `default: {}` on a parent fills its children)."""
-    obj = copy.deepcopy(obj)
-    if isinstance(obj, dict) and schema.get("type") == "object":
-        for name, sub in (schema.get("properties") or {}).items():
-            if name not in obj and "default" in sub:
-                obj[name] = copy.deepcopy(sub["default"])
-            if name in obj:
-                obj[name] = apply_crd_defaults(obj[name], sub)
-    elif isinstance(obj, list) and "items" in schema:
-        obj = [apply_crd_defaults(item, schema["items"]) for item in obj]
-    return obj
+# Manifests that break one CEL rule of the CRD each (a change to `minimal()`'s spec), with the
+# field the Python twin names: tests/contract checks the twins, the integration tests the apiserver.
+RULE_BREAKERS: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
+    ("standbys", lambda s: s.update(state={"standbyReplicas": 2}), "spec.state.standbyReplicas"),
+    ("dead-letter", lambda s: s.update(deadLetterTopic="dlq"), "spec.deadLetterTopic"),
+    ("sasl", lambda s: s["kafka"].update(security={"protocol": "SASL_SSL"}), "spec.kafka.security.sasl"),
+    (
+        "mtls",
+        lambda s: s["kafka"].update(security={"protocol": "SSL", "tls": {"certSecretRef": {"name": "c", "key": "k"}}}),
+        "spec.kafka.security.tls",
+    ),
+    (
+        "bootstrap",
+        lambda s: s["kafka"].update(config={"bootstrap.servers": "x:1"}),
+        "spec.kafka.config.bootstrap.servers",
+    ),
+    (
+        "label-key",
+        lambda s: s.update(executors={"nodeSelector": {"not a key": "x"}}),
+        "spec.executors.nodeSelector.not a key",
+    ),
+]
 
 
-def crd_leaf_defaults(schema: dict[str, Any], path: str = "") -> dict[str, Any]:
-    """Every scalar default in the schema, by manifest path (`spec.state.size`)."""
-    out: dict[str, Any] = {}
-    for name, sub in (schema.get("properties") or {}).items():
-        here = f"{path}.{name}" if path else name
-        if "default" in sub and not isinstance(sub["default"], dict | list):
-            out[here] = sub["default"]
-        out.update(crd_leaf_defaults(sub, here))
-    return out
+def breaking(change: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+    body = minimal()
+    change(body["spec"])
+    return body

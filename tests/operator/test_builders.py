@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from eddy_contract.spec import StreamAppSpec, load_streamapp_file
-from eddy_operator import builders
+from eddy_operator import builders, pod_builders, spark_builders
 from eddy_operator.builders import Owner
 from tests.operator.manifests import full, minimal
 
@@ -19,7 +19,7 @@ def objects(body=None, storage_class="standard"):
     body = body or minimal()
     body["metadata"].setdefault("namespace", "apps")
     spec = StreamAppSpec.from_manifest(body)
-    return spec, builders.build_all(spec, Owner(spec.name, "1234-uid"), storage_class, body["spec"])
+    return spec, spark_builders.build_all(spec, Owner(spec.name, "1234-uid"), storage_class, body["spec"])
 
 
 def by_kind(objs):
@@ -79,7 +79,7 @@ def test_driver_role_lets_spark_run_executors_from_a_statefulset():
 
 def test_spark_conf_uses_the_statefulset_allocator_with_a_state_claim_spark_never_deletes():
     spec, _ = objects()
-    conf = builders.build_spark_conf(spec, "fast")
+    conf = spark_builders.build_spark_conf(spec, "fast")
     assert conf["spark.kubernetes.allocation.pods.allocator"] == "statefulset"
     assert conf["spark.app.id"] == "wordcount"
     assert conf["spark.kubernetes.driver.pod.name"] == "wordcount-driver-0"
@@ -97,16 +97,16 @@ def test_spark_conf_uses_the_statefulset_allocator_with_a_state_claim_spark_neve
 
 def test_user_spark_conf_passes_through_and_properties_are_escaped():
     spec = StreamAppSpec.from_manifest(full())
-    conf = builders.build_spark_conf(spec, "fast-ssd")
+    conf = spark_builders.build_spark_conf(spec, "fast-ssd")
     assert conf["spark.sql.shuffle.partitions"] == "8"
-    text = builders.render_spark_defaults({"a:b": "x=y", "k": " lead\\"})
+    text = spark_builders.render_spark_defaults({"a:b": "x=y", "k": " lead\\"})
     assert "a\\:b=x=y" in text
     assert "k=\\ lead\\\\" in text
 
 
 def test_executor_pod_template_spreads_over_zones_and_carries_placement_and_metrics():
     spec = StreamAppSpec.from_manifest(full())
-    t = builders.build_executor_pod_template(spec)
+    t = pod_builders.build_executor_pod_template(spec)
     s = t["spec"]
     assert s["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
     assert s["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"][
@@ -183,11 +183,11 @@ def test_the_driver_can_load_the_streamapp_it_is_given(tmp_path):
 def test_scaling_does_not_change_the_config_hash_but_other_changes_do():
     body = minimal()
     spec = StreamAppSpec.from_manifest(body)
-    h = builders.config_hash(spec, "std", body["spec"])
+    h = spark_builders.config_hash(spec, "std", body["spec"])
     scaled = minimal(executors={"replicas": 5})
-    assert builders.config_hash(StreamAppSpec.from_manifest(scaled), "std", scaled["spec"]) == h
+    assert spark_builders.config_hash(StreamAppSpec.from_manifest(scaled), "std", scaled["spec"]) == h
     changed = minimal(image="eddy:0.2.0")
-    assert builders.config_hash(StreamAppSpec.from_manifest(changed), "std", changed["spec"]) != h
+    assert spark_builders.config_hash(StreamAppSpec.from_manifest(changed), "std", changed["spec"]) != h
 
 
 def test_pdb_lets_one_executor_go_at_a_time():

@@ -1,21 +1,12 @@
-"""The Helm chart: its CRD is the repository's, and it lints, validates and installs."""
+"""The Helm chart lints, validates and installs (tests/contract/test_crd.py checks its CRD is the repository's)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.operator.manifests import CRD_PATH, REPO
+from tests.operator.manifests import REPO
 
 CHART = REPO / "charts" / "eddy-operator"
-
-
-@pytest.mark.unit
-def test_chart_crd_is_an_exact_copy_of_crds_streamapp():
-    copy = CHART / "crds" / "streamapp.yaml"
-    assert copy.read_bytes() == CRD_PATH.read_bytes(), (
-        "charts/eddy-operator/crds/streamapp.yaml differs from crds/streamapp.yaml: "
-        "run `cp crds/streamapp.yaml charts/eddy-operator/crds/`"
-    )
 
 
 # --- against the real control plane's schemas --------------------------------------------------
@@ -157,16 +148,16 @@ def test_the_operators_builders_produce_schema_valid_objects(kube, tmp_path):
     import yaml
 
     from eddy_contract.spec import StreamAppSpec
-    from eddy_operator import builders
+    from eddy_operator import builders, pod_builders, spark_builders
     from eddy_operator.builders import Owner
     from tests.operator.manifests import full
 
     schemas = _kube_json_schemas(kube, tmp_path)
     body = full()
     spec = StreamAppSpec.from_manifest(body)
-    objs = builders.build_all(spec, Owner(spec.name, "uid-1"), "fast-ssd", body["spec"])
+    objs = spark_builders.build_all(spec, Owner(spec.name, "uid-1"), "fast-ssd", body["spec"])
     objs.append(builders.build_assignment_configmap(spec, Owner(spec.name, "uid-1"), {"assignment.json": "{}"}))
-    template = builders.build_executor_pod_template(spec)
+    template = pod_builders.build_executor_pod_template(spec)
     template["metadata"]["name"] = "template"
     template["spec"]["containers"][0]["image"] = spec.image  # Spark sets it
     objs.append(template)

@@ -53,14 +53,14 @@ def matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
 def _app_pods() -> dict[str, tuple[dict[str, str], list[dict[str, Any]], dict[str, str]]]:
     """Per component, the labels, container ports and env the operator's builders give its pods."""
     from eddy_contract.spec import StreamAppSpec
-    from eddy_operator import builders
+    from eddy_operator import pod_builders, spark_builders
     from eddy_operator.builders import Owner
 
     spec = StreamAppSpec.from_manifest(full())
-    driver = builders.build_driver_statefulset(spec, Owner(spec.name, "uid-1"), "hash")["spec"]["template"]
-    template = builders.build_executor_pod_template(spec)
+    driver = pod_builders.build_driver_statefulset(spec, Owner(spec.name, "uid-1"), "hash")["spec"]["template"]
+    template = pod_builders.build_executor_pod_template(spec)
     # Spark labels executor pods with the template's labels and spark.kubernetes.executor.label.*.
-    conf = builders.build_spark_conf(spec, "fast-ssd")
+    conf = spark_builders.build_spark_conf(spec, "fast-ssd")
     prefix = "spark.kubernetes.executor.label."
     spark_labels = {k[len(prefix):]: v for k, v in conf.items() if k.startswith(prefix)}
 

@@ -9,6 +9,7 @@ import time
 import urllib.request
 
 import pytest
+import yaml
 
 from eddy_contract import channel
 from eddy_operator import builders
@@ -26,6 +27,7 @@ from tests.operator.cluster import (
     running_operator,
     wait_for,
 )
+from tests.operator.manifests import RULE_BREAKERS, breaking
 
 pytestmark = pytest.mark.integration
 
@@ -556,3 +558,27 @@ def test_the_apiserver_defaults_a_streamapp_exactly_as_the_spec_module_does(crd,
     apply(crd, everything)
     served = get(crd, "streamapp", "orders", namespace)
     assert served["spec"] == everything["spec"]
+
+
+def test_the_apiserver_defaults_exactly_as_eddy_contract_crd_does(crd, namespace):
+    """eddy_contract.crd.with_defaults, which `eddy run` relies on, against the real thing."""
+    from eddy_contract.crd import with_defaults
+    from tests.operator.manifests import minimal
+
+    bare = minimal(name="bare", executors={"tolerations": [{"key": "dedicated", "effect": "NoSchedule"}]})
+    bare["metadata"]["namespace"] = namespace
+    apply(crd, bare)
+    assert get(crd, "streamapp", "bare", namespace)["spec"] == with_defaults(bare)["spec"]
+
+
+@pytest.mark.parametrize(("change", "field"), [c[1:] for c in RULE_BREAKERS], ids=[c[0] for c in RULE_BREAKERS])
+def test_the_apiserver_rejects_what_a_cel_twin_rejects_with_the_same_message(crd, namespace, change, field):
+    from eddy_contract.spec import SpecError, StreamAppSpec
+
+    body = breaking(change)
+    body["metadata"]["namespace"] = namespace
+    with pytest.raises(SpecError) as err:
+        StreamAppSpec.from_manifest(body)
+    proc = crd.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(body), check=False)
+    assert proc.returncode != 0, proc.stdout
+    assert err.value.reason in proc.stderr, proc.stderr
