@@ -19,7 +19,7 @@ COPY pyproject.toml ./
 # ~400 MB; README.md is a stand-in here so that editing it does not download them again); then Eddy
 # itself, which a code change rebuilds in seconds. Compiled to bytecode at install: the image's
 # root filesystem is read-only at run time, and every Spark Python worker would compile again.
-RUN mkdir -p operator runtime && touch README.md \
+RUN mkdir -p contract operator runtime && touch README.md \
     && /opt/eddy/venv/bin/pip install . \
     && /opt/eddy/venv/bin/pip uninstall --yes eddy
 COPY README.md ./
@@ -27,7 +27,7 @@ COPY contract/ contract/
 COPY operator/ operator/
 COPY runtime/ runtime/
 RUN /opt/eddy/venv/bin/pip install --no-deps . \
-    && /opt/eddy/venv/bin/python -c "import eddy_operator.handlers, pyspark, confluent_kafka, rocksdict"
+    && /opt/eddy/venv/bin/python -c "import eddy_operator.handlers, eddy_runtime.driver, eddy_contract.crd, pyspark, confluent_kafka, rocksdict"
 
 FROM ${PYTHON_IMAGE}
 # Java for Spark's JVMs; tini reaps the JVM and Python workers and forwards signals; procps
