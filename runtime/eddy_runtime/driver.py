@@ -137,7 +137,7 @@ class Driver:
 
     def prepare(self) -> CompiledApp:
         """Compile the pipeline against the topics and create the topics the app needs."""
-        self._prepared = prepare_app(self.spark, self._offsets.admin, self.kafka, self.topology, self.spec,
+        self._prepared = prepare_app(self.spark, lambda: self._offsets.admin, self.kafka, self.topology, self.spec,
                                      create_output_topics=self.options.create_output_topics)
         self.compiled = self._prepared.compiled
         return self.compiled

@@ -10,7 +10,7 @@ import hashlib
 import importlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -104,9 +104,12 @@ def check_dataframe_steps(spark: SparkSession, compiled: CompiledApp) -> None:
             )
 
 
-def prepare_app(spark: SparkSession, admin: Any, kafka: KafkaClientConfig, topology: Topology, spec: StreamAppSpec, *,
-                create_output_topics: bool) -> PreparedApp:
-    """Compile the pipeline against the topics and create the topics the app needs."""
+def prepare_app(spark: SparkSession, admin_client: Callable[[], Any], kafka: KafkaClientConfig, topology: Topology,
+                spec: StreamAppSpec, *, create_output_topics: bool) -> PreparedApp:
+    """Compile the pipeline against the topics and create the topics the app needs.
+
+    `admin_client` is called only once the connection check passed: making the client is where
+    missing credentials would otherwise surface, unnamed as the app's error."""
     from pyspark import cloudpickle
 
     app = spec.application_id
@@ -116,6 +119,7 @@ def prepare_app(spark: SparkSession, admin: Any, kafka: KafkaClientConfig, topol
         kafka_client.check_connection(kafka)
     except (KafkaUnreachable, KafkaCredentialsMissing) as e:
         raise DriverError(str(e)) from e
+    admin = admin_client()
     meta = admin.list_topics(timeout=30).topics
     partitions = {t: len(meta[t].partitions) for t in sources if t in meta and meta[t].error is None}
     missing = [t for t in sources if t not in partitions]
