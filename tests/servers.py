@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("EDDY_CACHE", REPO / ".cache"))
@@ -133,15 +134,23 @@ class KafkaBroker:
             [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=config or {})]
         )
         futures[name].result(30)
-        # The broker answering metadata may learn of the new topic a moment after it is created.
+        self.topic_partitions(name, partitions, replication_factor)
+        return name
+
+    def topic_partitions(self, name: str, partitions: int, replication_factor: int) -> dict[int, Any]:
+        """The topic's partition metadata once it shows every partition with all its replicas.
+
+        Each broker answering metadata may learn of a new topic a moment after another did, so a
+        single read can come back empty (seen on the three-node cluster)."""
         deadline = time.monotonic() + 30
         while True:
             topic = self.admin.list_topics(name, timeout=10).topics.get(name)
-            found = {p: len(m.replicas) for p, m in topic.partitions.items()} if topic and topic.error is None else {}
-            if len(found) == partitions and all(n == replication_factor for n in found.values()):
-                return name
+            found = dict(topic.partitions) if topic and topic.error is None else {}
+            if len(found) == partitions and all(len(m.replicas) == replication_factor for m in found.values()):
+                return found
             if time.monotonic() > deadline:
-                raise AssertionError(f"topic {name} created, but metadata still shows {found} after 30 s")
+                shown = {p: len(m.replicas) for p, m in found.items()}
+                raise AssertionError(f"topic {name}: metadata still shows {shown} (partition: replicas) after 30 s")
             time.sleep(0.1)
 
     def new_topic(self, prefix: str = "t", partitions: int = 1, config: dict[str, str] | None = None) -> str:

@@ -17,7 +17,7 @@ def test_a_stopped_node_leaves_the_cluster_writable_and_catches_up_when_it_retur
     assert k.live_brokers() == {1, 2, 3}
     topic = k.create_topic(f"rep-{uuid.uuid4().hex[:8]}", partitions=3, replication_factor=3,
                            config={"min.insync.replicas": "2"})
-    partitions = k.admin.list_topics(topic, timeout=10).topics[topic].partitions
+    partitions = k.topic_partitions(topic, partitions=3, replication_factor=3)
     assert {len(p.replicas) for p in partitions.values()} == {3}
     # the node leading partition 0 goes away: its leadership moves, acks=all writes still succeed
     victim = partitions[0].leader
