@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from eddy_contract.tasks import task_sort_key
@@ -55,7 +55,8 @@ class Plan:
         self.max_warmups = max_warmup_replicas
         self.groups: dict[tuple[bool, int, int, str], list[str]] = {}
         for t in self.tasks:
-            self.groups.setdefault(_group(t, t in self.stateful), []).append(t)
+            if t in self.stateful:
+                self.groups.setdefault(_group(t, True), []).append(t)
 
     def caught_up(self, executor: str, task: str) -> bool:
         return self.lag[(executor, task)] <= self.acceptable
@@ -73,34 +74,38 @@ class Plan:
         p = self.prev_active(task)
         return p if p in self.cores and self.caught_up(p, task) else None
 
+    def _freshest(self, task: str) -> Callable[[str], tuple[bool, int, bool, str]]:
+        """Order executors for `task`: caught up, then least lag, then a previous copy, then id."""
+        return lambda e: (not self.caught_up(e, task), self.lag[(e, task)], not self.was_copy(e, task), e)
+
     def run(self) -> dict[str, Placement]:
         target = self.target_actives()
         active = self.actual_actives(target)
+        self.place_stateless(active)
+        target.update({t: e for t, e in active.items() if t not in self.stateful})
         wanted = {t: (active[t] != target[t], target[t]) for t in self.tasks}
         standbys, standby_moves = self.standbys(active, target)
         warmups = self.warmups(active, standbys, [(t, e) for t, (m, e) in wanted.items() if m], standby_moves)
-        return {t: (active[t], tuple(sorted(standbys.get(t, ()))), tuple(sorted(warmups.get(t, ())))) for t in self.tasks}
+        return {t: (active[t], tuple(sorted(standbys.get(t, ()))), tuple(sorted(warmups.get(t, ()))))
+                for t in self.tasks}
 
     # Where actives belong once every copy has caught up: balanced per core in total, per kind
     # and per sub-topology (a round robin over cores), as sticky to the previous actives as that allows.
     def quotas(self) -> dict[tuple[bool, int, int, str], dict[str, int]]:
         slots = [(e, i) for e in self.live for i in range(self.cores[e])]
         total = {s: 0 for s in slots}
-        per_kind = {(k, s): 0 for k in (False, True) for s in slots}
         out: dict[tuple[bool, int, int, str], dict[str, int]] = {}
         for g, tasks in self.groups.items():
-            kind = g[0]
             stick = {e: 0 for e in self.live}
             for t in tasks:
                 if (p := self.sticky(t)) is not None:
                     stick[p] += 1
             base, extra = divmod(len(tasks), len(slots))
-            order = sorted(slots, key=lambda s: (total[s], per_kind[(kind, s)], -stick[s[0]], s))
+            order = sorted(slots, key=lambda s: (total[s], -stick[s[0]], s))
             quota = {e: 0 for e in self.live}
             for n, s in enumerate(order):
                 got = base + (1 if n < extra else 0)
                 total[s] += got
-                per_kind[(kind, s)] += got
                 quota[s[0]] += got
             out[g] = quota
         return out
@@ -119,8 +124,7 @@ class Plan:
                 else:
                     rest.append(t)
             for t in rest:
-                e = min((e for e in self.live if left[e] > 0),
-                        key=lambda e, t=t: (not self.caught_up(e, t), self.lag[(e, t)], not self.was_copy(e, t), e))
+                e = min((e for e in self.live if left[e] > 0), key=self._freshest(t))
                 target[t] = e
                 left[e] -= 1
         self.repair(target, quotas)
@@ -134,12 +138,12 @@ class Plan:
         for t, e in target.items():
             count[_group(t, t in self.stateful)][e] += 1
         by_target: dict[str, list[str]] = {e: [] for e in self.live}
-        for t in self.tasks:
+        for t in target:
             by_target[target[t]].append(t)
         changed = True
         while changed:
             changed = False
-            for t in self.tasks:
+            for t in target:
                 y, x = self.sticky(t), target[t]
                 if y is None or y == x:
                     continue
@@ -179,7 +183,7 @@ class Plan:
         up, the freshest copy takes it."""
         active: dict[str, str] = {}
         pending = []
-        for t in self.tasks:
+        for t in target:
             if self.caught_up(target[t], t):
                 active[t] = target[t]
             elif (p := self.sticky(t)) is not None:
@@ -193,12 +197,36 @@ class Plan:
             ups = [e for e in self.live if self.caught_up(e, t)]
             p, d = self.prev_active(t), target[t]
             if ups:
-                best = min(ups, key=lambda e, t=t: ((load[e] + 1) / self.cores[e], self.lag[(e, t)], e))
+                best = min(ups, key=lambda e: ((load[e] + 1) / self.cores[e], self.lag[(e, t)], e))  # noqa: B023
             else:
-                best = min(self.live, key=lambda e, t=t: (self.lag[(e, t)], e != p, e != d, e))
+                best = min(self.live, key=lambda e: (self.lag[(e, t)], e != p, e != d, e))  # noqa: B023
             active[t] = best
             load[best] += 1
         return active
+
+    def place_stateless(self, active: dict[str, str]) -> None:
+        """Stateless tasks fill up the least loaded executors (per core): in total first, then
+        per sub-topology, then among stateless tasks; the previous executor only breaks ties."""
+        total = {e: 0 for e in self.live}
+        for e in active.values():
+            total[e] += 1
+        kind = {e: 0 for e in self.live}
+        group: dict[tuple[int, str], int] = {}
+        for t in self.tasks:
+            if t in self.stateful:
+                continue
+            s = task_sort_key(t)[0]
+            p = self.prev_active(t)
+
+            def load(e: str, s: int = s, p: str | None = p) -> tuple[float, float, float, bool, str]:
+                c = self.cores[e]
+                return ((total[e] + 1) / c, (group.get((s, e), 0) + 1) / c, (kind[e] + 1) / c, e != p, e)
+
+            best = min(self.live, key=load)
+            active[t] = best
+            total[best] += 1
+            kind[best] += 1
+            group[(s, best)] = group.get((s, best), 0) + 1
 
     def standbys(
         self, active: Mapping[str, str], target: Mapping[str, str]
@@ -206,34 +234,71 @@ class Plan:
         """Standbys go where stateful copies (actives and standbys) stay balanced per core, in a
         zone the task's copies do not use yet; a standby that would have to restore gives way to
         a caught-up copy, and its place becomes a warmup (returned second)."""
-        wanted = min(self.standby_replicas, len(self.live) - 1)
-        load = {e: 0 for e in self.live}
-        for t in self.tasks:
-            if t in self.stateful:
-                load[target[t]] += 1
+        goal = self.standby_targets(active, target)
         standbys: dict[str, list[str]] = {}
         moves: list[tuple[str, str]] = []
-        for t in self.tasks:
-            if t not in self.stateful:
-                continue
+        for t, wanted in goal.items():
             chosen: list[str] = []
-            used = {self.zone[active[t]]}
-            for _ in range(wanted):
-                free = [e for e in self.live if e != active[t] and e not in chosen]
-                best = min(free, key=lambda e, t=t, used=used: (
-                    self.zone[e] in used, load[e] / self.cores[e], e != target[t],
-                    not self.caught_up(e, t), not self.was_copy(e, t), self.lag[(e, t)], e))
-                load[best] += 1
+            for best in wanted:
+                used = {self.zone[e] for e in (active[t], *chosen)}
                 pick = best
                 if not self.caught_up(best, t):
-                    hot = [e for e in free if self.caught_up(e, t) and (self.zone[e] not in used or self.zone[best] in used)]
+                    hot = [e for e in self.live if e != active[t] and e not in chosen and e not in wanted
+                           and self.caught_up(e, t) and (self.zone[e] not in used or self.zone[best] in used)]
                     if hot:
-                        pick = min(hot, key=lambda e, t=t: (not self.was_copy(e, t), self.lag[(e, t)], e))
+                        pick = min(hot, key=self._freshest(t))
                         moves.append((t, best))
                 chosen.append(pick)
-                used.add(self.zone[pick])
             standbys[t] = chosen
         return standbys, moves
+
+    def standby_targets(self, active: Mapping[str, str], target: Mapping[str, str]) -> dict[str, list[str]]:
+        """Where standbys belong once caught up: each on the least loaded executor (per core) in
+        a zone the task's copies do not use yet; then single standbys move from an executor whose
+        copies are two or more above another's while zones allow."""
+        wanted = min(self.standby_replicas, len(self.live) - 1)
+        stateful = [t for t in self.tasks if t in self.stateful]
+        load = {e: 0 for e in self.live}
+        for t in stateful:
+            load[target[t]] += 1
+        goal: dict[str, list[str]] = {}
+        for t in stateful:
+            chosen: list[str] = []
+            for _ in range(wanted):
+                used = {self.zone[e] for e in (active[t], *chosen)}
+                free = [e for e in self.live if e != active[t] and e not in chosen]
+                best = min(free, key=lambda e: (  # noqa: B023
+                    self.zone[e] in used, load[e] / self.cores[e], e != target[t],  # noqa: B023
+                    not self.caught_up(e, t), not self.was_copy(e, t), self.lag[(e, t)], e))  # noqa: B023
+                load[best] += 1
+                chosen.append(best)
+            goal[t] = chosen
+        for _ in range(len(stateful) * wanted * len(self.live)):
+            move = self._standby_move(active, goal, load)
+            if move is None:
+                break
+            t, i, dst = move
+            load[goal[t][i]] -= 1
+            load[dst] += 1
+            goal[t][i] = dst
+        return goal
+
+    def _standby_move(
+        self, active: Mapping[str, str], goal: Mapping[str, list[str]], load: Mapping[str, int]
+    ) -> tuple[str, int, str] | None:
+        """A standby off the most loaded executor onto a less loaded one, if one may take it."""
+        for src in sorted(self.live, key=lambda e: (-load[e] / self.cores[e], e)):
+            for dst in sorted(self.live, key=lambda e: (load[e] / self.cores[e], e)):
+                if load[src] / self.cores[src] <= (load[dst] + 1) / self.cores[dst]:
+                    break
+                for t, chosen in goal.items():
+                    if src not in chosen or dst in chosen or dst == active[t]:
+                        continue
+                    i = chosen.index(src)
+                    others = {self.zone[e] for e in (active[t], *chosen) if e != src}
+                    if self.zone[dst] not in others or self.zone[src] in others:
+                        return t, i, dst
+        return None
 
     def warmups(
         self,
