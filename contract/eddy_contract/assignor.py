@@ -47,6 +47,7 @@ __all__ = [
     "TaskAssignment",
     "TaskMove",
     "assign",
+    "assign_app",
     "diff",
     "task_lag",
     "task_sort_key",
