@@ -101,7 +101,8 @@ class Plan:
                 if (p := self.sticky(t)) is not None:
                     stick[p] += 1
             base, extra = divmod(len(tasks), len(slots))
-            order = sorted(slots, key=lambda s: (total[s], -stick[s[0]], s))
+            # an executor's cores fill up in step with the others' (Kafka's least loaded client)
+            order = sorted(slots, key=lambda s: (total[s], s[1] / self.cores[s[0]], -stick[s[0]], s))
             quota = {e: 0 for e in self.live}
             for n, s in enumerate(order):
                 got = base + (1 if n < extra else 0)
@@ -131,41 +132,50 @@ class Plan:
         return target
 
     def repair(self, target: dict[str, str], quotas: Mapping[tuple[bool, int, int, str], Mapping[str, int]]) -> None:
-        """Swap targets of two tasks of one kind when that puts more of them back on their sticky
-        executor and keeps every per-core bound; each swap adds a sticky task, so this ends."""
+        """Swap the targets of two tasks when that makes more targets caught up, or as many and
+        more of them sticky, within every per-core bound; each swap raises (caught up, sticky)
+        over all tasks, so this ends."""
         bounds = self._bounds(quotas)
         count: dict[tuple[bool, int, int, str], dict[str, int]] = {g: {e: 0 for e in self.live} for g in self.groups}
         for t, e in target.items():
-            count[_group(t, t in self.stateful)][e] += 1
+            count[_group(t, True)][e] += 1
         by_target: dict[str, list[str]] = {e: [] for e in self.live}
         for t in target:
             by_target[target[t]].append(t)
+
+        def score(t: str, e: str) -> tuple[int, int]:
+            return (int(self.caught_up(e, t)), int(self.sticky(t) == e))
+
         changed = True
         while changed:
             changed = False
             for t in target:
-                y, x = self.sticky(t), target[t]
-                if y is None or y == x:
-                    continue
-                gt = _group(t, t in self.stateful)
-                for u in by_target[y]:
-                    gu = _group(u, u in self.stateful)
-                    if self.sticky(u) == y or gu[0] != gt[0]:
+                x, gt = target[t], _group(t, True)
+                for y in self.live:
+                    if y == x or score(t, y) <= score(t, x):
                         continue
-                    if gu != gt and not (
-                        count[gt][x] - 1 >= bounds[gt][x][0] and count[gt][y] + 1 <= bounds[gt][y][1]
-                        and count[gu][y] - 1 >= bounds[gu][y][0] and count[gu][x] + 1 <= bounds[gu][x][1]
-                    ):
-                        continue
-                    target[t], target[u] = y, x
-                    by_target[y].remove(u)
-                    by_target[x].remove(t)
-                    by_target[y].append(t)
-                    by_target[x].append(u)
-                    for g, e, d in ((gt, x, -1), (gt, y, 1), (gu, y, -1), (gu, x, 1)):
-                        count[g][e] += d
-                    changed = True
-                    break
+                    for u in by_target[y]:
+                        gu = _group(u, True)
+                        ty, ux, tx, uy = score(t, y), score(u, x), score(t, x), score(u, y)
+                        gain = (ty[0] + ux[0] - tx[0] - uy[0], ty[1] + ux[1] - tx[1] - uy[1])
+                        if gain <= (0, 0):
+                            continue
+                        if gu != gt and not (
+                            count[gt][x] - 1 >= bounds[gt][x][0] and count[gt][y] + 1 <= bounds[gt][y][1]
+                            and count[gu][y] - 1 >= bounds[gu][y][0] and count[gu][x] + 1 <= bounds[gu][x][1]
+                        ):
+                            continue
+                        target[t], target[u] = y, x
+                        by_target[y].remove(u)
+                        by_target[x].remove(t)
+                        by_target[y].append(t)
+                        by_target[x].append(u)
+                        for g, e, d in ((gt, x, -1), (gt, y, 1), (gu, y, -1), (gu, x, 1)):
+                            count[g][e] += d
+                        changed = True
+                        break
+                    if target[t] != x:
+                        break
 
     def _bounds(
         self, quotas: Mapping[tuple[bool, int, int, str], Mapping[str, int]]
