@@ -271,18 +271,26 @@ class Plan:
         load = {e: 0 for e in self.live}
         for t in stateful:
             load[target[t]] += 1
-        goal: dict[str, list[str]] = {}
+        goal: dict[str, list[str]] = {t: [] for t in stateful}
+        # previous copies keep their place first (warmups that stood in for a standby, then
+        # standbys), then the least loaded executors take the rest
         for t in stateful:
-            chosen: list[str] = []
-            for _ in range(wanted):
+            p = self.prev.get(t)
+            seeds = [*(e for e in p[2] if e != target[t]), *p[1]] if p is not None else []
+            for e in seeds:
+                if len(goal[t]) < wanted and self._may_take(e, t, active[t], goal[t]):
+                    goal[t].append(e)
+                    load[e] += 1
+        for t in stateful:
+            chosen = goal[t]
+            while len(chosen) < wanted:
                 used = {self.zone[e] for e in (active[t], *chosen)}
                 free = [e for e in self.live if e != active[t] and e not in chosen]
                 best = min(free, key=lambda e: (  # noqa: B023
                     self.zone[e] in used, load[e] / self.cores[e], e != target[t],  # noqa: B023
-                    not self.caught_up(e, t), not self.was_copy(e, t), self.lag[(e, t)], e))  # noqa: B023
+                    not self.caught_up(e, t), self.lag[(e, t)], e))  # noqa: B023
                 load[best] += 1
                 chosen.append(best)
-            goal[t] = chosen
         for _ in range(len(stateful) * wanted * len(self.live)):
             move = self._standby_move(active, goal, load)
             if move is None:
@@ -292,6 +300,14 @@ class Plan:
             load[dst] += 1
             goal[t][i] = dst
         return goal
+
+    def _may_take(self, e: str, task: str, active: str, chosen: Sequence[str]) -> bool:
+        """`e` is live, holds no copy of `task` yet and does not give up a zone the copies could use."""
+        if e not in self.cores or e == active or e in chosen:
+            return False
+        used = {self.zone[x] for x in (active, *chosen)}
+        return self.zone[e] not in used or all(
+            self.zone[f] in used for f in self.live if f != active and f not in chosen)
 
     def _standby_move(
         self, active: Mapping[str, str], goal: Mapping[str, list[str]], load: Mapping[str, int]

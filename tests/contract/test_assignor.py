@@ -8,7 +8,7 @@ from collections import Counter
 from types import MappingProxyType
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eddy_contract.assignor import (
@@ -25,7 +25,7 @@ from eddy_contract.assignor import (
 
 pytestmark = pytest.mark.unit
 
-EXAMPLES = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+EXAMPLES = settings()  # examples: the profile (tests/contract/conftest.py)
 ZONES = ["zone-a", "zone-b", "zone-c", None]
 
 

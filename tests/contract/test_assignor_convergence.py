@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from eddy_contract.assignor import Assignment, AssignorSettings, Executor, assign_app
@@ -150,7 +150,6 @@ def test_dropping_nodes_should_converge() -> None:
     assert_balanced(h)
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**63 - 1))
 def test_random_cluster_perturbations_should_converge(seed: int) -> None:
     """runRandomizedScenario: random sizes, then random drops and (re)additions of clients."""

@@ -9,14 +9,14 @@ from collections.abc import Iterable
 from types import MappingProxyType
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eddy_contract.assignor import Assignment, AssignorSettings, Executor, TaskAssignment, assign_app
 
 pytestmark = pytest.mark.unit
 
-MANY = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+MANY = settings()  # examples: the profile (tests/contract/conftest.py): 1,000 in CI
 Scenario = tuple[list[Executor], dict[str, int], dict[str, dict[str, int]], Assignment | None, AssignorSettings,
                  list[str]]
 
@@ -54,7 +54,7 @@ def spread(executors: list[Executor], placed: Iterable[str]) -> float:
     """max - min of tasks per core over the executors."""
     count = Counter(placed)
     per_core = [count[e.id] / e.cores for e in executors]
-    return max(per_core) - min(per_core)
+    return float(max(per_core) - min(per_core))
 
 
 @MANY
