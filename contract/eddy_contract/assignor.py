@@ -9,9 +9,10 @@ stay free of kopf and the Kubernetes client.
 
 The rules (Kafka Streams' guarantees; "balanced" = per core, loads differ by at most one):
 
-1. Targets: where each active belongs once every copy has caught up - balanced in total, per
-   kind (stateful, stateless) and per sub-topology, as sticky to the previous actives (those live
-   and caught up, lag <= acceptableRecoveryLag) as that balance allows.
+1. Targets: where each stateful active belongs once every copy has caught up - balanced per
+   sub-topology and in total, preferring caught-up copies, then the previous actives (those live
+   and caught up, lag <= acceptableRecoveryLag), as far as that balance allows. Stateless
+   tasks then fill up the least loaded executors (in total, then per sub-topology and kind).
 2. An active goes to its target only if the target is caught up; else it stays on its previous
    executor if that is caught up, else on the least loaded caught-up copy, else (nobody caught
    up) on the freshest copy. A target that did not get its active is a planned move.
@@ -23,7 +24,8 @@ The rules (Kafka Streams' guarantees; "balanced" = per core, loads differ by at 
    at most maxWarmupReplicas over the app, warmups under way first, then actives, then
    standbys. Once a warmup has caught up, rules 2 and 3 move the copy onto it.
 5. Fixed point: the result, given back as `previous` with the same inputs, gives itself back
-   (same generation); the rules are re-applied to their own result until that holds.
+   (same generation); the rules are re-applied to their own result until that holds (at most
+   _FIXED_POINT_ROUNDS times; the property tests find it within that).
 
 Lag of an executor for a task = changelog end offset - the offset its volume holds (the sum over
 the task's stores); an executor that holds nothing for the task has lag = end offset, i.e. a full

@@ -100,3 +100,12 @@ def test_5_the_same_inputs_give_the_same_assignment_and_generation() -> None:
     cfg = AssignorSettings(standby_replicas=1, acceptable_recovery_lag=0, max_warmup_replicas=0)
     first = assign(executors(4), ends, held, None, cfg)
     assert assign(executors(4), ends, held, first, cfg) is first
+
+
+def test_executors_take_load_in_proportion_to_their_cores() -> None:
+    tasks = {f"{s}_{p}": 0 for s in range(2) for p in range(4)}
+    cores = [Executor("1", cores=1), Executor("2", cores=3)]
+    a = assign_app(cores, tasks, {}, None, AssignorSettings(standby_replicas=0), [t for t in tasks if t[0] == "1"])
+    assert actives(a) == {"1": 2, "2": 6}
+    for s in "01":  # each sub-topology too
+        assert actives(a, [t for t in tasks if t[0] == s]) == {"1": 1, "2": 3}
