@@ -40,21 +40,27 @@ def scenarios(draw, with_previous: bool = True):
     for e in ids:
         holds = draw(st.lists(st.sampled_from(tasks), unique=True))
         held[e] = {t: draw(st.integers(0, end[t] + 5)) for t in holds}
-    previous = None
-    if with_previous and draw(st.booleans()):
-        pool = ids + ["dead-1", "dead-2"]
-        prev_tasks = {}
-        for t in draw(st.lists(st.sampled_from(tasks), unique=True)):
-            copies = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=4, unique=True))
-            split = draw(st.integers(1, len(copies)))
-            prev_tasks[t] = TaskAssignment(copies[0], tuple(sorted(copies[1:split])), tuple(sorted(copies[split:])))
-        previous = Assignment(draw(st.integers(1, 50)), MappingProxyType(prev_tasks))
+    previous = draw(prior_assignments(tasks, ids)) if with_previous else None
     cfg = AssignorSettings(
         standby_replicas=draw(st.integers(0, 3)),
         acceptable_recovery_lag=draw(st.sampled_from([0, 10, 100, 10000])),
         max_warmup_replicas=draw(st.integers(0, 3)),
     )
     return executors, end, held, previous, cfg
+
+
+@st.composite
+def prior_assignments(draw, tasks, ids):
+    """None, or a previous assignment of some of `tasks` naming live `ids` and dead executors."""
+    if not draw(st.booleans()):
+        return None
+    pool = [*ids, "dead-1", "dead-2"]
+    prev_tasks = {}
+    for t in draw(st.lists(st.sampled_from(tasks), unique=True)):
+        copies = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=4, unique=True))
+        split = draw(st.integers(1, len(copies)))
+        prev_tasks[t] = TaskAssignment(copies[0], tuple(sorted(copies[1:split])), tuple(sorted(copies[split:])))
+    return Assignment(draw(st.integers(1, 50)), MappingProxyType(prev_tasks))
 
 
 def lag_of(end, held, executor, task):

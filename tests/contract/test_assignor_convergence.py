@@ -126,26 +126,24 @@ def test_static_assignment_should_converge_with_the_first_assignment() -> None:
     assert_balanced(h)
 
 
-def test_assignment_should_converge_after_adding_node() -> None:
-    stateful, warmups = 11, 2
-    h = Harness.cluster(7, stateful, 1, lambda: 5)
+@pytest.mark.parametrize(("stateless", "stateful", "clients", "change", "extra"), [
+    # assignmentShouldConvergeAfterAddingNode: each task moves at most once, maxWarmupReplicas at a time
+    (7, 11, 1, "add", 1),
+    # droppingNodesShouldConverge: one extra round, as in Kafka
+    (11, 13, 7, "drop", 2),
+])
+def test_assignment_should_converge_after_adding_or_dropping_a_node(
+    stateless: int, stateful: int, clients: int, change: str, extra: int
+) -> None:
+    warmups = 2
+    h = Harness.cluster(stateless, stateful, clients, lambda: 5)
     cfg = AssignorSettings(standby_replicas=0, acceptable_recovery_lag=100, max_warmup_replicas=warmups)
     h.converge(cfg, 1)
-    h.add_client()
-    # each task moves at most once, maxWarmupReplicas at a time
-    h.converge(cfg, stateful // warmups + 1)
-    assert_valid(h, 0)
-    assert_balanced(h)
-
-
-def test_dropping_nodes_should_converge() -> None:
-    stateful, warmups = 13, 2
-    h = Harness.cluster(11, stateful, 7, lambda: 5)
-    cfg = AssignorSettings(standby_replicas=0, acceptable_recovery_lag=100, max_warmup_replicas=warmups)
-    h.converge(cfg, 1)
-    h.drop_client(h.clients[0])
-    # one extra round, as in Kafka
-    h.converge(cfg, stateful // warmups + 2)
+    if change == "add":
+        h.add_client()
+    else:
+        h.drop_client(h.clients[0])
+    h.converge(cfg, stateful // warmups + extra)
     assert_valid(h, 0)
     assert_balanced(h)
 

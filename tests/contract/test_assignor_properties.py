@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from types import MappingProxyType
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eddy_contract.assignor import Assignment, AssignorSettings, Executor, TaskAssignment, assign_app
+from eddy_contract.assignor import Assignment, AssignorSettings, Executor, assign_app
+from tests.contract.test_assignor import prior_assignments
 
 pytestmark = pytest.mark.unit
 
@@ -37,15 +37,7 @@ def apps(draw: st.DrawFn, zones: bool = True, cores: bool = True, caught_up: boo
     for e in ids:
         holds = tasks if caught_up else draw(st.lists(st.sampled_from(tasks), unique=True))
         held[e] = {t: end[t] if caught_up else draw(st.integers(0, end[t] + 5)) for t in holds}
-    previous = None
-    if draw(st.booleans()):
-        pool = [*ids, "dead-1", "dead-2"]
-        placements = {}
-        for t in draw(st.lists(st.sampled_from(tasks), unique=True)):
-            copies = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=4, unique=True))
-            split = draw(st.integers(1, len(copies)))
-            placements[t] = TaskAssignment(copies[0], tuple(sorted(copies[1:split])), tuple(sorted(copies[split:])))
-        previous = Assignment(draw(st.integers(1, 50)), MappingProxyType(placements))
+    previous: Assignment | None = draw(prior_assignments(tasks, ids))
     cfg = AssignorSettings(draw(st.integers(0, 3)), draw(st.sampled_from([0, 10, 100, 10000])), draw(st.integers(0, 3)))
     return executors, end, held, previous, cfg, stateful
 
