@@ -276,11 +276,15 @@ class Plan:
         # standbys), then the least loaded executors take the rest
         for t in stateful:
             p = self.prev.get(t)
-            seeds = [*(e for e in p[2] if e != target[t]), *p[1]] if p is not None else []
-            for e in seeds:
-                if len(goal[t]) < wanted and self._may_take(e, t, active[t], goal[t]):
-                    goal[t].append(e)
-                    load[e] += 1
+            seeds = [e for e in (*p[2], *p[1]) if e in self.cores and (e != target[t] or e in p[1])] if p else []
+            for new_zone_only in (True, False):  # seeds in zones the copies lack go first
+                for e in seeds:
+                    used = {self.zone[x] for x in (active[t], *goal[t])}
+                    if new_zone_only and self.zone[e] in used:
+                        continue
+                    if len(goal[t]) < wanted and self._may_take(e, t, active[t], goal[t]):
+                        goal[t].append(e)
+                        load[e] += 1
         for t in stateful:
             chosen = goal[t]
             while len(chosen) < wanted:
