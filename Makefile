@@ -7,7 +7,7 @@ PY      := .venv/bin/python
 PYTEST  := $(PY) -m pytest
 export EDDY_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: setup test test-unit test-integration test-e2e lint demo bench-failover clean-cache
+.PHONY: setup test test-unit test-properties test-integration test-e2e lint demo bench-failover clean-cache
 
 setup:
 	infra/python-env.sh
@@ -18,7 +18,7 @@ setup:
 	infra/image/image.sh build
 
 # Stages run cheapest first; each fails the run on any failure, including "no tests collected".
-test: setup lint test-unit test-integration test-e2e
+test: setup lint test-unit test-properties test-integration test-e2e
 
 # ruff; import circles and layering (infra/lint/import_cycles.py); mypy --strict (pyproject.toml).
 lint:
@@ -29,6 +29,10 @@ lint:
 
 test-unit:
 	$(PYTEST) -m unit -q
+
+# The assignor's property tests again, with 1,000 examples each (tests/contract/conftest.py).
+test-properties:
+	EDDY_HYPOTHESIS_PROFILE=thorough $(PYTEST) -m unit -q tests/contract
 
 test-integration:
 	$(PYTEST) -m integration -q

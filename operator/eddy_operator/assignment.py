@@ -62,6 +62,7 @@ class PodInfo:
     deleting: bool
     reason: str | None
     zone_label: str | None
+    cores: int = 1
 
     @property
     def live_executor(self) -> bool:
@@ -103,7 +104,21 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         deleting=meta.get("deletionTimestamp") is not None,
         reason=status.get("reason"),
         zone_label=labels.get(builders.ZONE_LABEL),
+        cores=pod_cores(pod),
     )
+
+
+def pod_cores(pod: Mapping[str, Any]) -> int:
+    """The cores of a pod's first container (its CPU request, else limit; Spark sets both from
+    spark.executor.cores), rounded down, at least 1: the executor's weight in the assignor."""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    resources = containers[0].get("resources") or {}
+    cpu = str((resources.get("requests") or {}).get("cpu") or (resources.get("limits") or {}).get("cpu") or "1")
+    try:
+        value = float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
+    except ValueError:
+        return 1
+    return max(1, int(value))
 
 
 def zone_of(node: str | None, nodes: Mapping[str, Mapping[str, str]], zone_key: str) -> str | None:
@@ -118,7 +133,7 @@ def live_executors(pods: Iterable[PodInfo], nodes: Mapping[str, Mapping[str, str
     seen: dict[str, Executor] = {}
     for p in pods:
         if p.live_executor and p.exec_id is not None:
-            seen[p.exec_id] = Executor(p.exec_id, p.name, zone_of(p.node, nodes, zone_key))
+            seen[p.exec_id] = Executor(p.exec_id, p.name, zone_of(p.node, nodes, zone_key), p.cores)
     return [seen[k] for k in sorted(seen, key=lambda e: (len(e), e))]
 
 

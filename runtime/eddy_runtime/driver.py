@@ -189,8 +189,8 @@ class Driver:
             acceptable_recovery_lag=self.spec.state.acceptable_recovery_lag,
             max_warmup_replicas=self.spec.state.max_warmup_replicas,
         )
-        return assign_app([Executor(id=e.id) for e in live], changelog_ends, held, self.assignment, settings,
-                          self.compiled.stateful_tasks())
+        executors = [Executor(id=e.id, cores=self.spec.executors.cores) for e in live]
+        return assign_app(executors, changelog_ends, held, self.assignment, settings, self.compiled.stateful_tasks())
 
     def standby_lags(self) -> dict[str, dict[str, int]]:
         """Per stateful task, per standby (or warmup) executor: changelog offsets it lacks."""

@@ -8,7 +8,7 @@ from collections import Counter
 from types import MappingProxyType
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eddy_contract.assignor import (
@@ -25,7 +25,7 @@ from eddy_contract.assignor import (
 
 pytestmark = pytest.mark.unit
 
-EXAMPLES = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+EXAMPLES = settings()  # examples: the profile (tests/contract/conftest.py)
 ZONES = ["zone-a", "zone-b", "zone-c", None]
 
 
@@ -40,21 +40,27 @@ def scenarios(draw, with_previous: bool = True):
     for e in ids:
         holds = draw(st.lists(st.sampled_from(tasks), unique=True))
         held[e] = {t: draw(st.integers(0, end[t] + 5)) for t in holds}
-    previous = None
-    if with_previous and draw(st.booleans()):
-        pool = ids + ["dead-1", "dead-2"]
-        prev_tasks = {}
-        for t in draw(st.lists(st.sampled_from(tasks), unique=True)):
-            copies = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=4, unique=True))
-            split = draw(st.integers(1, len(copies)))
-            prev_tasks[t] = TaskAssignment(copies[0], tuple(sorted(copies[1:split])), tuple(sorted(copies[split:])))
-        previous = Assignment(draw(st.integers(1, 50)), MappingProxyType(prev_tasks))
+    previous = draw(prior_assignments(tasks, ids)) if with_previous else None
     cfg = AssignorSettings(
         standby_replicas=draw(st.integers(0, 3)),
         acceptable_recovery_lag=draw(st.sampled_from([0, 10, 100, 10000])),
         max_warmup_replicas=draw(st.integers(0, 3)),
     )
     return executors, end, held, previous, cfg
+
+
+@st.composite
+def prior_assignments(draw, tasks, ids):
+    """None, or a previous assignment of some of `tasks` naming live `ids` and dead executors."""
+    if not draw(st.booleans()):
+        return None
+    pool = [*ids, "dead-1", "dead-2"]
+    prev_tasks = {}
+    for t in draw(st.lists(st.sampled_from(tasks), unique=True)):
+        copies = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=4, unique=True))
+        split = draw(st.integers(1, len(copies)))
+        prev_tasks[t] = TaskAssignment(copies[0], tuple(sorted(copies[1:split])), tuple(sorted(copies[split:])))
+    return Assignment(draw(st.integers(1, 50)), MappingProxyType(prev_tasks))
 
 
 def lag_of(end, held, executor, task):
@@ -184,15 +190,18 @@ def test_nothing_moves_without_a_reason_and_warmups_lead_to_balance(scenario):
 
 @st.composite
 def balanced_caught_up(draw):
-    """A previous assignment of live executors whose actives are balanced (loads differ by at
-    most one) and each within acceptableRecoveryLag on its executor; standbys, warmups, other
-    copies and settings anything."""
+    """A previous assignment of live executors whose actives are balanced in total and per
+    sub-topology (loads differ by at most one) and each within acceptableRecoveryLag on its
+    executor; standbys, warmups, other copies and settings anything."""
     executors, end, held, _, cfg = draw(scenarios(with_previous=False))
     ids = draw(st.permutations([e.id for e in executors]))
     held = {e: dict(h) for e, h in held.items()}
     placements = {}
-    for i, t in enumerate(draw(st.permutations(sorted(end)))):
-        active = ids[i % len(ids)]  # round robin: balanced
+    by_subtopology = sorted(end, key=task_sort_key)
+    shuffled = [t for s in sorted({task_sort_key(t)[0] for t in end})
+                for t in draw(st.permutations([t for t in by_subtopology if task_sort_key(t)[0] == s]))]
+    for i, t in enumerate(shuffled):
+        active = ids[i % len(ids)]  # round robin over each sub-topology in turn: balanced
         held.setdefault(active, {})[t] = end[t] - draw(st.integers(0, min(cfg.acceptable_recovery_lag, end[t])))
         others = [e for e in ids if e != active]
         copies = draw(st.lists(st.sampled_from(others), unique=True)) if others else []
@@ -205,9 +214,10 @@ def balanced_caught_up(draw):
 @given(balanced_caught_up())
 def test_a_balanced_caught_up_assignment_keeps_every_active(scenario):
     executors, end, held, previous, cfg = scenario
-    loads = Counter({e.id: 0 for e in executors})
-    loads.update(p.active for p in previous.tasks.values())
-    assert max(loads.values()) - min(loads.values()) <= 1  # the premise holds in every example
+    for part in (previous.tasks, *({t: p for t, p in previous.tasks.items() if t[0] == s} for s in "01")):
+        loads = Counter({e.id: 0 for e in executors})
+        loads.update(p.active for p in part.values())
+        assert max(loads.values()) - min(loads.values()) <= 1  # the premise holds in every example
     assert all(lag_of(end, held, p.active, t) <= cfg.acceptable_recovery_lag for t, p in previous.tasks.items())
     result = assign(*scenario)
     assert {t: p.active for t, p in result.tasks.items()} == {t: p.active for t, p in previous.tasks.items()}
