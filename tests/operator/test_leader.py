@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from kubernetes.client.exceptions import ConflictException
 
 from eddy_operator.leader import (
     LeaderElectionError,
@@ -176,9 +177,18 @@ def test_a_leader_that_finds_the_lease_taken_stops_at_once(kube, namespace):
     assert a.campaign(threading.Event()) is True
     a.keep_renewing()
     try:
-        current = a.lock.get()
-        assert current is not None
-        a.lock.write(current, "intruder", 3)  # as if a's renewals had not landed for a lease duration
+        # as if a's renewals had not landed for a lease duration; a renewal landing between our
+        # read and our write makes the apiserver refuse it (409), so read again and retry
+        for _ in range(20):
+            current = a.lock.get()
+            assert current is not None
+            try:
+                a.lock.write(current, "intruder", 3)
+                break
+            except ConflictException:
+                continue
+        else:
+            raise AssertionError("20 takeovers of the Lease in a row lost the race to the leader's renewals")
         assert lost.wait(5), "the leader did not stop after its Lease was taken"
         assert not a.leading
     finally:
