@@ -249,7 +249,11 @@ class Plan:
         moves: list[tuple[str, str]] = []
         for t, wanted in goal.items():
             chosen: list[str] = []
-            for best in wanted:
+            # caught-up targets first (they take their zones), and of the rest previous standbys
+            # before warmups under way, so the same copy gives way every round (a fixed point)
+            order = sorted(wanted, key=lambda e: (  # noqa: B023
+                not self.caught_up(e, t), self._was_warmup(e, t), not self._was_standby(e, t)))  # noqa: B023
+            for best in order:
                 used = {self.zone[e] for e in (active[t], *chosen)}
                 pick = best
                 if not self.caught_up(best, t):
@@ -352,6 +356,10 @@ class Plan:
             warmups.setdefault(t, []).append(e)
             budget -= 1
         return warmups
+
+    def _was_standby(self, executor: str, task: str) -> bool:
+        p = self.prev.get(task)
+        return p is not None and executor in p[1]
 
     def _was_warmup(self, executor: str, task: str) -> bool:
         p = self.prev.get(task)

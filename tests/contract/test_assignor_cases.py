@@ -109,3 +109,16 @@ def test_executors_take_load_in_proportion_to_their_cores() -> None:
     assert actives(a) == {"1": 2, "2": 6}
     for s in "01":  # each sub-topology too
         assert actives(a, [t for t in tasks if t[0] == s]) == {"1": 1, "2": 3}
+
+
+def test_the_same_copy_gives_way_to_a_hot_one_every_round() -> None:
+    """Two not-caught-up standby targets in one zone: the hot copy must replace the same one each
+    round (the warmup under way), not alternate between them (a CI run found the 2-cycle)."""
+    zones = [("1", "a", 1), ("2", "b", 1), ("3", None, 2), ("4", "b", 1), ("5", "a", 1), ("6", None, 3)]
+    execs = [Executor(i, f"pod-{i}", z, c) for i, z, c in zones]
+    ends = {"0_0": 100, "0_1": 100, "0_2": 1000}
+    held = {"2": {"0_0": 0, "0_1": 0, "0_2": 990}, "4": {"0_0": 0, "0_1": 0, "0_2": 990}}
+    cfg = AssignorSettings(standby_replicas=3, acceptable_recovery_lag=10, max_warmup_replicas=1)
+    first = assign_app(execs, ends, held, None, cfg, list(ends))
+    assert first.tasks["0_2"].active == "2" and "4" in first.tasks["0_2"].standbys
+    assert assign_app(execs, ends, held, first, cfg, list(ends)) is first
