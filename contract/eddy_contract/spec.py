@@ -238,6 +238,9 @@ class StreamAppSpec:
     state: StateSpec
     spark_conf: Mapping[str, str]
     metrics_port: int
+    #: "continuous" (sub-topologies without DataFrame steps run in the task runners without
+    #: stopping) or "microBatch" (every sub-topology runs as Spark micro-batches)
+    execution: str = "continuous"
     # Set exactly when the policy is dead-letter (defaults to `<applicationId>-dlq`).
     dead_letter_topic: str | None = None
     generation: int | None = None
@@ -321,6 +324,7 @@ def _parse_manifest(manifest: Mapping[str, Any]) -> StreamAppSpec:
         state=_state(s["state"]),
         spark_conf=MappingProxyType(s.get("sparkConf", {})),
         metrics_port=s["metricsPort"],
+        execution=s["execution"],
         generation=generation if isinstance(generation, int) else None,
     )
 

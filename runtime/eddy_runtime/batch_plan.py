@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
-from eddy_contract.assignor import Assignment
+from eddy_contract.assignor import Assignment, TaskAssignment
 from eddy_contract.tasks import TaskId
 from eddy_runtime.compiler import CompiledApp, SubTopology
 from eddy_runtime.work import InputRange, Role, WorkItem
@@ -33,6 +33,8 @@ class BatchPlan:
     held: dict[str, list[tuple[str, Role]]]
     #: per task whose records go through DataFrame steps: its active's item
     dataframe_items: dict[str, WorkItem]
+    #: per executor: the (task, role) pairs it runs continuously (no items for those)
+    continuous: dict[str, list[tuple[str, Role]]]
 
 
 def input_ranges(sub: SubTopology, task: str, committed: Offsets, ends: Offsets, cap: int) -> tuple[InputRange, ...]:
@@ -57,21 +59,28 @@ def task_lags(compiled: CompiledApp, committed: Offsets, ends: Offsets) -> dict[
 
 def plan_batch(compiled: CompiledApp, assignment: Assignment, live: Set[str], *, committed: Offsets,
                ends: Offsets, changelog_ends: Mapping[str, int], held_offsets: Mapping[str, Mapping[str, int]],
-               restoring: Mapping[str, str], poison: PoisonOffsets, max_records: int, fresh: bool) -> BatchPlan:
+               restoring: Mapping[str, str], poison: PoisonOffsets, max_records: int, fresh: bool,
+               continuous: Set[int] = frozenset()) -> BatchPlan:
     """Work items for the copies of every task on `live` executors.
 
     `fresh` (the assignment just changed, or the last batch failed): every copy gets an item, so
     that tasks open, promote and restore at once. Otherwise only actives with input or a restore
     under way (`restoring`: task -> executor), and standbys behind their changelog
     (`held_offsets`: executor -> task -> next changelog offset its volume holds, summed over stores).
+    The tasks of the `continuous` sub-topologies get no items: each executor's runner runs its
+    share of them by itself (`BatchPlan.continuous`).
     """
     per_executor: dict[str, list[WorkItem]] = {e: [] for e in live}
     held: dict[str, list[tuple[str, Role]]] = {e: [] for e in live}
     dataframe_items: dict[str, WorkItem] = {}
+    on_their_own: dict[str, list[tuple[str, Role]]] = {e: [] for e in live}
     for sub in compiled.subtopologies:
         for task in sub.task_ids:
             placement = assignment.tasks.get(task)
             if placement is None:
+                continue
+            if sub.id in continuous:
+                _continuous_copies(sub, task, placement, live, held, on_their_own)
                 continue
             if placement.active in live:
                 held[placement.active].append((task, "active"))
@@ -94,4 +103,15 @@ def plan_batch(compiled: CompiledApp, assignment: Assignment, live: Set[str], *,
                     behind = changelog_ends.get(task, 0) - held_offsets.get(e, {}).get(task, 0) > len(sub.stores)
                     if fresh or behind:
                         per_executor[e].append(WorkItem(task, "standby"))
-    return BatchPlan(per_executor, held, dataframe_items)
+    return BatchPlan(per_executor, held, dataframe_items, on_their_own)
+
+
+def _continuous_copies(sub: SubTopology, task: str, placement: TaskAssignment, live: Set[str],
+                       held: dict[str, list[tuple[str, Role]]], out: dict[str, list[tuple[str, Role]]]) -> None:
+    copies: list[tuple[str, Role]] = [(placement.active, "active")]
+    if sub.stateful_task:
+        copies += [(e, "standby") for e in (*placement.standbys, *placement.warmups)]
+    for e, role in copies:
+        if e in live:
+            held[e].append((task, role))
+            out[e].append((task, role))

@@ -84,6 +84,9 @@ class DriverOptions:
     stop_grace_s: float = 30.0
     #: consecutive failed batches before the driver gives up
     max_failed_batches: int = 5
+    #: an app whose sub-topologies all run continuously: how often the driver hands executors
+    #: the assignment and collects figures (sooner when an executor comes or goes)
+    sync_interval_s: float = 1.0
 
 
 def default_state_dir() -> str:
@@ -134,12 +137,16 @@ class Driver:
         self._watch: BatchWatch | None = None
         self._failed_batches = 0
         self._last_batch_end = time.monotonic()
+        #: the sub-topologies whose tasks the executors run continuously (continuous.py)
+        self._continuous: frozenset[int] = frozenset()
 
     def prepare(self) -> CompiledApp:
         """Compile the pipeline against the topics and create the topics the app needs."""
         self._prepared = prepare_app(self.spark, lambda: self._offsets.admin, self.kafka, self.topology, self.spec,
                                      create_output_topics=self.options.create_output_topics)
         self.compiled = self._prepared.compiled
+        if self.spec.execution == "continuous":
+            self._continuous = frozenset(s.id for s in self.compiled.subtopologies if not s.uses_dataframe)
         return self.compiled
 
     def _settings(self, live: Sequence[ExecutorRef] = ()) -> BatchSettings:
@@ -245,11 +252,12 @@ class Driver:
         plan = plan_batch(compiled, assignment, {e.id for e in layout.executor_slots}, committed=committed, ends=ends,
                           changelog_ends=changelog_ends, held_offsets=self._volumes.held,
                           restoring=self._volumes.restoring, poison=self._poison.found,
-                          max_records=self.options.max_batch_records, fresh=fresh)
+                          max_records=self.options.max_batch_records, fresh=fresh, continuous=self._continuous)
         self._planned_generation = assignment.generation
         self._dataframe_items = dataframe_item_slots(layout, plan)
         frames = batch_frames(compiled, layout, plan, settings, (self._prepared.program_id, self._prepared.program),
-                              fresh=fresh, inventory=fresh or self.batch_id % INVENTORY_EVERY_BATCHES == 0)
+                              fresh=fresh, inventory=fresh or self.batch_id % INVENTORY_EVERY_BATCHES == 0,
+                              commit_interval_s=self.spec.trigger_interval_s if self._continuous else None)
         report = BatchReport(self.batch_id, "ok", 0.0, assignment.generation, moves=moves)
         report.plan_s = time.monotonic() - started
         report.results = self._run_job(frames, live, settings, report)
@@ -376,10 +384,22 @@ class Driver:
                 if max_batches is not None and n >= max_batches:
                     break
                 full = any(r.records_in >= self.options.max_batch_records for r in report.results)
-                if not full:
+                if self.compiled is not None and len(self._continuous) == len(self.compiled.subtopologies):
+                    self._wait_for_sync(started)
+                elif not full:
                     self._stop.wait(max(0.0, interval - (time.monotonic() - started)))
         finally:
             self.close()
+
+    def _wait_for_sync(self, started: float) -> None:
+        """Until the next sync of an app that runs only continuously: the sync interval, or until
+        an executor comes or goes (its tasks move at once)."""
+        known = set(self._known_executors)
+        deadline = started + self.options.sync_interval_s
+        step = min(self.spec.trigger_interval_s, 0.1)
+        while not self._stop.wait(max(0.0, min(step, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline or {e.id for e in live_executors(self.sc)} != known:
+                return
 
     def close(self) -> None:
         """Close every executor's tasks (stores flushed, checkpoints written), then the clients."""

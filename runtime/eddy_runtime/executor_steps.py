@@ -177,7 +177,8 @@ def executor_step(settings: BatchSettings, program: Program, works: list[SlotWor
             if misplaced is not None:
                 yield _result_batch(misplaced)
                 continue
-            results = _call_runner(settings, program, work, None) if work.items or work.held is not None else []
+            runner = work.items or work.held is not None or work.continuous is not None
+            results = _call_runner(settings, program, work, None) if runner else []
             if work.inventory:
                 inventory = tuple(StateDirectory(settings.state_dir_for(work.executor)).inventory(settings.app))
                 results = [*results, ItemResult("", work.executor, "active", "processed", inventory=inventory)]

@@ -21,7 +21,7 @@ from eddy_runtime.outcomes import short_error
 from eddy_runtime.placement import ExecutorRef, PinnedSlots, current_executor_id
 from eddy_runtime.records import spark_source_schema
 from eddy_runtime.runner_client import RunnerClient
-from eddy_runtime.work import BatchSettings, SlotWork, WorkItem
+from eddy_runtime.work import BatchSettings, ContinuousWork, SlotWork, WorkItem
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -74,10 +74,13 @@ def dataframe_item_slots(layout: SlotLayout, plan: BatchPlan) -> dict[str, tuple
 
 
 def batch_frames(compiled: CompiledApp, layout: SlotLayout, plan: BatchPlan, settings: BatchSettings,
-                 program: Program, *, fresh: bool, inventory: bool) -> list[DataFrame]:
+                 program: Program, *, fresh: bool, inventory: bool,
+                 commit_interval_s: float | None = None) -> list[DataFrame]:
     """One DataFrame per sub-topology with DataFrame steps and work, plus one over the executor
     slots; empty when there is nothing to do. `fresh`: send each executor what it holds (its
-    runner closes the rest); `inventory`: executors report what their volumes hold."""
+    runner closes the rest); `inventory`: executors report what their volumes hold;
+    `commit_interval_s` (an app with continuous sub-topologies): every executor slot carries what
+    its runner runs continuously, and brings back what that did."""
     frames = []
     offset = 0
     items = plan.dataframe_items
@@ -94,7 +97,9 @@ def batch_frames(compiled: CompiledApp, layout: SlotLayout, plan: BatchPlan, set
         frames.append(df.mapInArrow(sink_step(settings, program, works, offset, stateless), RESULT_DDL))
         offset += len(slots)
     works = [SlotWork(e.id, tuple(plan.per_executor[e.id]), held=tuple(plan.held[e.id]) if fresh else None,
-                      inventory=inventory)
+                      inventory=inventory,
+                      continuous=None if commit_interval_s is None else ContinuousWork(
+                          settings.generation, tuple(plan.continuous[e.id]), commit_interval_s))
              for e in layout.executor_slots]
     if frames or not all(w.idle for w in works):
         frames.append(layout.executor_base.mapInArrow(executor_step(settings, program, works, offset), RESULT_DDL))

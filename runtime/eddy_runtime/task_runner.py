@@ -23,6 +23,7 @@ from eddy_contract.tasks import TaskId
 from eddy_runtime.bad_records import bad_record_output, failed_row_records
 from eddy_runtime.commit import CommitFailed, TaskFenced
 from eddy_runtime.compiler import SubTopology
+from eddy_runtime.continuous import ContinuousLoop
 from eddy_runtime.metrics import ExecutorMetrics
 from eddy_runtime.operators import BatchOutput, PipelineRuntimeError, TaskState, apply_table_updates, process_batch
 from eddy_runtime.placement import MisplacedTask, ensure_on_executor
@@ -76,6 +77,8 @@ class TaskRunner:
         self._programs: dict[str, dict[int, SubTopology]] = {}
         #: (batch, task) -> bad records and the count of records a read step read for the sink
         self._stash: dict[tuple[int, str], tuple[list[BadRecord], int]] = {}
+        #: the tasks of sub-topologies that run continuously (continuous.py)
+        self.continuous = ContinuousLoop(self)
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -104,16 +107,17 @@ class TaskRunner:
 
     def run(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork,
             data: pa.Table | BatchOutput | None) -> list[ItemResult]:
+        continuous = self.continuous.sync(subs, settings, slot.continuous) if slot.continuous is not None else []
         if slot.held is not None:
             self._release_unheld(dict(slot.held))
         results = []
         for item in slot.items:
             started = time.monotonic()
-            result = self._run_item(subs, settings, slot, item, data)
+            result = self.run_item(subs, settings, slot, item, data)
             results.append(_with_duration(result, time.monotonic() - started))
         if self.metrics is not None:
             self.metrics.observe(settings.app, results)
-        return results
+        return results + continuous
 
     # -- tasks --------------------------------------------------------------------------------
 
@@ -138,8 +142,18 @@ class TaskRunner:
                 log.exception("closing task %s failed", task_id)
 
     def close_all(self) -> None:
+        self.continuous.close()
         for task in list(self._tasks):
             self._close(task, "runner closing")
+
+    def positions(self, task_id: str) -> dict[tuple[str, int], int] | None:
+        """A running active's input positions: None unless held open as an active, restored, with
+        its committed positions read."""
+        with self._tasks_lock:
+            t = self._tasks.get(task_id)
+        if t is None or t.manager.role != "active" or not t.manager.restored:
+            return None
+        return t.positions
 
     def _task(self, settings: BatchSettings, sub: SubTopology, task_id: str, role: str) -> _Task:
         """The held task in `role`: opened, promoted from standby, or reopened as a standby."""
@@ -177,8 +191,10 @@ class TaskRunner:
 
     # -- one item -------------------------------------------------------------------------------
 
-    def _run_item(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork, item: WorkItem,
-                  data: pa.Table | BatchOutput | None) -> ItemResult:
+    def run_item(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork, item: WorkItem,
+                 data: pa.Table | BatchOutput | None, records: Sequence[RawRecords] | None = None) -> ItemResult:
+        """Run one item. `records`: the item's input, already fetched (the continuous path):
+        one `RawRecords` per range, each from the task's position."""
         base = ItemResult(item.task, slot.executor, item.role, "processed")  # every reply sets its status
         try:
             if slot.executor != self.executor_id:
@@ -203,7 +219,7 @@ class TaskRunner:
                     progress = t.manager.standby_chunk(max_seconds=settings.standby_chunk_seconds)
                     return replace(base, status="standby", figures=t.manager.figures(),
                                       restored=progress.restored, restore_remaining=progress.remaining)
-                return self._active(settings, sub, item, t, data, base)
+                return self._active(settings, sub, item, t, data, base, records)
             except TaskFenced as e:
                 self._close_quietly(item.task)
                 return replace(base, status="fenced", message=str(e))
@@ -231,7 +247,8 @@ class TaskRunner:
                 log.exception("closing task %s failed", task_id)
 
     def _active(self, settings: BatchSettings, sub: SubTopology, item: WorkItem, t: _Task,
-                data: pa.Table | BatchOutput | None, base: ItemResult) -> ItemResult:
+                data: pa.Table | BatchOutput | None, base: ItemResult,
+                records: Sequence[RawRecords] | None) -> ItemResult:
         mgr = t.manager
         if not mgr.restored:
             progress = mgr.restore_chunk(max_records=settings.restore_chunk_records,
@@ -241,7 +258,7 @@ class TaskRunner:
         if t.positions is None:
             t.positions = self._committed(mgr, item.ranges)
         stale = [r for r in item.ranges if t.positions.get((r.topic, r.partition), 0) != r.start]
-        if stale:
+        if stale and not item.restore_only:
             return replace(base, status="aborted", figures=mgr.figures(),
                               message=f"stale plan: {[(r.topic, r.partition, r.start) for r in stale]} but "
                                       f"committed positions are {t.positions}")
@@ -253,7 +270,7 @@ class TaskRunner:
         raw_source: RawRecords | None = None
         precomputed: BatchOutput | None = None
         if data is None:
-            raw_source = reader.read(source, settings.read_timeout_s)
+            raw_source = records[0] if records is not None else reader.read(source, settings.read_timeout_s)
             if sub.source.repartition:
                 rows, bad_rows = decode_repartition(raw_source, sub.source.key_serde, sub.source.combined,
                                                     sub.source.combined_column)
@@ -270,7 +287,7 @@ class TaskRunner:
             return self._stop_at(base, bad, mgr)
         tx = mgr.transaction()
         if sub.table is not None and len(item.ranges) > 1:
-            raw_table = reader.read(item.ranges[1], settings.read_timeout_s)
+            raw_table = records[1] if records is not None else reader.read(item.ranges[1], settings.read_timeout_s)
             records_in += len(raw_table)
             for offset, err in apply_table_updates(sub.table, raw_table, tx):
                 i = raw_table.offsets.index(offset)

@@ -19,6 +19,7 @@ from eddy_runtime.state import TaskFigures, TaskInventory
 __all__ = [
     "BadRecordInfo",
     "BatchSettings",
+    "ContinuousWork",
     "InputRange",
     "ItemResult",
     "ItemStatus",
@@ -103,6 +104,15 @@ class WorkItem:
 
 
 @dataclass(frozen=True)
+class ContinuousWork:
+    """What one executor runs continuously in one assignment generation (continuous.py)."""
+
+    generation: int
+    tasks: tuple[tuple[str, Role], ...]
+    commit_interval_s: float
+
+
+@dataclass(frozen=True)
 class SlotWork:
     """What one Spark partition does in a batch, on `executor`."""
 
@@ -115,10 +125,12 @@ class SlotWork:
     dataframe_task: str | None = None
     #: executor slots only: report the volume's inventory (what each task's stores hold)
     inventory: bool = False
+    #: executor slots only: what this executor runs continuously (continuous.py), and what it did since
+    continuous: ContinuousWork | None = None
 
     @property
     def idle(self) -> bool:
-        return not self.items and self.held is None and not self.inventory
+        return not self.items and self.held is None and not self.inventory and self.continuous is None
 
 
 @dataclass(frozen=True)

@@ -47,3 +47,9 @@ def shout(topology: Topology, input_topic: str, output_topic: str) -> None:
 
     topology.stream(input_topic).transform(
         lambda df: df.select("key", upper("value").alias("value"), "timestamp")).to(output_topic)
+
+
+def word_counts(topology: Topology, input_topic: str, output_topic: str) -> None:
+    """One word per record, re-keyed by word and counted: Eddy's own steps only (no DataFrame step),
+    so both sub-topologies run on the continuous path."""
+    topology.stream(input_topic).group_by("value", name="words").count(name="counts").to(output_topic)

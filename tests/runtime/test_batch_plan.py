@@ -144,3 +144,17 @@ def test_failed_batches_stop_the_app_once_max_failed_batches_failed_in_a_row():
     failed = BatchReport(7, "failed", 0.1, 1, error="Job aborted")
     assert stop_error(failed, 4, 5) is None
     assert str(stop_error(failed, 5, 5)) == "5 batches in a row failed; last error: Job aborted"
+
+
+def test_continuous_sub_topologies_get_no_items_and_dataframe_ones_stay_micro_batches():
+    ends = offsets((40, 0), (9, 3))
+    p = plan_batch(word_count(), assignment(), {"1", "2"}, committed=offsets((0, 0), (0, 0)), ends=ends,
+                   changelog_ends={"1_0": 50, "1_1": 50}, held_offsets={}, restoring={}, poison={},
+                   max_records=1000, fresh=True, continuous={1})
+    # the DataFrame sub-topology still reads its ranges in a micro-batch
+    assert p.dataframe_items["0_0"] == WorkItem("0_0", "active", (InputRange("lines", 0, 0, 40),))
+    # the counting sub-topology's copies run on their own: no items, each executor told its share
+    assert p.per_executor == {"1": [], "2": []}
+    assert p.continuous == {"1": [("1_0", "active"), ("1_1", "standby")], "2": [("1_0", "standby"), ("1_1", "active")]}
+    # and each executor still holds both kinds (its runner closes what it no longer holds)
+    assert p.held["1"] == [("0_0", "active"), ("1_0", "active"), ("1_1", "standby")]

@@ -1,0 +1,300 @@
+"""The continuous path: an executor's task runner processes the tasks of sub-topologies made of
+Eddy's own steps without stopping, as a Kafka Streams stream thread does (docs/DESIGN.md, "The
+continuous path").
+
+One thread per task runner (`ContinuousLoop`) polls one read_committed consumer for the input
+partitions of its running actives (`InputPoller`), and for each active, once its commit interval
+has passed and records are buffered, processes and commits them as one unit (one Kafka
+transaction under exactly-once) through the same code as a micro-batch item
+(`TaskRunner.run_item`). Restoring actives restore chunk by chunk, standbys tail their
+changelogs every commit interval. The driver keeps owning the assignment: each micro-batch (or, in
+an app with no DataFrame steps, each sync) hands every executor the (task, role) pairs of its
+continuous tasks for the current generation (`ContinuousWork`), and collects what the loop did
+since the last time as one `ItemResult` per task.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from eddy_contract.tasks import TaskId
+from eddy_runtime import kafka_client
+from eddy_runtime.records import RawRecords
+from eddy_runtime.work import BatchSettings, ContinuousWork, InputRange, ItemResult, Role, SlotWork, WorkItem
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from eddy_runtime.compiler import SubTopology
+    from eddy_runtime.metrics import ExecutorMetrics
+
+__all__ = ["ContinuousLoop", "InputPoller", "merge_results"]
+
+log = logging.getLogger("eddy.continuous")
+
+#: (topic, partition)
+TopicPartition = tuple[str, int]
+
+#: process a task before its commit interval is up once this many records wait
+MAX_BUFFERED_RECORDS = 100_000
+#: a task that failed (or was fenced) waits this long before it is opened again, unless a newer
+#: generation names it
+RETRY_AFTER_S = 2.0
+#: at most this long per restore chunk, so that the other tasks keep their commit cadence
+RESTORE_CHUNK_S = 0.2
+STANDBY_CHUNK_S = 0.05
+
+
+class TaskHost(Protocol):
+    """What the loop needs of the task runner (task_runner.TaskRunner)."""
+
+    executor_id: str
+    metrics: ExecutorMetrics | None
+
+    def positions(self, task_id: str) -> Mapping[TopicPartition, int] | None:
+        """A running active's input positions: None unless held open as an active, restored, with
+        its committed positions read."""
+
+    def run_item(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork, item: WorkItem,
+                 data: pa.Table | None, records: Sequence[RawRecords] | None = None) -> ItemResult: ...
+
+
+class InputPoller:
+    """One read_committed consumer for the input partitions of the runner's running actives;
+    what it fetched waits in a buffer per partition until its task takes it."""
+
+    def __init__(self, kafka: Any) -> None:
+        conf: dict[str, Any] = {
+            "group.id": "eddy-continuous",  # never commits: positions live in the tasks' transactions
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 10,
+            "fetch.max.bytes": 64 << 20,
+            "max.partition.fetch.bytes": 16 << 20,
+        }
+        self._consumer = kafka_client.consumer(kafka, conf)
+        #: per assigned partition: the offset its buffer starts at (the task's position)
+        self._start: dict[TopicPartition, int] = {}
+        self._buffers: dict[TopicPartition, RawRecords] = {}
+
+    def ensure(self, positions: Mapping[TopicPartition, int]) -> None:
+        """Fetch these partitions from these positions (a partition fetched from elsewhere starts over)."""
+        from confluent_kafka import TopicPartition as KafkaPartition
+
+        moved = [tp for tp, pos in positions.items() if self._start.get(tp) != pos]
+        if not moved:
+            return
+        assigned = [tp for tp in moved if tp in self._start]
+        if assigned:
+            self._consumer.incremental_unassign([KafkaPartition(t, p) for t, p in assigned])
+        self._consumer.incremental_assign([KafkaPartition(t, p, positions[(t, p)]) for t, p in moved])
+        for tp in moved:
+            self._start[tp] = positions[tp]
+            self._buffers[tp] = RawRecords(tp[0], tp[1], next_offset=positions[tp])
+
+    def release(self, keep: set[TopicPartition]) -> None:
+        """Stop fetching every partition not in `keep`."""
+        from confluent_kafka import TopicPartition as KafkaPartition
+
+        gone = [tp for tp in self._start if tp not in keep]
+        if gone:
+            self._consumer.incremental_unassign([KafkaPartition(t, p) for t, p in gone])
+            for tp in gone:
+                del self._start[tp]
+                del self._buffers[tp]
+
+    def poll(self, timeout_s: float) -> int:
+        """Fetch what is there (waiting up to `timeout_s` for a first record); records fetched."""
+        from confluent_kafka import TopicPartition as KafkaPartition
+
+        if not self._start:
+            time.sleep(timeout_s)
+            return 0
+        n = 0
+        for m in self._consumer.consume(num_messages=10_000, timeout=timeout_s):
+            err = m.error()
+            if err is not None:
+                raise RuntimeError(f"reading {m.topic()}[{m.partition()}]: {err}")
+            buf = self._buffers.get((m.topic() or "", m.partition() or 0))
+            off = m.offset()
+            if buf is None or off is None or off < buf.next_offset:
+                continue  # a partition released (or moved) since the fetch
+            buf.keys.append(m.key())
+            buf.values.append(m.value())
+            buf.offsets.append(off)
+            buf.timestamps.append(m.timestamp()[1])
+            buf.next_offset = off + 1
+            n += 1
+        if n:  # past the transaction markers after the records too: a position commits them
+            for tp in self._consumer.position([KafkaPartition(t, p) for t, p in self._start]):
+                buf = self._buffers[(tp.topic, tp.partition)]
+                if len(buf) and tp.offset > buf.next_offset:
+                    buf.next_offset = tp.offset
+        return n
+
+    def buffered(self, tps: Sequence[TopicPartition]) -> int:
+        return sum(len(self._buffers[tp]) for tp in tps if tp in self._buffers)
+
+    def take(self, tps: Sequence[TopicPartition]) -> list[RawRecords]:
+        """The buffered records of `tps` (each from its position); the buffers start after them."""
+        out = []
+        for tp in tps:
+            buf = self._buffers[tp]
+            out.append(buf)
+            self._buffers[tp] = RawRecords(tp[0], tp[1], next_offset=buf.next_offset)
+            self._start[tp] = buf.next_offset
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def merge_results(old: ItemResult | None, new: ItemResult) -> ItemResult:
+    """What a task did since the last sync: counts added up, the latest status and figures."""
+    if old is None:
+        return new
+    counts = new.latency_counts
+    if old.latency_counts and counts:
+        counts = tuple(a + b for a, b in zip(old.latency_counts, counts, strict=True))
+    elif old.latency_counts:
+        counts = old.latency_counts
+    return replace(
+        new,
+        records_in=old.records_in + new.records_in,
+        records_out=old.records_out + new.records_out,
+        committed={**old.committed, **new.committed},
+        skipped=old.skipped + new.skipped,
+        dead_lettered=old.dead_lettered + new.dead_lettered,
+        dropped=old.dropped + new.dropped,
+        bad_records=(old.bad_records + new.bad_records)[:20],
+        latency_counts=counts,
+        latency_sum_s=old.latency_sum_s + new.latency_sum_s,
+        duration_s=old.duration_s + new.duration_s,
+        restored=old.restored + new.restored,
+        figures=new.figures or old.figures,
+        message=new.message or old.message,
+    )
+
+
+class ContinuousLoop:
+    """The runner's stream thread: runs its continuous tasks until the runner closes."""
+
+    def __init__(self, runner: TaskHost) -> None:
+        self.runner = runner
+        self._lock = threading.Lock()
+        self._work: ContinuousWork | None = None
+        self._subs: dict[int, SubTopology] = {}
+        self._settings: BatchSettings | None = None
+        self._results: dict[str, ItemResult] = {}
+        #: task -> monotonic time before which it is not run (failed, fenced, stopped at a bad record)
+        self._paused: dict[str, float] = {}
+        self._due: dict[str, float] = {}
+        self._poller: InputPoller | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sync(self, subs: dict[int, SubTopology], settings: BatchSettings, work: ContinuousWork) -> list[ItemResult]:
+        """Take the driver's current work (unless an older generation's) and hand back what the
+        loop did since the last sync."""
+        with self._lock:
+            if self._work is None or work.generation >= self._work.generation:
+                if self._work is None or work.generation > self._work.generation:
+                    self._paused.clear()
+                self._work, self._subs, self._settings = work, subs, settings
+            results = list(self._results.values())
+            self._results.clear()
+        if (self._thread is None or not self._thread.is_alive()) and work.tasks:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="eddy-continuous", daemon=True)
+            self._thread.start()
+        return results
+
+    def close(self) -> None:
+        """Stop the loop (its tasks stay open; the runner closes them)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        if self._poller is not None:
+            self._poller.close()
+            self._poller = None
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                work, subs, settings = self._work, self._subs, self._settings
+            if work is None or settings is None:
+                time.sleep(0.05)
+                continue
+            try:
+                self._round(work, subs, settings)
+            except Exception:  # noqa: BLE001 - the loop must go on; tasks report their own errors
+                log.exception("continuous round failed")
+                self._poller = None  # a new consumer next round
+                time.sleep(RETRY_AFTER_S)
+
+    def _round(self, work: ContinuousWork, subs: dict[int, SubTopology], settings: BatchSettings) -> None:
+        if self._poller is None:
+            self._poller = InputPoller(settings.kafka)
+        poller = self._poller
+        now = time.monotonic()
+        running: dict[str, list[TopicPartition]] = {}
+        for task, role in work.tasks:
+            if self._paused.get(task, 0.0) > now:
+                continue
+            if role == "active":
+                tps = self._inputs(subs, task)
+                positions = self.runner.positions(task)
+                if positions is not None:
+                    poller.ensure({tp: positions[tp] for tp in tps})
+                    running[task] = tps
+                    continue
+            if self._due.get(task, 0.0) <= now:  # open, restore, tail: each commit interval at most
+                self._step(work, subs, settings, task, role, None)
+                self._due[task] = now + (0.0 if role == "active" else work.commit_interval_s)
+        poller.release({tp for tps in running.values() for tp in tps})
+        waits = [max(self._due.get(t, 0.0) - now, 0.0) for t in running]
+        poller.poll(min([*waits, work.commit_interval_s, 0.02]) if running else 0.02)
+        now = time.monotonic()
+        for task, tps in running.items():
+            full = poller.buffered(tps) >= MAX_BUFFERED_RECORDS
+            if (self._due.get(task, 0.0) <= now or full) and poller.buffered(tps):
+                self._step(work, subs, settings, task, "active", poller.take(tps))
+                self._due[task] = now + work.commit_interval_s
+
+    def _inputs(self, subs: dict[int, SubTopology], task: str) -> list[TopicPartition]:
+        tid = TaskId.parse(task)
+        return [(topic, tid.partition) for topic in subs[tid.subtopology].input_topics]
+
+    def _step(self, work: ContinuousWork, subs: dict[int, SubTopology], settings: BatchSettings, task: str,
+              role: Role, records: list[RawRecords] | None) -> None:
+        """One unit of a task's work: open/restore/tail (`records` None) or process and commit."""
+        ranges: tuple[InputRange, ...] = ()
+        if records is not None:
+            positions = self.runner.positions(task)
+            if positions is None:  # closed meanwhile: its records are fetched again
+                return
+            ranges = tuple(InputRange(r.topic, r.partition, positions[(r.topic, r.partition)], r.next_offset)
+                           for r in records)
+        elif role == "active":
+            ranges = tuple(InputRange(topic, p, -1, -1) for topic, p in self._inputs(subs, task))
+        item = WorkItem(task, role, ranges, restore_only=records is None and role == "active")
+        slot = SlotWork(self.runner.executor_id, (item,))
+        started = time.monotonic()
+        result = replace(self.runner.run_item(subs, settings, slot, item, None, records),
+                         duration_s=time.monotonic() - started)
+        if result.status not in ("processed", "restoring", "standby"):
+            log.warning("task %s (%s): %s %s", task, role, result.status, result.message.splitlines()[:1])
+            self._paused[task] = time.monotonic() + RETRY_AFTER_S
+        if self.runner.metrics is not None:
+            self.runner.metrics.observe(settings.app, [result])
+        with self._lock:
+            if self._work is not None and self._work.generation == work.generation:
+                self._results[task] = merge_results(self._results.get(task), result)
