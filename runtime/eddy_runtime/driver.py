@@ -149,6 +149,11 @@ class Driver:
             self._continuous = frozenset(s.id for s in self.compiled.subtopologies if not s.uses_dataframe)
         return self.compiled
 
+    @property
+    def continuous_subtopologies(self) -> frozenset[int]:
+        """The sub-topologies whose tasks the executors' runners run without micro-batches."""
+        return self._continuous
+
     def _settings(self, live: Sequence[ExecutorRef] = ()) -> BatchSettings:
         return BatchSettings(
             app=self.app,
