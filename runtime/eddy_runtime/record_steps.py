@@ -14,8 +14,9 @@ bad-record policy decides) and that record produces nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -167,22 +168,25 @@ class _Batch:
     def fail(self, i: int, step: RecordStep, e: Exception) -> None:
         self.failed.setdefault(int(self.origin[i]), _error(step, e))
 
-    def keep(self, idx: list[int]) -> None:
-        """Rows `idx` (ascending, repeats allowed) of the current rows become the rows."""
+    def keep(self, idx: Sequence[int] | np.ndarray | None) -> None:
+        """Rows `idx` (ascending, repeats allowed; None: all) of the current rows become the rows."""
+        if idx is None:
+            return
         pick = np.asarray(idx, dtype=np.int64)
         if len(pick) == len(self.origin) and np.array_equal(pick, np.arange(len(pick))):
             return  # every row, once
         self.origin = self.origin[pick]
         self.moved = True
+        at = pick.tolist()
         if self.key_list is not None:
-            self.key_list = [self.key_list[i] for i in idx]
+            self.key_list = [self.key_list[i] for i in at]
         if self.value_list is not None:
-            self.value_list = [self.value_list[i] for i in idx]
+            self.value_list = [self.value_list[i] for i in at]
         if self.group_keys is not None:
-            self.group_keys = [self.group_keys[i] for i in idx]
+            self.group_keys = [self.group_keys[i] for i in at]
 
-    def replace(self, idx: list[int], *, keys: list[Any] | None = None, values: list[Any] | None = None,
-                group_keys: list[Any] | None = None) -> None:
+    def replace(self, idx: Sequence[int] | np.ndarray | None, *, keys: list[Any] | None = None,
+                values: list[Any] | None = None, group_keys: list[Any] | None = None) -> None:
         """Rows `idx` of the current rows become the rows, with the columns a step computed for them."""
         for name, new in (("key_list", keys), ("value_list", values), ("group_keys", group_keys)):
             if new is not None:
@@ -196,60 +200,80 @@ class _Batch:
             self.group_keys = group_keys
 
 
-def _run(step: RecordStep, b: _Batch) -> None:
-    fn, kind = step.fn, step.kind
-    idx: list[int] = []
+def _call_all(step: RecordStep, b: _Batch, *columns: list[Any]) -> tuple[list[Any], list[int] | None]:
+    """`step.fn` over every record (a C loop: ``map``); records it raises on become bad records.
+
+    Returns the results and the records they belong to (None: every record, in order). After a
+    failure the same ``map`` goes on with the next record: ``list.extend`` keeps what it added.
+    """
     out: list[Any] = []
+    args = [iter(c) for c in columns]
+    failed: list[int] = []
+    while True:
+        try:
+            out.extend(map(step.fn, *args))
+            break
+        except Exception as e:  # noqa: BLE001 - a user function failed: a bad record
+            i = len(out) + len(failed)
+            b.fail(i, step, e)
+            failed.append(i)
+    if not failed:
+        return out, None
+    dead = set(failed)
+    return out, [i for i in range(len(columns[0])) if i not in dead]
+
+
+def _run(step: RecordStep, b: _Batch) -> None:
+    kind = step.kind
     if kind == "map_values":
-        for i, v in enumerate(b.values(step)):
-            try:
-                out.append(fn(v))
-            except Exception as e:  # noqa: BLE001 - a user function failed: a bad record
-                b.fail(i, step, e)
-                continue
-            idx.append(i)
-        b.replace(idx, values=out)
-    elif kind == "flat_map_values":
-        for i, v in enumerate(b.values(step)):
-            try:
-                produced = _iterable(step, fn(v))
-            except Exception as e:  # noqa: BLE001
-                b.fail(i, step, e)
-                continue
-            out.extend(produced)
-            idx.extend([i] * len(produced))
-        b.replace(idx, values=out)
-    elif kind in ("filter", "filter_not"):
-        want = kind == "filter"
-        for i, (k, v) in enumerate(zip(b.keys(step), b.values(step), strict=True)):
-            try:
-                if bool(fn(k, v)) is want:
-                    idx.append(i)
-            except Exception as e:  # noqa: BLE001
-                b.fail(i, step, e)
-        b.keep(idx)
+        values, idx = _call_all(step, b, b.values(step))
+        b.replace(idx, values=values)
     elif kind == "select_key":
-        for i, (k, v) in enumerate(zip(b.keys(step), b.values(step), strict=True)):
-            try:
-                out.append(fn(k, v))
-            except Exception as e:  # noqa: BLE001
-                b.fail(i, step, e)
-                continue
-            idx.append(i)
-        b.replace(idx, group_keys=out)
+        group_keys, idx = _call_all(step, b, b.keys(step), b.values(step))
+        b.replace(idx, group_keys=group_keys)
+    elif kind in ("filter", "filter_not"):
+        flags, idx = _call_all(step, b, b.keys(step), b.values(step))
+        rows = range(len(flags)) if idx is None else idx
+        want = kind == "filter"
+        b.keep([i for i, f in zip(rows, flags, strict=True) if bool(f) is want])
+    elif kind == "flat_map_values":
+        produced, idx = _call_all(step, b, b.values(step))
+        rows = range(len(produced)) if idx is None else idx
+        if not all(type(p) is list for p in produced):  # generators, tuples... or a str: a bad record
+            produced, rows = _iterables(step, b, produced, rows)
+        values = list(chain.from_iterable(produced))
+        b.replace(np.repeat(np.asarray(rows, dtype=np.int64), [len(p) for p in produced]), values=values)
     else:  # map / flat_map
-        new_keys: list[Any] = []
-        for i, (k, v) in enumerate(zip(b.keys(step), b.values(step), strict=True)):
+        produced, idx = _call_all(step, b, b.keys(step), b.values(step))
+        keys: list[Any] = []
+        values = []
+        at: list[int] = []
+        for i, p in zip(range(len(produced)) if idx is None else idx, produced, strict=True):
             try:
-                pairs = [_pair(fn(k, v))] if kind == "map" else [_pair(p) for p in _iterable(step, fn(k, v))]
+                pairs = [_pair(p)] if kind == "map" else [_pair(kv) for kv in _iterable(step, p)]
             except Exception as e:  # noqa: BLE001
                 b.fail(i, step, e)
                 continue
-            for nk, nv in pairs:
-                new_keys.append(nk)
-                out.append(nv)
-            idx.extend([i] * len(pairs))
-        b.replace(idx, keys=new_keys, values=out)
+            for k, v in pairs:
+                keys.append(k)
+                values.append(v)
+            at.extend([i] * len(pairs))
+        b.replace(at, keys=keys, values=values)
+
+
+def _iterables(step: RecordStep, b: _Batch, produced: list[Any], rows: Sequence[int]) -> tuple[list[list[Any]],
+                                                                                               list[int]]:
+    """What flat_map_values' function returned, as lists; what is not an iterable makes a bad record."""
+    lists: list[list[Any]] = []
+    kept: list[int] = []
+    for i, p in zip(rows, produced, strict=True):
+        try:
+            lists.append(_iterable(step, p))
+        except Exception as e:  # noqa: BLE001
+            b.fail(i, step, e)
+            continue
+        kept.append(i)
+    return lists, kept
 
 
 def _column(values: list[Any], like: pa.DataType | None, step: str) -> pa.Array:

@@ -98,6 +98,28 @@ def test_a_function_that_raises_makes_its_input_record_a_bad_record_that_produce
     assert result.failed == {1: "map_values(shout) failed: ValueError: cannot shout boom"}
 
 
+def test_every_record_a_function_raises_on_is_found_first_last_and_in_a_row():
+    rows = source_rows(*[("k", v) for v in ["x", "1", "x", "x", "2", "3", "x"]])
+    result = run(rows, ("map_values", int))
+    assert result.rows.column("value").to_pylist() == [1, 2, 3]
+    assert result.rows.column("offset").to_pylist() == [101, 104, 105]
+    assert sorted(result.failed) == [0, 2, 3, 6]
+    kept = run(rows, ("filter", lambda k, v: int(v) > 1), ("select_key", lambda k, v: v + "!"))
+    assert kept.rows.column(GROUP_KEY_COLUMN).to_pylist() == ["2!", "3!"] and sorted(kept.failed) == [0, 2, 3, 6]
+
+
+def test_flat_map_values_takes_any_iterable_and_a_generator_that_raises_fails_its_record():
+    def digits(v):
+        for c in v:
+            yield int(c)
+
+    result = run(source_rows(("k", "12"), ("k", "3x"), ("k", ""), ("k", "4")), ("flat_map_values", digits))
+    assert records(result) == [("k", 1, 100, 1000), ("k", 2, 100, 1000), ("k", 4, 103, 4000)]
+    assert list(result.failed) == [1]
+    assert records(run(source_rows(("k", "a b")), ("flat_map_values", lambda v: tuple(v.split())))) == [
+        ("k", "a", 100, 1000), ("k", "b", 100, 1000)]
+
+
 def test_flat_map_values_returning_a_string_is_a_bad_record_not_its_characters():
     result = run(source_rows(("k", "ab"), ("k", "c d")),
                  ("flat_map_values", lambda v: v if " " not in v else v.split()))
