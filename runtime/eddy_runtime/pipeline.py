@@ -159,7 +159,8 @@ class Record(Node):
 
 @dataclass(frozen=True, eq=False)
 class GroupBy(Node):
-    #: a column name, a function (key, value) -> key, a pyspark Column, or None for `group_by_key`
+    #: a column name, a key selector (its function (key, value) -> key), a pyspark Column, or None
+    #: for `group_by_key` (the ``key`` column, no repartition)
     key: Any
     name: str
     key_serde: str
@@ -293,7 +294,8 @@ class Stream(RecordSteps):
         """Re-key through ``<app>-<name>-repartition`` by a column name, a function (key, value) -> key
         (Kafka Streams' ``groupBy``, run in the task runner) or a pyspark Column (a DataFrame step)."""
         if key is None:
-            raise PipelineError("group_by needs a column; use group_by_key() to keep the current key")
+            raise PipelineError("group_by needs a column or a function (key, value) -> key; "
+                                "group_by_key() keeps the key")
         if self._after_stateful() and not isinstance(key, str):
             raise PipelineError("after a stateful step, group_by takes a column name, not an expression")
         key = RecordStep("select_key", key) if is_key_selector(key) else key

@@ -6,10 +6,10 @@ methods; compiler.py collects a sub-topology's steps into `SubTopology.record_st
 `operators.process_batch` runs them with `apply_record_steps` on a batch's rows in the executor's
 task runner, before the stateful step and the sinks.
 
-Each step is a tight Python loop over the batch's ``key`` / ``value`` lists (one ``to_pylist`` per
-column and batch); the other columns (``timestamp``, ``offset``...) follow their record with one
-``take`` per batch. A function that raises makes its input record a bad record (the app's
-bad-record policy decides) and that record produces nothing.
+Each step calls its function in one ``map`` over the batch's ``key`` / ``value`` lists (one
+``to_pylist`` per column and batch); the other columns (``timestamp``, ``offset``...) follow their
+record with one ``take`` per batch. A function that raises makes its input record a bad record
+(the app's bad-record policy decides) and that record produces nothing.
 """
 
 from __future__ import annotations
@@ -209,10 +209,12 @@ def _call_all(step: RecordStep, b: _Batch, *columns: list[Any]) -> tuple[list[An
     out: list[Any] = []
     args = [iter(c) for c in columns]
     failed: list[int] = []
-    while True:
+    n = len(columns[0])
+    while len(out) + len(failed) < n:
         try:
             out.extend(map(step.fn, *args))
-            break
+            if len(out) + len(failed) < n:  # the function raised StopIteration, which ends a map
+                raise RuntimeError("the function raised StopIteration")
         except Exception as e:  # noqa: BLE001 - a user function failed: a bad record
             i = len(out) + len(failed)
             b.fail(i, step, e)
@@ -220,7 +222,7 @@ def _call_all(step: RecordStep, b: _Batch, *columns: list[Any]) -> tuple[list[An
     if not failed:
         return out, None
     dead = set(failed)
-    return out, [i for i in range(len(columns[0])) if i not in dead]
+    return out, [i for i in range(n) if i not in dead]
 
 
 def _run(step: RecordStep, b: _Batch) -> None:

@@ -108,6 +108,15 @@ def test_every_record_a_function_raises_on_is_found_first_last_and_in_a_row():
     assert kept.rows.column(GROUP_KEY_COLUMN).to_pylist() == ["2!", "3!"] and sorted(kept.failed) == [0, 2, 3, 6]
 
 
+def test_a_function_raising_stop_iteration_fails_its_record_and_the_rest_go_on():
+    def first_digit(v):
+        return next(c for c in v if c.isdigit())  # StopIteration when there is none
+
+    result = run(source_rows(("k", "a1"), ("k", "bc"), ("k", "2")), ("map_values", first_digit))
+    assert result.rows.column("value").to_pylist() == ["1", "2"]
+    assert result.failed == {1: "map_values(first_digit) failed: RuntimeError: the function raised StopIteration"}
+
+
 def test_flat_map_values_takes_any_iterable_and_a_generator_that_raises_fails_its_record():
     def digits(v):
         for c in v:
