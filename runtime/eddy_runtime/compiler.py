@@ -7,7 +7,8 @@ the executors (without their DataFrame steps, which only the driver applies).
 A sub-topology is one chain, Kafka Streams' way::
 
     source topic (or repartition topic)
-      -> DataFrame steps (transform; run in Spark, on the task's executor)
+      -> record steps (flat_map_values, map_values, filter...; run in the executor's task runner)
+         or DataFrame steps (transform; run in Spark, on the task's executor), not both
       -> at most one stateful step (count / reduce / aggregate, windowed or not, or a
          stream-table join), run vectorized in the executor's task runner
       -> sinks: output topics, and at most one repartition topic that feeds the next sub-topology
@@ -29,6 +30,7 @@ from eddy_runtime.pipeline import (
     Join,
     Node,
     PipelineError,
+    Record,
     Source,
     TimeWindows,
     Topology,
@@ -36,6 +38,7 @@ from eddy_runtime.pipeline import (
     ToTopic,
     Transform,
 )
+from eddy_runtime.record_steps import GROUP_KEY_COLUMN, RecordStep
 from eddy_runtime.state import ChangelogTopicSpec, StoreSpec
 
 __all__ = [
@@ -51,8 +54,6 @@ __all__ = [
     "GROUP_KEY_COLUMN",
 ]
 
-#: the column a group_by expression is computed into before the repartition sink
-GROUP_KEY_COLUMN = "__eddy_group_key"
 #: columns the runtime adds when it reads a topic; never written into repartition values
 METADATA_COLUMNS = ("topic", "partition", "offset", "timestamp")
 
@@ -144,6 +145,8 @@ class SubTopology:
     sinks: tuple[Sink, ...] = ()
     #: how many DataFrame steps the user wrote (kept when `for_executor` drops `steps`)
     uses_dataframe: bool = False
+    #: Eddy's own record steps, run by the task runner before the stateful step (never with `steps`)
+    record_steps: tuple[RecordStep, ...] = ()
 
     @property
     def task_ids(self) -> tuple[str, ...]:
@@ -261,6 +264,7 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
         start, source, partitions = pending.pop(0)
         sub_id = len(subs)
         steps: list[Callable[[Any], Any]] = []
+        records: list[RecordStep] = []
         stateful: StatefulSpec | None = None
         table: TableSpec | None = None
         sinks: list[Sink] = []
@@ -286,9 +290,15 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
                         raise PipelineError("group_by after an aggregation needs to_stream() first")
                     if isinstance(end.key, str):
                         key_column = end.key
+                    elif isinstance(end.key, RecordStep):
+                        records.append(end.key)
+                        key_column = GROUP_KEY_COLUMN
                     else:
                         if stateful is not None:
                             raise PipelineError("after a stateful step, group_by takes a column name")
+                        if records:
+                            raise PipelineError("group_by(pyspark Column) needs Spark after record steps: use "
+                                                "group_by(lambda key, value: ...) or a column name")
                         steps.append(_with_group_key(end.key))
                         key_column = GROUP_KEY_COLUMN
                     topic = repartition_topic_name(app, end.name)
@@ -304,11 +314,17 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
             if not chain:
                 break
             node = chain[0]
+            if sinks and isinstance(node, Record):
+                raise PipelineError(f"{node.step.label} follows a stream already written with to() or group_by(): "
+                                    "a sub-topology's sinks see its last step's records; branch after a topic")
             if isinstance(node, Transform):
                 if stateful is not None:
                     raise PipelineError("transform after a stateful step is not supported in the same sub-topology")
                 steps.append(node.fn)
+            elif isinstance(node, Record):
+                records.append(node.step)
             elif isinstance(node, GroupBy):  # group_by_key: no repartition, the aggregation follows
+                _check_key_kept(records, "group_by_key()")
                 continue
             elif isinstance(node, Aggregate):
                 if stateful is not None:
@@ -318,6 +334,7 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
             elif isinstance(node, Join):
                 if stateful is not None:
                     raise PipelineError("one stateful step per sub-topology: group_by between them")
+                _check_key_kept(records, "join()")
                 t = node.table
                 if t.topic not in source_partitions:
                     raise PipelineError(f"table topic {t.topic!r} does not exist")
@@ -334,14 +351,28 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
                 raise PipelineError(f"unexpected step {type(node).__name__}")
         if not sinks:
             raise PipelineError(f"sub-topology {sub_id} (reading {source.topic}) writes nothing")
+        if steps and records:
+            raise PipelineError(f"{records[0].label} and transform in one sub-topology: a sub-topology runs DataFrame "
+                                "steps (in Spark) or Eddy's record steps (in the task runner), not both; do the "
+                                "record step's work in the DataFrame function, or group_by between them")
         subs.append(SubTopology(sub_id, source, partitions, tuple(steps), stateful, table, tuple(sinks),
-                                uses_dataframe=bool(steps)))
+                                uses_dataframe=bool(steps), record_steps=tuple(records)))
     # Pending order assigned downstream ids in creation order; check they line up.
     for s in subs:
         for out in s.sinks:
             if isinstance(out, RepartitionSink):
                 assert subs[out.target].source.topic == out.topic
     return CompiledApp(app, tuple(subs), dict(repartitions), tuple(dict.fromkeys(outputs)))
+
+
+def _check_key_kept(records: list[RecordStep], what: str) -> None:
+    """Kafka Streams repartitions after a key change; Eddy asks for it to be written."""
+    changed = [s.label for s in records if s.changes_key]
+    if changed:
+        fix = ("re-key with group_by(lambda key, value: key) instead" if what == "group_by_key()" else
+               "write the stream to a topic with to() and read it with topology.stream()")
+        raise PipelineError(f"{what} after {changed[-1]}: the key changed, so the records are not partitioned by it; "
+                            + fix)
 
 
 def _stateful(node: Aggregate) -> StatefulSpec:

@@ -33,6 +33,7 @@ from eddy_runtime.compiler import (
     TableSpec,
     TopicSink,
 )
+from eddy_runtime.record_steps import apply_record_steps
 from eddy_runtime.records import (
     _INT64,
     TS_TYPE,
@@ -91,9 +92,10 @@ def _key_column(rows: pa.Table, serde: str) -> pa.ChunkedArray:
 
 
 def process_batch(sub: SubTopology, rows: pa.Table, tx: Any, state: TaskState) -> BatchOutput:
-    """Run `sub`'s stateful step (if any) and sinks over `rows`; returns the records to commit."""
+    """Run `sub`'s record steps, stateful step (if any) and sinks over `rows`; returns the records to commit."""
     out = BatchOutput()
-    result = rows
+    steps = apply_record_steps(sub.record_steps, rows)
+    result = rows = steps.rows
     if sub.stateful is not None:
         if sub.stateful.kind == "join":
             assert sub.table is not None
@@ -105,6 +107,7 @@ def process_batch(sub: SubTopology, rows: pa.Table, tx: Any, state: TaskState) -
             _to_topic(sink, result, out)
         else:
             _repartition(sink, result, out)
+    out.failed_rows = steps.failures_in_input(out.failed_rows)
     return out
 
 

@@ -1,27 +1,22 @@
 """The pipeline API: what a user's ``build(topology)`` calls to describe a stream app.
 
-Kafka Streams' vocabulary over PySpark DataFrames::
-
-    from pyspark.sql import functions as F
+Kafka Streams' vocabulary; docs/pipelines.md is the reference. The word count::
 
     def build(topology):
         lines = topology.stream("text", value_serde="string")
-        words = lines.transform(
-            lambda df: df.select(F.explode(F.split(F.lower("value"), r"\\W+")).alias("word"), "timestamp")
-                         .where("word != ''"))
-        words.group_by("word").count(name="counts").to("word-counts")
+        words = lines.flat_map_values(lambda line: line.lower().split())
+        words.group_by(lambda key, word: word).count(name="counts").to("word-counts")
 
-- `Topology.stream` reads a topic; its DataFrame has the columns ``key``, ``value``,
-  ``topic``, ``partition``, ``offset``, ``timestamp`` (the record's timestamp).
-- `Stream.transform` applies a DataFrame -> DataFrame function. It runs on the task's executor,
-  so it must not shuffle (no groupBy, join of two streams, orderBy, repartition...): re-keying is
-  `group_by`, which ends the sub-topology and goes through ``<app>-<name>-repartition``.
-- `GroupedStream.count` / `reduce` / `aggregate`, windowed with `windowed_by(tumbling(...))` or
-  `hopping(...)`, keep their state in RocksDB stores with changelogs; they return a `Table` whose
-  `to(topic)` writes each key's new value once per batch (Kafka Streams' ``toStream()`` with
-  its record cache).
-- `Stream.join(table)` joins a stream with a `Topology.table` materialized from a compacted
-  topic with the same partitioning.
+- `Topology.stream` reads a topic: rows with ``key``, ``value``, ``topic``, ``partition``,
+  ``offset``, ``timestamp``.
+- Record steps (`flat_map_values`, `map_values`, `filter`, `filter_not`, `flat_map`, `map`;
+  record_steps.py) run in the executor's task runner, without Spark. `Stream.transform` applies a
+  PySpark DataFrame -> DataFrame function instead (no shuffle); one sub-topology uses one kind.
+- `group_by` re-keys (a column name, a function (key, value) -> key, or a pyspark Column) through
+  ``<app>-<name>-repartition``; `group_by_key` keeps the key. `count` / `reduce` / `aggregate`,
+  windowed with `windowed_by(tumbling(...))` or `hopping(...)`, keep their state in RocksDB stores
+  with changelogs and return a `Table` whose `to(topic)` writes each key's new value once per batch.
+- `Stream.join(table)` joins a stream with a `Topology.table` from a co-partitioned compacted topic.
 
 This module only records what the user asked for (a graph of frozen nodes); compiler.py turns
 it into sub-topologies and tasks, and the runtime executes those.
@@ -35,25 +30,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
+from eddy_runtime.record_steps import RecordStep, RecordSteps, is_key_selector
+
 __all__ = [
-    "Aggregate",
-    "GroupBy",
-    "GroupedStream",
-    "Join",
-    "PipelineError",
-    "Source",
-    "Stream",
-    "Table",
-    "TableSource",
-    "TimeWindows",
-    "ToStream",
-    "ToTopic",
-    "Topology",
-    "Transform",
-    "WindowedStream",
-    "duration_ms",
-    "hopping",
-    "tumbling",
+    "Aggregate", "GroupBy", "GroupedStream", "Join", "PipelineError", "Record", "Source", "Stream", "Table",
+    "TableSource", "TimeWindows", "ToStream", "ToTopic", "Topology", "Transform", "WindowedStream",
+    "duration_ms", "hopping", "tumbling",
 ]
 
 KEY_SERDES = ("string", "bytes", "int64", "json")
@@ -171,8 +153,14 @@ class Transform(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class Record(Node):
+    step: RecordStep
+
+
+@dataclass(frozen=True, eq=False)
 class GroupBy(Node):
-    #: a column name, a pyspark Column, or None for `group_by_key` (the ``key`` column, no repartition)
+    #: a column name, a key selector (its function (key, value) -> key), a pyspark Column, or None
+    #: for `group_by_key` (the ``key`` column, no repartition)
     key: Any
     name: str
     key_serde: str
@@ -268,8 +256,8 @@ class Topology:
 
 
 @dataclass(frozen=True)
-class Stream:
-    """A stream of records (a DataFrame per batch and task)."""
+class Stream(RecordSteps):
+    """A stream of records (rows of a batch and task)."""
 
     topology: Topology
     node: Node
@@ -281,6 +269,14 @@ class Stream:
                 return True
             n = n.parent
         return False
+
+    def _record(self, step: RecordStep) -> Stream:
+        if self._after_stateful():
+            raise PipelineError(
+                f"{step.kind} after a stateful step (count, aggregate, join...) is not supported in "
+                "the same sub-topology: write the result to a topic with to() and read it with stream()"
+            )
+        return Stream(self.topology, Record(self.node, step))
 
     def transform(self, fn: Callable[[Any], Any], name: str | None = None) -> Stream:
         """Apply ``fn(DataFrame) -> DataFrame``; it must not shuffle (use `group_by` to re-key)."""
@@ -295,11 +291,14 @@ class Stream:
 
     def group_by(self, key: Any, *, name: str | None = None, key_serde: str = "string",
                  partitions: int | None = None) -> GroupedStream:
-        """Re-key by a column (name or pyspark Column) through ``<app>-<name>-repartition``."""
+        """Re-key through ``<app>-<name>-repartition`` by a column name, a function (key, value) -> key
+        (Kafka Streams' ``groupBy``, run in the task runner) or a pyspark Column (a DataFrame step)."""
         if key is None:
-            raise PipelineError("group_by needs a column; use group_by_key() to keep the current key")
+            raise PipelineError("group_by needs a column or a function (key, value) -> key; "
+                                "group_by_key() keeps the key")
         if self._after_stateful() and not isinstance(key, str):
             raise PipelineError("after a stateful step, group_by takes a column name, not an expression")
+        key = RecordStep("select_key", key) if is_key_selector(key) else key
         node = GroupBy(self.node, key, self.topology._name(name, "group-by"),
                        _check_serde(key_serde, KEY_SERDES, "key serde"), partitions)
         return GroupedStream(self.topology, node, key_serde)

@@ -1,0 +1,33 @@
+"""Pipelines of Eddy's own record steps that tests/runtime/test_record_steps_on_kafka.py runs (the driver
+ships this module to executors by value)."""
+
+from __future__ import annotations
+
+from eddy_runtime.pipeline import Topology
+
+
+def numbers(value: str) -> list[int]:
+    """ "1,2" -> [1, 2]; int("x") raises ValueError: a bad record."""
+    return [int(n) for n in value.split(",")]
+
+
+def totals(topology: Topology, input_topic: str, output_topic: str) -> None:
+    """Sum per key of the comma-separated numbers of each value, all in one sub-topology."""
+    topology.stream(input_topic).flat_map_values(numbers).group_by_key().reduce(
+        "sum", name="totals", value_serde="int64").to(output_topic)
+
+
+def shout(value: str) -> str:
+    if value == "boom":
+        raise ValueError("cannot shout boom")
+    return value.upper()
+
+
+def shouted(topology: Topology, input_topic: str, output_topic: str) -> None:
+    """A stateless sub-topology: upper-cased values, except the empty ones."""
+    topology.stream(input_topic).filter_not(lambda key, value: value == "").map_values(shout).to(output_topic)
+
+
+def mixed(topology: Topology, input_topic: str, output_topic: str) -> None:
+    """A record step after a DataFrame step in one sub-topology: rejected when the app starts."""
+    topology.stream(input_topic).transform(lambda df: df).map_values(shout).to(output_topic)
