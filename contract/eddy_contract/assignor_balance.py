@@ -248,21 +248,20 @@ class Plan:
         standbys: dict[str, list[str]] = {}
         moves: list[tuple[str, str]] = []
         for t, wanted in goal.items():
-            chosen: list[str] = []
-            # caught-up targets first (they take their zones), and of the rest previous standbys
-            # before warmups under way, so the same copy gives way every round (a fixed point)
-            order = sorted(wanted, key=lambda e: (  # noqa: B023
-                not self.caught_up(e, t), self._was_warmup(e, t), not self._was_standby(e, t)))  # noqa: B023
-            for best in order:
-                used = {self.zone[e] for e in (active[t], *chosen)}
-                pick = best
-                if not self.caught_up(best, t):
-                    hot = [e for e in self.live if e != active[t] and e not in chosen and e not in wanted
-                           and self.caught_up(e, t) and (self.zone[e] not in used or self.zone[best] in used)]
-                    if hot:
-                        pick = min(hot, key=self._freshest(t))
-                        moves.append((t, best))
-                chosen.append(pick)
+            chosen = list(wanted)
+            # who gives way first: executors that held no copy, then warmups under way (they go on
+            # warming up), previous standbys last; the same one every round (a fixed point)
+            cold = sorted((e for e in wanted if not self.caught_up(e, t)),
+                          key=lambda e: (self._was_standby(e, t), not self._was_warmup(e, t), e))  # noqa: B023
+            for best in cold:
+                i = chosen.index(best)
+                others = [active[t], *chosen[:i], *chosen[i + 1:]]
+                used = {self.zone[e] for e in others}
+                hot = [e for e in self.live if e not in others and e not in wanted and self.caught_up(e, t)
+                       and (self.zone[e] not in used or self.zone[best] in used)]
+                if hot:
+                    chosen[i] = min(hot, key=self._freshest(t))
+                    moves.append((t, best))
             standbys[t] = chosen
         return standbys, moves
 

@@ -122,3 +122,16 @@ def test_the_same_copy_gives_way_to_a_hot_one_every_round() -> None:
     first = assign_app(execs, ends, held, None, cfg, list(ends))
     assert first.tasks["0_2"].active == "2" and "4" in first.tasks["0_2"].standbys
     assert assign_app(execs, ends, held, first, cfg, list(ends)) is first
+
+
+def test_a_previous_standby_keeps_its_place_and_a_new_target_gives_way_to_the_hot_copy() -> None:
+    """Balance asks for a new standby target (1) while the task's previous standby (6) and a hot
+    copy (4) are elsewhere: the newcomer gives way, the previous standby stays (another 2-cycle)."""
+    zones = [("1", "a", 1), ("2", "a", 1), ("3", "b", 1), ("4", "c", 1), ("5", "a", 1), ("6", None, 2)]
+    execs = [Executor(i, f"pod-{i}", z, c) for i, z, c in zones]
+    ends = {t: 100 for t in ["0_0", *(f"1_{p}" for p in range(5)), *(f"2_{p}" for p in range(8))]}
+    ends["2_6"] = 101
+    holds = {t: 0 for t in ends} | {"2_6": 1}
+    cfg = AssignorSettings(standby_replicas=2, acceptable_recovery_lag=100, max_warmup_replicas=0)
+    first = assign_app(execs, ends, {"3": holds, "4": holds}, None, cfg, list(ends))
+    assert assign_app(execs, ends, {"3": holds, "4": holds}, first, cfg, list(ends)) is first

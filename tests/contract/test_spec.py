@@ -127,6 +127,7 @@ _MIN_ISR = "spec.kafka.topics.minInsyncReplicas"
         (lambda s: s.update(triggerInterval="fast"), "spec.triggerInterval", "duration"),
         (lambda s: s.update(commitInterval="30s"), "spec.commitInterval", "set triggerInterval instead"),
         (lambda s: s.update(processingGuarantee="exactly_twice"), "spec.processingGuarantee", "one of"),
+        (lambda s: s.update(execution="streaming"), "spec.execution", "one of"),
         (lambda s: s.update(badRecordPolicy="ignore"), "spec.badRecordPolicy", "one of"),
         (lambda s: s.update(deadLetterTopic="dlq"), "spec.deadLetterTopic", "only allowed"),
         (lambda s: s.update(executor={"replicas": 3}), "spec.executor", "unknown field"),
