@@ -249,10 +249,14 @@ class LocalRun:
         if report.records_in or now - self._last_print > 10:
             self._last_print = now
             lag = sum(d.last_lag.values())
-            p50 = d.metrics.latency.quantile(0.5)
-            latency = f", end-to-end latency p50 <= {p50:g} s" if p50 is not None else ""
-            self.say(f"batch {report.batch_id}: {report.records_in} records in, {report.records_out} out, "
-                     f"{report.duration_s:.2f} s, lag {lag}{latency}")
+            p50, p99 = d.metrics.latency.quantile(0.5), d.metrics.latency.quantile(0.99)
+            latency = (f", end-to-end latency p50 <= {p50 * 1000:g} ms, p99 <= {p99 * 1000:g} ms"
+                       if p50 is not None and p99 is not None else "")
+            if d.compiled is not None and len(d.continuous_subtopologies) == len(d.compiled.subtopologies):
+                what = f"sync {report.batch_id} (continuous)"  # no batches: what the runners did since
+            else:
+                what = f"batch {report.batch_id}: {report.duration_s:.2f} s,"
+            self.say(f"{what} {report.records_in} records in, {report.records_out} out, lag {lag}{latency}")
 
     # -- the run --------------------------------------------------------------------------------------
 

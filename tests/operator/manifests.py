@@ -64,6 +64,7 @@ def full(name: str = "orders") -> dict[str, Any]:
             },
             "processingGuarantee": "at_least_once",
             "triggerInterval": "500ms",
+            "execution": "continuous",
             "badRecordPolicy": "dead-letter",
             "deadLetterTopic": "orders-bad",
             "executors": {
