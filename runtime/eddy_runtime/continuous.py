@@ -15,6 +15,7 @@ since the last time as one `ItemResult` per task.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -206,7 +207,10 @@ class ContinuousLoop:
             if self._work is None or work.generation >= self._work.generation:
                 if self._work is None or work.generation > self._work.generation:
                     self._paused.clear()
-                self._work, self._subs, self._settings = work, subs, settings
+                # short restore and standby chunks: the other tasks keep their commit cadence
+                self._work, self._subs = work, subs
+                self._settings = replace(settings, restore_chunk_seconds=RESTORE_CHUNK_S,
+                                         standby_chunk_seconds=STANDBY_CHUNK_S)
             results = list(self._results.values())
             self._results.clear()
         if (self._thread is None or not self._thread.is_alive()) and work.tasks:
@@ -237,7 +241,10 @@ class ContinuousLoop:
                 self._round(work, subs, settings)
             except Exception:  # noqa: BLE001 - the loop must go on; tasks report their own errors
                 log.exception("continuous round failed")
-                self._poller = None  # a new consumer next round
+                if self._poller is not None:  # a new consumer next round
+                    with contextlib.suppress(Exception):
+                        self._poller.close()
+                    self._poller = None
                 time.sleep(RETRY_AFTER_S)
 
     def _round(self, work: ContinuousWork, subs: dict[int, SubTopology], settings: BatchSettings) -> None:
@@ -260,8 +267,9 @@ class ContinuousLoop:
                 self._step(work, subs, settings, task, role, None)
                 self._due[task] = now + (0.0 if role == "active" else work.commit_interval_s)
         poller.release({tp for tps in running.values() for tp in tps})
-        waits = [max(self._due.get(t, 0.0) - now, 0.0) for t in running]
-        poller.poll(min([*waits, work.commit_interval_s, 0.02]) if running else 0.02)
+        # wake for the first task whose records are due; otherwise as records come (20 ms at most)
+        waits = [max(self._due.get(t, 0.0) - now, 0.0) for t, tps in running.items() if poller.buffered(tps)]
+        poller.poll(min([*waits, 0.02]))
         now = time.monotonic()
         for task, tps in running.items():
             full = poller.buffered(tps) >= MAX_BUFFERED_RECORDS

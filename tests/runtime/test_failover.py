@@ -93,9 +93,12 @@ def restored_by_copy(reports: list[BatchReport]) -> dict[tuple[str, str], int]:
     return out
 
 
-# Over SASL_SSL once: the same path, every client of the app authenticating (credentials from env).
-@pytest.mark.parametrize(("listener", "kills"), [("plaintext", KILLS), ("sasl_ssl", 1)])
-def test_killed_executors_fail_over_to_standbys_and_tasks_move_back(kafka, spark, tmp_path, listener, kills):
+# Over SASL_SSL once: the same path, every client of the app authenticating (credentials from env),
+# with the counting sub-topology as micro-batches (continuous otherwise).
+@pytest.mark.parametrize(("listener", "kills", "execution"),
+                         [("plaintext", KILLS, "continuous"), ("sasl_ssl", 1, "microBatch")])
+def test_killed_executors_fail_over_to_standbys_and_tasks_move_back(kafka, spark, tmp_path, listener, kills,
+                                                                    execution):
     sc = spark.sparkContext
     app = kafka.unique_name("fo")
     source = kafka.create_topic(f"{app}-lines", partitions=4)
@@ -106,7 +109,7 @@ def test_killed_executors_fail_over_to_standbys_and_tasks_move_back(kafka, spark
     spec = streamapp(app, kafka.bootstrap, "examples.wordcount.app", {"input_topic": source, "output_topic": out},
                      triggerInterval="300ms", processingGuarantee="exactly_once",
                      state={"standbyReplicas": 1, "acceptableRecoveryLag": ACCEPTABLE_RECOVERY_LAG},
-                     kafka=kafka.kafka_spec(listener))
+                     kafka=kafka.kafka_spec(listener), execution=execution)
     driver = driver_for(spark, spec, str(tmp_path / "state"))
     feeding = threading.Event()
 

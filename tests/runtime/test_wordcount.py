@@ -19,17 +19,23 @@ def lines(n: int, seed: int) -> list[str]:
     return [" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(1, 12))) for _ in range(n)]
 
 
-@pytest.mark.parametrize("listener", ["plaintext", "sasl_ssl"])
-def test_word_count_through_a_repartition_topic_is_exact_under_exactly_once(kafka, spark, tmp_path, listener):
+# The counting sub-topology runs continuously (the default) or as micro-batches; the splitting one
+# has a DataFrame step, so it is a micro-batch either way.
+@pytest.mark.parametrize(("listener", "execution"),
+                         [("plaintext", "continuous"), ("sasl_ssl", "continuous"), ("plaintext", "microBatch")])
+def test_word_count_through_a_repartition_topic_is_exact_under_exactly_once(kafka, spark, tmp_path, listener,
+                                                                           execution):
     app = kafka.unique_name("wc")
     source = kafka.create_topic(f"{app}-lines", partitions=4)
     out = f"{app}-counts"
     first, second = lines(3000, seed=1), lines(2000, seed=2)
     produce(kafka.bootstrap, source, ((None, line.encode()) for line in first))
     spec = streamapp(app, kafka.bootstrap, "examples.wordcount.app", {"input_topic": source, "output_topic": out},
-                     processingGuarantee="exactly_once", state={"standbyReplicas": 1}, kafka=kafka.kafka_spec(listener))
+                     processingGuarantee="exactly_once", state={"standbyReplicas": 1}, kafka=kafka.kafka_spec(listener),
+                     execution=execution)
     driver = driver_for(spark, spec, str(tmp_path / "state"))
     reports = run_until_idle(driver)
+    assert driver.continuous_subtopologies == ({1} if execution == "continuous" else set())
     assert latest_counts(kafka.bootstrap, out) == Counter(w for line in first for w in line.split())
 
     # A second run of the same app resumes from its committed offsets and its stores.
