@@ -1,6 +1,6 @@
 """Failover on real pods: how long losing an executor pod costs, with and without standbys.
 
-    infra/cluster/netns.sh .venv/bin/python bench/failover.py [--keys 200000] [--json out.json]
+    infra/cluster/netns.sh .venv/bin/python bench/failover_pods.py [--keys 200000] [--json out.json]
 
 (`make bench-failover` runs that.) It starts what the end-to-end tests start: a one-node cluster
 whose pods really run (infra/cluster/node.sh, in the network namespace netns.sh made), a Kafka
