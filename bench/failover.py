@@ -13,23 +13,26 @@ broker, run by each system with two instances:
   (``failover.py _eddy ...``); the executor JVM holding the most active tasks (from the driver's
   assignment) is killed; its task runner (``python -m eddy_runtime.runner``) notices and exits.
 
-A producer sends ``--rate`` records/s (Zipf words), each stamped with its send time, and every
-0.2 s a probe word whose count the observer (throughput.py's, read_committed) reports at once.
-Warm-up: once both instances hold active tasks, and every probe of the last ``--steady-s``
-seconds was counted within ``--within-s`` (or after ``--warmup-max-s`` in any case), one
-instance is SIGKILLed and the producer goes on for ``--duration`` s. Then the input is drained
-(the group's committed input offsets reach the end), the survivors are stopped cleanly, and:
+Once both instances hold active tasks (and standbys, if any, are placed), a producer sends
+``--rate`` records/s (Zipf words), each stamped with its send time, and every 0.2 s a probe word
+whose count the observer (throughput.py's, read_committed) reports to this script at once.
+Warm-up: once every probe of the last ``--steady-s`` seconds was counted within ``--within-s``
+(or after ``--warmup-max-s`` in any case; the report says so), the instance holding the most
+active tasks is SIGKILLed and the producer goes on for ``--duration`` s. Then the input is
+drained (the group's committed input offsets reach the end), the survivors are stopped cleanly:
 
 - latency of an input record: from its send to the first visible count update that includes it
   (throughput.py's definition: the k-th occurrence of a word once the word's count is >= k);
-- **steady p50/p99**: over the records sent in the ``--steady-s`` seconds before the kill;
-- **recovery**: from the kill to the send time T of the first record after which every record
-  has a latency <= ``--within-s`` (records sent from ``--within-s`` before the kill on are
-  considered, since those were in flight); 0 if none was late; "not recovered" if the last
-  record was late. **outage max**: the largest latency among those records; **late**: how many
-  of them were over ``--within-s``;
-- **reassigned**: from the kill to the moment the survivor holds every active task (from the
-  status the instances / the driver publish);
+- in flight at the kill: records sent less than G before it, G being the longest probe latency
+  of the last ``--steady-s`` seconds before it;
+- **steady p50/p99**: over the records sent in the ``--steady-s`` seconds before those;
+- **recovery**: from the kill to the send time of the first record after which every record
+  has a latency <= ``--within-s`` (over the records in flight at the kill and later ones); 0 if
+  none was late; "> duration" if the last record was late. **outage max**: the largest latency
+  among those records; **late**: how many of them were over ``--within-s``;
+- **reassigned**: from the kill to the moment the survivor was given every active task (Kafka
+  Streams: the survivor's status shows them, state RUNNING; Eddy: the driver took an assignment
+  without the lost executor; the status files are read every 50 ms);
 - **records re-processed**: input records whose first step (read, re-key, write to the
   repartition topic) was done in a transaction that was then aborted, so done again: the
   repartition topic read read_uncommitted minus read_committed (Kafka Streams writes one record
@@ -38,10 +41,7 @@ instance is SIGKILLed and the producer goes on for ``--duration`` s. Then the in
 - **counts**: the last count of every word equals the input's; no visible update repeats or
   lowers an already seen count of its word.
 
-A third system, Spark Structured Streaming (bench/sss/), has its place in ``SCENARIOS`` and
-``start_system`` and is not there yet.
-
-    .venv/bin/python bench/failover.py                        # all scenarios, about 8 minutes
+    .venv/bin/python bench/failover.py                        # the three scenarios, minutes each
     .venv/bin/python bench/failover.py --systems eddy-sb1,kstreams --duration 40 --within-s 3
 """
 
