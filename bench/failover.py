@@ -261,6 +261,7 @@ class EddyOnTwoExecutors:
         self.killed_at = math.nan
         self.before: set[str] = set()
         self.events: dict[str, float] = {}
+        self._next_scan = 0.0
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -308,11 +309,12 @@ class EddyOnTwoExecutors:
     def reassigned(self, victim: Victim) -> bool:
         ex = self._executors()
         now = time.time() - self.killed_at
-        new = set(ex) - self.before
-        if new and "replacement executor" not in self.events:
-            self.events["replacement executor"] = now
-        if any(ex[e]["active"] for e in new) and "tasks moved to the replacement" not in self.events:
-            self.events["tasks moved to the replacement"] = now
+        if "replacement executor JVM started" not in self.events and now >= self._next_scan:
+            self._next_scan = now + 0.5  # a scan of /proc: not at every check
+            if set(self.executor_pids()) - self.before:
+                self.events["replacement executor JVM started"] = now
+        if any(ex[e]["active"] for e in set(ex) - self.before) and "tasks moved to it" not in self.events:
+            self.events["tasks moved to it"] = now
         return victim.instance not in ex
 
     def notes(self) -> list[str]:
@@ -571,7 +573,7 @@ def run_scenario(s: Settings, sc: Scenario, words: Sequence[bytes]) -> Failover:
             time.sleep(1)
         time.sleep(2)  # the last count updates' transactions
         lines = system.stop()
-        result.notes += [f"{n}: {json.dumps(x)}" for n, x in lines.items() if "error" in x]
+        result.notes += [f"{n}: {json.dumps(x)}" for n, x in lines.items() if "error" in x or sc.system == "eddy"]
     except Exception as e:  # noqa: BLE001 - one system's failure is reported in its row
         result.error = str(e)
         tp.say(f"{sc.name}: failed: {e}")
@@ -596,6 +598,8 @@ def run_scenario(s: Settings, sc: Scenario, words: Sequence[bytes]) -> Failover:
     with seen_path.open("rb") as f:
         seen: list[tuple[bytes, int, float]] = pickle.load(f)
     lat = record_latencies(sent, seen)
+    with (s.work_dir / f"latencies-{sc.name}-{tag}.pickle").open("wb") as f:  # kept with --keep
+        pickle.dump({"sent": sent, "latency_ms": lat, "kill_ms": kill_ms}, f)
     result.records = len(sent)
     within_ms = s.within_s * 1000
     steady_end = kill_ms - result.in_flight_ms
@@ -691,6 +695,9 @@ def eddy_program(argv: Sequence[str]) -> int:
         driver.prepare()
 
         def on_batch(report: BatchReport) -> None:
+            print(f"eddy: batch {report.batch_id} {report.outcome} in {report.duration_s:.2f} s (plan "
+                  f"{report.plan_s:.2f} s), generation {report.generation}: {report.records_in} in, "
+                  f"{report.records_out} out, lag {sum(driver.last_lag.values())}", file=sys.stderr, flush=True)
             outcomes[report.outcome] = outcomes.get(report.outcome, 0) + 1
             if report.lost_executor:
                 lost.append(report.lost_executor)
