@@ -172,11 +172,11 @@ class KafkaStreamsPair:
 
     def __init__(self, s: Settings, sc: Scenario, input_topic: str, output: str, app_id: str) -> None:
         self.app_id, self.standbys = app_id, sc.standbys
-        self.log = s.work_dir / f"{app_id}.log"
         self.procs: dict[str, subprocess.Popen[str]] = {}
         self.status: dict[str, Path] = {}
         self.logs: dict[str, Path] = {}
         self.killed: str | None = None
+        self.total_active = 0
         for name in ("a", "b"):
             self.status[name] = s.work_dir / f"{app_id}-{name}.status"
             self.logs[name] = s.work_dir / f"{app_id}-{name}.log"
@@ -192,7 +192,7 @@ class KafkaStreamsPair:
             with self.logs[name].open("w") as err:
                 self.procs[name] = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                                     text=True, cwd=REPO, start_new_session=True)
-        self.log = self.logs["a"]
+        self.log = self.logs["a"]  # the first one's; "b" is next to it
 
     def alive(self) -> bool:
         return all(p.poll() is None for n, p in self.procs.items() if n != self.killed)
