@@ -16,10 +16,11 @@ broker, run by each system with two instances:
 Once both instances hold active tasks (and standbys, if any, are placed), a producer sends
 ``--rate`` records/s (Zipf words), each stamped with its send time, and every 0.2 s a probe word
 whose count the observer (throughput.py's, read_committed) reports to this script at once.
-Warm-up: once every probe of the last ``--steady-s`` seconds was counted within ``--within-s``
-(or after ``--warmup-max-s`` in any case; the report says so), the instance holding the most
-active tasks is SIGKILLed and the producer goes on for ``--duration`` s. Then the input is
-drained (the group's committed input offsets reach the end), the survivors are stopped cleanly:
+Warm-up: once the probes of ``--steady-s`` seconds (those sent over ``--within-s`` ago) were
+each counted within ``--within-s`` (or after ``--warmup-max-s`` in any case; the report says
+so), the instance holding the most active tasks is SIGKILLed and the producer goes on for
+``--duration`` s. Then the input is drained (the group's committed input offsets reach the
+end), the survivors are stopped cleanly:
 
 - latency of an input record: from its send to the first visible count update that includes it
   (throughput.py's definition: the k-th occurrence of a word once the word's count is >= k);
@@ -525,8 +526,10 @@ def run_scenario(s: Settings, sc: Scenario, words: Sequence[bytes]) -> Failover:
             if victim is None and check:
                 if not system.alive():
                     raise RuntimeError("an instance exited during the warm-up")
-                window = [(t, x) for t, x in probes if t >= (now - s.steady_s) * 1000]
-                steady = (now - start >= s.steady_s and bool(window)
+                # Steady: the probes of `steady_s` seconds that should have been counted by now (sent
+                # over `within_s` ago) were, each within `within_s`; younger ones are not late yet.
+                window = [(t, x) for t, x in probes if t >= (now - s.steady_s - s.within_s) * 1000]
+                steady = (now - start >= s.steady_s + s.within_s
                           and all(x <= s.within_s * 1000 if not math.isnan(x) else now * 1000 - t <= s.within_s * 1000
                                   for t, x in window))
                 if steady or now - start > s.warmup_max_s:
