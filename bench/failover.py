@@ -649,9 +649,10 @@ def run_scenario(s: Settings, sc: Scenario, words: Sequence[bytes]) -> Failover:
 
 
 def eddy_program(argv: Sequence[str]) -> int:
-    """Run Eddy's word count on local-cluster[2,1,1024] until stdin closes; after every batch,
-    write the assignment (executor -> active and standby tasks) to --status-file; at the end
-    print one JSON line (batches per outcome, executors lost, records restored)."""
+    """Run Eddy's word count on local-cluster[2,1,1024] until stdin closes; print a line per batch,
+    write the assignment (executor -> active and standby tasks) to --status-file as soon as the
+    driver takes it; at the end print one JSON line (batches per outcome, executors lost,
+    records applied from changelogs by restores and standby tails)."""
     ap = argparse.ArgumentParser(prog="failover.py _eddy")
     for name in ("--bootstrap", "--input", "--output", "--app-id", "--state-dir", "--status-file"):
         ap.add_argument(name, required=True)
@@ -731,8 +732,9 @@ def eddy_program(argv: Sequence[str]) -> int:
         driver.run(on_batch=on_batch)
     finally:
         spark.stop()
-    print(json.dumps({"batches": outcomes, "executors_lost": lost, "restored_records": sum(restored.values())}),
-          flush=True)
+    # Per task copy, what it applied from changelogs since it opened: restores and standby tails.
+    print(json.dumps({"batches": outcomes, "executors_lost": lost,
+                      "changelog_records_applied": sum(restored.values())}), flush=True)
     return 0
 
 
