@@ -42,9 +42,9 @@ test-integration:
 test-e2e:
 	infra/cluster/netns.sh $(PYTEST) e2e -m e2e -q
 
-# Failover figures on real pods (bench/failover.py): several minutes.
+# Failover figures on real pods (bench/failover_pods.py): several minutes.
 bench-failover: setup
-	infra/cluster/netns.sh $(PY) bench/failover.py
+	infra/cluster/netns.sh $(PY) bench/failover_pods.py
 
 # Needs only the Python env: `eddy run` starts its own Kafka broker (fetching the jars on first use).
 demo:

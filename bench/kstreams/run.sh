@@ -39,6 +39,13 @@
 #       carries through repartition and count); meaningful only for input that
 #       is produced while the program runs.
 #       -> {"records":N,"seconds":S,"records_per_s":R,"p50_ms":P,"p99_ms":Q,"output_records":M}
+#       Several instances of one application (bench/failover.py):
+#       --expected-records 0 runs until stdin is closed, then closes cleanly and
+#       prints the same line (records: counted by this instance);
+#       --instance NAME makes it the static member APPID-bench-NAME (instances
+#       need different names); --status-file PATH is rewritten every 100 ms with
+#       {"state":S,"active":[tasks],"standby":[tasks],"read":N,"counted":M};
+#       standbys and group timeouts come as --config (num.standby.replicas=1).
 #
 #   --config key=value is handed to Kafka Streams as is and wins over the
 #   programs' settings (e.g. --config statestore.cache.max.bytes=0).
@@ -81,9 +88,9 @@ build() {
         touch "$tmp/ok"
         rm -rf "$dir"
         mv "$tmp" "$dir"
-        # Builds of older sources are never used again.
+        # Builds of older sources: gone after a day (worktrees sharing a cache may still run theirs).
         find "$cache_root" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended -regex '.*/[0-9a-f]{16}' \
-            ! -path "$dir" -exec rm -rf {} +
+            ! -path "$dir" -mtime +1 -exec rm -rf {} +
         echo "kstreams: built in $((SECONDS - start)) s" >&2
     fi
     flock -u 9

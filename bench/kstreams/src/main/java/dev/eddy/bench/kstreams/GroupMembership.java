@@ -16,9 +16,12 @@ final class GroupMembership {
     private GroupMembership() {
     }
 
-    /** Makes the instance a static group member, which {@link #close} can remove from the group. */
-    static void configure(Properties props, String appId) {
-        props.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, appId + "-bench");
+    /**
+     * Makes the instance the static group member {@code memberId}, which {@link #close} can remove
+     * from the group. Instances of one application id need different ids, or they fence each other.
+     */
+    static void configure(Properties props, String memberId) {
+        props.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, memberId);
     }
 
     /** Closes {@code streams} and removes its members from the group. */

@@ -108,7 +108,7 @@ public final class RestoreBench {
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.path().toString());
         props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
-        GroupMembership.configure(props, appId);
+        GroupMembership.configure(props, appId + "-bench");
         args.applyConfigs(props);
 
         RestoreTimer timer = new RestoreTimer(nonEmpty);

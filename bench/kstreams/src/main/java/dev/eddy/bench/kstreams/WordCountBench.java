@@ -1,5 +1,11 @@
 package dev.eddy.bench.kstreams;
 
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
 import java.time.Duration;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
@@ -20,6 +26,8 @@ import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.TaskMetadata;
+import org.apache.kafka.streams.ThreadMetadata;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Materialized;
@@ -47,6 +55,13 @@ import org.apache.kafka.streams.processor.api.FixedKeyRecord;
  * the repartition hop, its transaction commit and the record cache; it excludes the commit of
  * the output itself. It measures latency only while the input is produced live: for records
  * that were in the topic before the program started it measures how long they waited.
+ *
+ * <p>One of several instances (bench/failover.py): {@code --expected-records 0} runs until stdin
+ * is closed (then closes cleanly), {@code --instance NAME} makes the static group member
+ * {@code APPID-bench-NAME} so that instances of one application id do not fence each other,
+ * and {@code --status-file PATH} is rewritten every 100 ms with this instance's state, its active
+ * and standby tasks and the records it counted, so that a caller can pick the instance holding
+ * the most active tasks. Standby replicas and group timeouts come as {@code --config}.
  */
 public final class WordCountBench {
     private static final String PROGRAM = "kstreams-wordcount";
@@ -68,7 +83,8 @@ public final class WordCountBench {
         int status;
         try {
             status = run(BenchArgs.parse(argv, Set.of(
-                "bootstrap", "input", "output", "app-id", "expected-records", "threads", "state-dir", "timeout-s")));
+                "bootstrap", "input", "output", "app-id", "expected-records", "threads", "state-dir", "timeout-s",
+                "instance", "status-file")));
         } catch (IllegalArgumentException e) {
             Results.fail(PROGRAM, e.getMessage());
             status = 64;
@@ -82,10 +98,12 @@ public final class WordCountBench {
         String output = args.required("output");
         String appId = args.required("app-id");
         long expected = args.longOption("expected-records", -1);
-        if (expected <= 0) {
-            Results.fail(PROGRAM, "--expected-records must be a positive number");
+        if (expected < 0) {
+            Results.fail(PROGRAM, "--expected-records must be a positive number (0: until stdin closes)");
             return 64;
         }
+        boolean untilStdinCloses = expected == 0;
+        String statusFile = args.optional("status-file", null);
         long threads = args.longOption("threads", 1);
         long timeoutS = args.longOption("timeout-s", 1800);
 
@@ -133,7 +151,8 @@ public final class WordCountBench {
         props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, (int) threads);
         // The input is usually filled before the program starts.
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
-        GroupMembership.configure(props, appId);
+        GroupMembership.configure(props, appId + "-bench" + (args.optional("instance", null) == null
+            ? "" : "-" + args.optional("instance", null)));
         args.applyConfigs(props);
         long commitMs = Long.parseLong(props.get(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG).toString());
 
@@ -156,10 +175,28 @@ public final class WordCountBench {
         long quietNanos = Duration.ofMillis(Math.max(200, 2 * commitMs)).toNanos();
         long deadline = System.nanoTime() + Duration.ofSeconds(timeoutS).toNanos();
         boolean finished = false;
+        Thread stdinWatch = new Thread(() -> drain(System.in), "stdin-watch");
+        stdinWatch.setDaemon(true);
         streams.start();
+        if (untilStdinCloses) {
+            stdinWatch.start();
+        }
+        long nextStatus = 0;
         try {
             while (failure.get() == null && System.nanoTime() < deadline) {
                 long now = System.nanoTime();
+                if (statusFile != null && now >= nextStatus) {
+                    writeStatus(Path.of(statusFile), streams);
+                    nextStatus = now + 100_000_000L;
+                }
+                if (untilStdinCloses) {
+                    if (!stdinWatch.isAlive()) {
+                        finished = true;
+                        break;
+                    }
+                    Thread.sleep(5);
+                    continue;
+                }
                 long countedAt = allCountedNanos;
                 long lastOut = lastOutputNanos;
                 if (countedAt != 0 && lastOut > countedAt && now - lastOut > quietNanos) {
@@ -176,6 +213,10 @@ public final class WordCountBench {
             Results.fail(PROGRAM, "Kafka Streams failed: " + failure.get());
             return 1;
         }
+        if (!finished && untilStdinCloses) {
+            Results.fail(PROGRAM, "stdin was still open after " + timeoutS + " s");
+            return 2;
+        }
         if (!finished) {
             Results.fail(PROGRAM, "did not count " + expected + " records within " + timeoutS + " s: read "
                 + inputRecords.sum() + ", counted " + countedRecords.get());
@@ -184,17 +225,48 @@ public final class WordCountBench {
 
         long[] latencies = probes.stream().flatMapToLong(LatencyProbe::samples).toArray();
         Arrays.sort(latencies);
-        double seconds = (lastOutputNanos - firstInputNanos.get()) / 1e9;
+        double seconds = lastOutputNanos == 0 ? 0 : (lastOutputNanos - firstInputNanos.get()) / 1e9;
         long counted = countedRecords.get();
         Map<String, Number> result = new LinkedHashMap<>();
         result.put("records", counted);
         result.put("seconds", seconds);
-        result.put("records_per_s", counted / seconds);
+        result.put("records_per_s", seconds > 0 ? counted / seconds : 0.0);
         result.put("p50_ms", percentile(latencies, 0.50));
         result.put("p99_ms", percentile(latencies, 0.99));
         result.put("output_records", latencies.length);
         Results.print(result);
         return 0;
+    }
+
+    /** Reads {@code in} to its end (the caller closing our stdin is the signal to stop). */
+    private static void drain(InputStream in) {
+        byte[] buffer = new byte[256];
+        try {
+            while (in.read(buffer) >= 0) {
+                // nothing: only the end matters
+            }
+        } catch (IOException e) {
+            // a broken stdin is a closed one
+        }
+    }
+
+    /** Replaces {@code path} with one JSON line: state, active and standby tasks, records counted. */
+    private static void writeStatus(Path path, KafkaStreams streams) throws IOException {
+        StringBuilder active = new StringBuilder();
+        StringBuilder standby = new StringBuilder();
+        for (ThreadMetadata thread : streams.metadataForLocalThreads()) {
+            for (TaskMetadata task : thread.activeTasks()) {
+                active.append(active.length() == 0 ? "" : ",").append('"').append(task.taskId()).append('"');
+            }
+            for (TaskMetadata task : thread.standbyTasks()) {
+                standby.append(standby.length() == 0 ? "" : ",").append('"').append(task.taskId()).append('"');
+            }
+        }
+        String json = "{\"state\":\"" + streams.state() + "\",\"active\":[" + active + "],\"standby\":[" + standby
+            + "],\"read\":" + inputRecords.sum() + ",\"counted\":" + countedRecords.get() + "}\n";
+        Path tmp = path.resolveSibling(path.getFileName() + ".tmp");
+        Files.writeString(tmp, json, StandardCharsets.UTF_8);
+        Files.move(tmp, path, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
     }
 
     /** Nearest-rank percentile of sorted samples; -1 when there are none. */
