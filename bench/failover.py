@@ -686,7 +686,7 @@ def eddy_program(argv: Sequence[str]) -> int:
             "apiVersion": "eddy.dev/v1alpha1", "kind": "StreamApp", "metadata": {"name": args.app_id},
             "spec": {
                 "image": "eddy:bench",
-                "pipeline": {"module": "examples.wordcount.app",
+                "pipeline": {"module": "examples.wordcount.app", "function": "build_own_steps",
                              "args": {"input_topic": args.input, "output_topic": args.output}},
                 "kafka": {"bootstrapServers": args.bootstrap},
                 "processingGuarantee": "exactly_once",

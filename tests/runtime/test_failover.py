@@ -77,6 +77,13 @@ class Run:
                                      f"{self.driver.assignment}; last batch {last and (last.outcome, last.error)}")
             time.sleep(0.2)
 
+    def drain(self, feeding: threading.Event, feeder: threading.Thread, what: str) -> None:
+        """Stop feeding, then wait until the driver has processed every input record."""
+        feeding.clear()
+        feeder.join(30)
+        assert not feeder.is_alive(), "the feeder still produced 30 s after it was told to stop"
+        self.wait(what, lambda: sum(self.driver.last_lag.values()) == 0 and self.reports[-1].records_in == 0, 240)
+
     def stop(self) -> None:
         self.driver.request_stop()
         self.thread.join(180)
@@ -176,11 +183,7 @@ def test_killed_executors_fail_over_to_standbys_and_tasks_move_back(kafka, spark
             back = [m for r in after for m in r.moves if m.target == new and m.task in stateful
                     and m.kind in ("promoted", "moved")]
             assert back and all(m.kind == "promoted" for m in back), [(r.batch_id, r.moves) for r in after if r.moves]
-        feeding.clear()
-        feeder.join(30)
-        assert not feeder.is_alive(), "the feeder still produced 30 s after it was told to stop"
-        run.wait("the last lines to be counted",
-                 lambda: sum(driver.last_lag.values()) == 0 and run.reports[-1].records_in == 0, 240)
+        run.drain(feeding, feeder, "the last lines to be counted")
     finally:
         feeding.clear()
         run.stop()
