@@ -54,6 +54,9 @@ CONNECTOR_SH = REPO / "infra" / "spark" / "connector.sh"
 PROGRAM = "sss-wordcount"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
+#: settings printed at the start (their defaults shape real-time mode's latency)
+SHOWN_CONF = ("spark.sql.streaming.realTimeMode.minBatchDuration", "spark.shuffle.streaming.networkBufferMaxWaitTimeMs",
+              "spark.shuffle.streaming.networkBufferSize", "spark.sql.streaming.stateStore.checkpointFormatVersion")
 LOG4J = """\
 rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = console
@@ -98,10 +101,11 @@ class OutputWatch:
                     if m.error() is not None:
                         log(f"output consumer: {m.error()}")
                         continue
-                    n = int.from_bytes(m.value(), "big", signed=True)
+                    key, value = m.key() or b"", m.value() or b""
+                    n = int.from_bytes(value, "big", signed=True)
                     self.records += 1
-                    self.total += n - self.latest.get(m.key(), 0)
-                    self.latest[m.key()] = n
+                    self.total += n - self.latest.get(key, 0)
+                    self.latest[key] = n
                     if self.total >= self.expected and self.done_ms is None:
                         self.done_ms = m.timestamp()[1]
                         self.done.set()
@@ -206,6 +210,8 @@ def main() -> int:
         query = start_query(spark, args)
         log(f"query started ({args.mode}, trigger {args.trigger_ms} ms, local[{args.cores}], {shuffle} state "
             "partitions)")
+        for key in SHOWN_CONF:
+            log(f"{key} = {spark.conf.get(key, '(unset)')}")
         deadline = time.monotonic() + args.timeout_s
         last_report = time.monotonic()
         while not watch.done.wait(0.2):
