@@ -20,9 +20,11 @@ should be new per run (an old checkpoint resumes its offsets and state).
   every record flows through at once and each count update is written as it happens. All source
   and state tasks run at the same time, so it needs input partitions + P task slots (``--cores``).
 
-The Kafka sink is at-least-once: after a failure Spark re-runs a batch and writes its updates
-again, so a word's count may repeat (never exceed the true count: a re-run recomputes the same
-counts from the same checkpointed state). Without failures every update is written once.
+The Kafka sink is at-least-once: after a failure Spark re-runs a batch from its logged offsets and
+the state checkpointed before it, and writes its updates again. In micro-batch mode a word's count
+may then repeat; in real-time mode (every update written as it happens) a word's counts are
+replayed from the batch's start, so a count may go down for a while. The last count of every word
+is the true count either way. Without failures every update is written once.
 
 It stops once the output topic shows N records counted (the sum over words of the last count
 seen), then prints exactly one JSON line on stdout: ``{"records","seconds","records_per_s",
