@@ -155,6 +155,14 @@ def spark_session(args: argparse.Namespace, shuffle_partitions: int) -> Any:
     return spark
 
 
+def shown_conf(spark: Any, key: str) -> str:
+    """A setting's value (SQL settings report their defaults; others only what was set)."""
+    try:
+        return str(spark.conf.get(key))
+    except Exception:  # noqa: BLE001 - not a SQL setting and not set
+        return str(spark.sparkContext.getConf().get(key, "(not set: Spark's default)"))
+
+
 def start_query(spark: Any, args: argparse.Namespace) -> Any:
     from pyspark.sql import functions as F
 
@@ -213,7 +221,7 @@ def main() -> int:
         log(f"query started ({args.mode}, trigger {args.trigger_ms} ms, local[{args.cores}], {shuffle} state "
             "partitions)")
         for key in SHOWN_CONF:
-            log(f"{key} = {spark.conf.get(key, '(unset)')}")
+            log(f"{key} = {shown_conf(spark, key)}")
         deadline = time.monotonic() + args.timeout_s
         last_report = time.monotonic()
         while not watch.done.wait(0.2):
