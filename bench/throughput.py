@@ -899,7 +899,9 @@ def report(throughputs: dict[str, Throughput], latencies: dict[str, Latency], se
         lines.append(sss.AT_LEAST_ONCE_NOTE)
     if eddy:
         lines.append("note: Eddy combines before the shuffle (its repartition topic carries partial counts per word "
-                     "and batch); Kafka Streams and Quix repartition every word")
+                     "and batch); Kafka Streams and Quix repartition every word"
+                     + ("; Spark's micro-batch aggregation also counts partially before its shuffle"
+                        if "sss" in args.systems else ""))
     load = [f"{s} {t.load[0]:.1f}->{t.load[1]:.1f}" for s, t in throughputs.items()]
     load += [f"{s} (latency) {x.load[0]:.1f}->{x.load[1]:.1f}" for s, x in latencies.items()]
     lines.append(f"load average (1 min) during the runs: {', '.join(load)}")
