@@ -1,4 +1,4 @@
-"""Throughput and end-to-end latency of one stateful word count in Eddy, Quix Streams and Kafka Streams.
+"""Throughput and end-to-end latency of one stateful word count in Eddy, Quix Streams, Kafka Streams and Spark.
 
 The same job for each system, on the same broker and machine, in one run: every input value is
 one word (key ignored), words are re-keyed through a repartition topic, counted per word in a
@@ -8,13 +8,19 @@ RocksDB store with a changelog, exactly-once, and every updated count goes to an
 - Eddy: ``examples/wordcount/app.py`` on Spark ``local-cluster[E,1,1024]`` (E = ``--eddy-executors``,
   one core each), driven by ``eddy_runtime.driver.Driver`` in a child process of this script;
 - Quix Streams (``bench/quix/wordcount.py``) in its own virtual environment, one process;
-- Kafka Streams 4.x (``bench/kstreams/run.sh wordcount``), one stream thread.
+- Kafka Streams 4.x (``bench/kstreams/run.sh wordcount``), one stream thread;
+- Spark Structured Streaming (``bench/sss/wordcount.py``, the project's pyspark, RocksDB state store
+  provider, Kafka source and sink) as ``sss``, micro-batch mode, ``local[1]``, trigger = the commit
+  interval, and as ``sss-rt``, real-time mode (``trigger(realTime=...)``, batches of
+  ``--sss-rt-batch-ms``, at least 5 s), ``local[2P]`` for P partitions: its P source and P state tasks
+  run at once, so it is given 2P task slots (``cores``), and the CPU it really used is measured.
+  Spark's Kafka sink is at-least-once (not the exactly-once of the others): see the check below.
 
 Phase 1, throughput: ``--records`` words drawn from a Zipf law over ``--distinct`` words fill an
 input topic of ``--partitions`` partitions; each system then counts all of it from the earliest
 offset with a fresh app id. records/s = records / (first input record read -> last count update
 emitted), as each program times it; per core = divided by the cores the system was given
-(Kafka Streams 1 thread, Quix 1 process, Eddy E executor cores). The script also samples the
+(Kafka Streams 1 thread, Quix 1 process, Eddy E executor cores, sss 1, sss-rt 2P). The script also samples the
 CPU time of each system's whole process tree (JVMs, Python workers, drivers) over that window:
 "cores used" and "records per CPU-second" say what the work really cost on this shared machine.
 Eddy runs a small warm-up app in the same Spark application first (executors and Python workers
@@ -32,15 +38,20 @@ that emit every update (Quix) are measured alike. Each program's own now-minus-t
 is printed too ("self").
 
 Correctness: after each run the output topic is read in full (read_committed); the last count
-per word must equal the count computed here from the input. The script exits 1 if any system's
-counts are wrong or a system failed.
+per word must equal the count computed here from the input, and for the exactly-once systems every
+update must raise its word's count. For sss, whose sink is at-least-once, an update may repeat a
+count (a re-run batch writes it again) but not lower it; for sss-rt a re-run real-time batch
+replays its updates, so repeats and lower counts are allowed; both are counted and printed (none
+are expected in a run without failures). The script exits 1 if any system's counts are wrong or a
+system failed.
 
-    .venv/bin/python bench/throughput.py                                # all three, own broker
+    .venv/bin/python bench/throughput.py                                # all five, own broker
     .venv/bin/python bench/throughput.py --systems quix,kstreams --records 500000
     .venv/bin/python bench/throughput.py --bootstrap 127.0.0.1:9092 --rate 5000 --duration 20
 
 Without ``--bootstrap`` a broker is started with infra/kafka/kafka.sh in a temporary folder and
-stopped at the end. Quix Streams is installed into ``.cache/bench/quix-venv`` on first use.
+stopped at the end. Quix Streams is installed into ``.cache/bench/quix-venv`` on first use, Spark's
+Kafka connector into ``.cache/spark-kafka`` (``infra/spark/connector.sh``).
 """
 
 from __future__ import annotations
@@ -67,13 +78,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sss import peer as sss  # bench/sss: this script's folder is on sys.path
+
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("EDDY_CACHE", REPO / ".cache")) / "bench"
 KAFKA_SH = REPO / "infra" / "kafka" / "kafka.sh"
 KSTREAMS_SH = REPO / "bench" / "kstreams" / "run.sh"
 QUIX_APP = REPO / "bench" / "quix" / "wordcount.py"
 QUIX_VERSION = "3.28.1"
-SYSTEMS = ("eddy", "quix", "kstreams")
+SYSTEMS = ("eddy", "quix", "kstreams", *sss.SYSTEMS)
 #: counted before the live phase, so that a system's start-up is not measured as latency
 WARMUP_WORD = b"warmup"
 WARMUP_RECORDS = 5
@@ -209,6 +222,8 @@ class OutputScan:
     last_append_ms: int = 0
     #: updates whose count did not grow over the previous one of the same word (a duplicate)
     not_increasing: int = 0
+    #: of those, updates whose count was lower than the previous one of the same word
+    decreasing: int = 0
 
 
 def read_output(bootstrap: str, topic: str, partitions: int) -> OutputScan:
@@ -238,6 +253,7 @@ def read_output(bootstrap: str, topic: str, partitions: int) -> OutputScan:
                 key = m.key()
                 if n <= latest.get(key, 0):
                     scan.not_increasing += 1
+                    scan.decreasing += n < latest.get(key, 0)
                 latest[key] = n
                 scan.records += 1
                 scan.last_append_ms = max(scan.last_append_ms, m.timestamp()[1])
@@ -335,11 +351,14 @@ class Settings:
     eddy_executors: int
     eddy_max_batch_records: int
     timeout_s: float
+    sss_rt_batch_ms: int
     work_dir: Path
     quix_python: Path | None
 
 
 def cores_given(system: str, settings: Settings) -> int:
+    if system in sss.SYSTEMS:
+        return sss.cores(system, settings.partitions)
     return settings.eddy_executors if system == "eddy" else 1
 
 
@@ -355,6 +374,11 @@ def command(system: str, settings: Settings, input_topic: str, output: str, app_
         assert settings.quix_python is not None
         return [str(settings.quix_python), str(QUIX_APP), *common,
                 "--commit-interval-s", str(settings.commit_interval_ms / 1000)]
+    if system in sss.SYSTEMS:
+        return sss.command(system, bootstrap=settings.bootstrap, input_topic=input_topic, output=output,
+                           state_dir=state_dir, expected=expected, timeout_s=settings.timeout_s,
+                           partitions=settings.partitions, commit_interval_ms=settings.commit_interval_ms,
+                           realtime_batch_ms=settings.sss_rt_batch_ms)
     if system == "eddy":
         return [sys.executable, str(Path(__file__).resolve()), "_eddy", *common,
                 "--trigger-ms", str(settings.commit_interval_ms), "--executors", str(settings.eddy_executors),
@@ -422,6 +446,9 @@ class Throughput:
     cpu_s: float = math.nan
     load: tuple[float, float] = (math.nan, math.nan)
     output_records: int = 0
+    #: updates that repeated or lowered their word's count (allowed for at-least-once sinks only)
+    repeated: int = 0
+    decreasing: int = 0
     wrong: list[str] = field(default_factory=list)
     error: str | None = None
     #: Eddy only: its first batch (which also starts its task runners) and its rate after it
@@ -462,8 +489,10 @@ def run_throughput(system: str, settings: Settings, input_topic: str, workload: 
     end = scan.last_append_ms / 1000
     result.cpu_s = run.cpu.between(end - result.seconds, end)
     result.wrong = count_errors(workload.counts, scan.latest)
-    if scan.not_increasing:
-        result.wrong.append(f"{scan.not_increasing} updates did not increase their word's count")
+    result.repeated, result.decreasing = scan.not_increasing - scan.decreasing, scan.decreasing
+    repeats_ok, decreases_ok = sss.allowed_reemissions(system)
+    if (result.repeated and not repeats_ok) or (result.decreasing and not decreases_ok):
+        result.wrong.append(f"{result.repeated} updates repeated and {result.decreasing} lowered their word's count")
     say(f"{system}: {result.records} records in {result.seconds:.1f} s = {result.records_per_s:,.0f}/s, "
         f"{result.cpu_s:.1f} CPU s, {scan.records} output records, counts "
         + ("exact" if not result.wrong else f"WRONG ({len(result.wrong)}: {result.wrong[:3]})"))
@@ -840,27 +869,45 @@ def report(throughputs: dict[str, Throughput], latencies: dict[str, Latency], se
     lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
              for r in rows]
     eddy = throughputs.get("eddy")
+    eddy_lat = latencies.get("eddy")
     if eddy and eddy.records:
         lines.append(f"eddy's first batch (starts its task runners, opens stores; {eddy.first_batch_records} records) "
                      f"took {eddy.first_batch_s:.1f} s; after it: {fmt(eddy.after_first_batch)} records/s "
                      f"({fmt(eddy.after_first_batch / eddy.cores)} per core)")
-    for peer, goal in (("quix", 3.0), ("kstreams", 0.5)):
-        other = throughputs.get(peer)
+    goals = {"quix": 3.0, "kstreams": 0.5}
+    for peer in (s for s in args.systems if s != "eddy"):
+        other, other_lat = throughputs.get(peer), latencies.get(peer)
+        parts = []
         if eddy and other and eddy.records and other.records:
             ratio = eddy.per_core / other.per_core
-            cpu_ratio = eddy.per_cpu_s / other.per_cpu_s
+            goal = goals.get(peer)
+            verdict = "" if goal is None else f" (goal >= {goal}x: {'met' if ratio >= goal else 'NOT met'})"
             steady = eddy.after_first_batch / eddy.cores / other.per_core
-            verdict = "met" if ratio >= goal else "NOT met"
-            lines.append(f"eddy / {peer} per core: {ratio:.2f}x (goal >= {goal}x: {verdict}); after eddy's first "
-                         f"batch: {steady:.2f}x; per CPU-second: {cpu_ratio:.2f}x")
+            parts.append(f"per core: {ratio:.2f}x{verdict}; after eddy's first batch: {steady:.2f}x; "
+                         f"per CPU-second: {eddy.per_cpu_s / other.per_cpu_s:.2f}x")
+        if eddy_lat and other_lat and eddy_lat.records and other_lat.records:
+            parts.append(f"p50 latency: {eddy_lat.p50_ms / other_lat.p50_ms:.2f}x, p99: "
+                         f"{eddy_lat.p99_ms / other_lat.p99_ms:.2f}x (below 1: eddy faster)")
+        if parts:
+            lines.append(f"eddy / {peer} " + "; ".join(parts))
+    for system in sss.SYSTEMS:
+        t = throughputs.get(system)
+        if t and t.records:
+            lines.append(f"{system}: {t.output_records} output records, {t.repeated} repeated and {t.decreasing} "
+                         "lowered a word's count")
+    if any(s in sss.SYSTEMS for s in args.systems):
+        lines.append(sss.AT_LEAST_ONCE_NOTE)
     if eddy:
         lines.append("note: Eddy combines before the shuffle (its repartition topic carries partial counts per word "
-                     "and batch); Kafka Streams and Quix repartition every word")
+                     "and batch); Kafka Streams and Quix repartition every word"
+                     + ("; Spark's micro-batch aggregation also counts partially before its shuffle"
+                        if "sss" in args.systems else ""))
     load = [f"{s} {t.load[0]:.1f}->{t.load[1]:.1f}" for s, t in throughputs.items()]
     load += [f"{s} (latency) {x.load[0]:.1f}->{x.load[1]:.1f}" for s, x in latencies.items()]
     lines.append(f"load average (1 min) during the runs: {', '.join(load)}")
     lines.append(f"{args.records} records, {args.distinct} distinct words (Zipf {args.zipf}), {args.partitions} "
-                 f"partitions, exactly-once, commit interval / trigger {args.commit_interval_ms} ms; latency at "
+                 f"partitions, exactly-once (sss: at-least-once sink), commit interval / trigger "
+                 f"{args.commit_interval_ms} ms; latency at "
                  f"{args.rate:g} records/s for {args.duration:g} s; {os.cpu_count()} CPUs on this machine")
     return "\n".join(lines)
 
@@ -882,7 +929,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return eddy_program(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", help="an existing broker; default: start one with infra/kafka/kafka.sh")
-    ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of eddy,quix,kstreams")
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {','.join(SYSTEMS)}")
     ap.add_argument("--records", type=int, default=2_000_000, help="input records for the throughput phase")
     ap.add_argument("--distinct", type=int, default=50_000, help="distinct words")
     ap.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent of the word frequencies")
@@ -890,7 +937,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=5000, help="records/s of the live producer in the latency phase")
     ap.add_argument("--duration", type=float, default=20, help="seconds of the latency phase (0: skip it)")
     ap.add_argument("--commit-interval-ms", type=int, default=100,
-                    help="Kafka Streams' commit.interval.ms, Quix's commit_interval, Eddy's triggerInterval")
+                    help="Kafka Streams' commit.interval.ms, Quix's commit_interval, Eddy's triggerInterval, "
+                    "sss's processingTime trigger")
+    ap.add_argument("--sss-rt-batch-ms", type=int, default=sss.MIN_REALTIME_BATCH_MS,
+                    help="sss-rt's real-time batch duration (at least 5000: Spark's minimum)")
     ap.add_argument("--eddy-executors", type=int, default=1, help="Spark executors (one core each) for Eddy")
     ap.add_argument("--eddy-max-batch-records", type=int, default=200_000, help="Eddy's records per task and batch")
     ap.add_argument("--timeout", type=float, default=900, help="seconds a system may take for one phase")
@@ -908,6 +958,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     py = quix_python() if "quix" in args.systems else None
     if "kstreams" in args.systems:
         subprocess.run([str(KSTREAMS_SH), "build"], check=True, stdout=subprocess.DEVNULL)
+    if any(s in sss.SYSTEMS for s in args.systems):
+        subprocess.run([str(sss.CONNECTOR_SH), "fetch"], check=True, stdout=subprocess.DEVNULL)
     say(f"drawing {args.records} words over {args.distinct} distinct ones")
     workload = zipf_words(args.records, args.distinct, args.zipf, args.seed)
     live = workload.words[: int(args.rate * args.duration)]
@@ -917,7 +969,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     latencies: dict[str, Latency] = {}
     with broker(args.bootstrap) as bootstrap:
         settings = Settings(bootstrap, args.partitions, args.commit_interval_ms, args.eddy_executors,
-                            args.eddy_max_batch_records, args.timeout, work_dir, py)
+                            args.eddy_max_batch_records, args.timeout, args.sss_rt_batch_ms, work_dir, py)
         if not args.skip_throughput:
             input_topic = f"bench-words-{uuid.uuid4().hex[:6]}"
             create_topics(bootstrap, [input_topic], args.partitions)

@@ -1,0 +1,262 @@
+"""The stateful word count run by Spark Structured Streaming, the fourth peer in bench/throughput.py.
+
+    python bench/sss/wordcount.py --bootstrap H:P --input T --output T --checkpoint DIR
+                                  --expected-records N [--mode microbatch|realtime]
+                                  [--trigger-ms 100] [--cores N] [--shuffle-partitions P]
+                                  [--timeout-s 1800]
+
+Runs with the project's pyspark (4.3) in a local Spark (``local[N]``, N = ``--cores``) and Spark's
+Kafka connector 4.2.0 (``infra/spark/connector.sh jars``, handed to Spark through spark.jars).
+The query: Kafka source (``--input``, from the earliest offset), value = one word (key ignored),
+``groupBy(word).count()`` (the shuffle re-keys the words; ``spark.sql.shuffle.partitions`` = P,
+default the input topic's partition count) in Spark's RocksDB state store provider (changelog
+checkpointing on), output mode update, Kafka sink (``--output``): key = word (UTF-8), value =
+count as a 64-bit big-endian long, as the other peers write. The checkpoint goes to DIR, which
+should be new per run (an old checkpoint resumes its offsets and state).
+
+- ``--mode microbatch``: ``trigger(processingTime=<trigger-ms> ms)``; one update per word and batch.
+- ``--mode realtime``: ``trigger(realTime=<trigger-ms> ms)``, Spark's real-time mode: long-running
+  batches of that length (at least ``spark.sql.streaming.realTimeMode.minBatchDuration``) in which
+  every record flows through at once and each count update is written as it happens. All source
+  and state tasks run at the same time, so it needs input partitions + P task slots (``--cores``).
+
+The Kafka sink is at-least-once: after a failure Spark re-runs a batch from its logged offsets and
+the state checkpointed before it, and writes its updates again. In micro-batch mode a word's count
+may then repeat; in real-time mode (every update written as it happens) a word's counts are
+replayed from the batch's start, so a count may go down for a while. The last count of every word
+is the true count either way. Without failures every update is written once.
+
+It stops once the output topic shows N records counted (the sum over words of the last count
+seen), then prints exactly one JSON line on stdout: ``{"records","seconds","records_per_s",
+"p50_ms","p99_ms","output_records","batches"}``, where ``seconds`` runs from the start of the
+first batch that read input (Spark's progress report) to the broker's append time of the output
+record that completed the N (output topics created by the bench stamp LogAppendTime). p50/p99
+are NaN: the program has no own latency figure (the bench measures latency at its consumer).
+Progress on stderr. Exit codes: 0 done, 1 failure, 2 timeout. Stopping it with SIGTERM stops
+Spark (its executor threads live in the program's JVM child).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent.parent
+CONNECTOR_SH = REPO / "infra" / "spark" / "connector.sh"
+PROGRAM = "sss-wordcount"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+#: settings printed at the start (their defaults shape real-time mode's latency)
+SHOWN_CONF = ("spark.sql.streaming.realTimeMode.minBatchDuration", "spark.shuffle.streaming.networkBufferMaxWaitTimeMs",
+              "spark.shuffle.streaming.networkBufferSize", "spark.sql.streaming.stateStore.checkpointFormatVersion")
+LOG4J = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.noisy.name = org.apache.spark.sql.execution.streaming
+logger.noisy.level = error
+"""
+
+
+def log(text: str) -> None:
+    print(f"{PROGRAM}: {text}", file=sys.stderr, flush=True)
+
+
+class OutputWatch:
+    """Reads the output topic as it is written; knows when the sum of the last counts reaches N."""
+
+    def __init__(self, bootstrap: str, topic: str, expected: int) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        self.expected = expected
+        self.latest: dict[bytes, int] = {}
+        self.total = 0
+        self.records = 0
+        self.done_ms: int | None = None
+        self.done = threading.Event()
+        self._stop = threading.Event()
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{PROGRAM}-{uuid.uuid4().hex[:8]}",
+                                   "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+        partitions = self._consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        self._thread = threading.Thread(target=self._run, daemon=True, name="output-watch")
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set() and not self.done.is_set():
+                for m in self._consumer.consume(10_000, timeout=0.1):
+                    if m.error() is not None:
+                        log(f"output consumer: {m.error()}")
+                        continue
+                    key, value = m.key() or b"", m.value() or b""
+                    n = int.from_bytes(value, "big", signed=True)
+                    self.records += 1
+                    self.total += n - self.latest.get(key, 0)
+                    self.latest[key] = n
+                    if self.total >= self.expected and self.done_ms is None:
+                        self.done_ms = m.timestamp()[1]
+                        self.done.set()
+        finally:
+            self._consumer.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def input_partitions(bootstrap: str, topic: str) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    return len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30).topics[topic].partitions)
+
+
+def spark_session(args: argparse.Namespace, shuffle_partitions: int) -> Any:
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
+    log4j = Path(args.checkpoint) / "log4j2.properties"
+    log4j.write_text(LOG4J)
+    jars = subprocess.run([str(CONNECTOR_SH), "jars"], check=True, capture_output=True, text=True).stdout.strip()
+    conf: dict[str, str] = {
+        "spark.jars": jars,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.streaming.numRecentProgressUpdates": "1000",
+        "spark.driver.memory": os.environ.get("SSS_DRIVER_MEMORY", "2g"),
+    }
+    if args.mode == "realtime":
+        # Real-time mode refuses state store checkpoint format v1 (the default for a new query).
+        conf["spark.sql.streaming.stateStore.checkpointFormatVersion"] = "2"
+    builder = SparkSession.builder.master(f"local[{args.cores}]").appName(f"{PROGRAM}-{args.mode}")
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    return spark
+
+
+def shown_conf(spark: Any, key: str) -> str:
+    """A setting's value (SQL settings report their defaults; others only what was set)."""
+    try:
+        return str(spark.conf.get(key))
+    except Exception:  # noqa: BLE001 - not a SQL setting and not set
+        return str(spark.sparkContext.getConf().get(key, "(not set: Spark's default)"))
+
+
+def start_query(spark: Any, args: argparse.Namespace) -> Any:
+    from pyspark.sql import functions as F
+
+    words = (spark.readStream.format("kafka")
+             .option("kafka.bootstrap.servers", args.bootstrap)
+             .option("subscribe", args.input)
+             .option("startingOffsets", "earliest")
+             .load()
+             .select(F.col("value").cast("string").alias("word")))
+    counts = words.groupBy("word").count()
+    # 64-bit big-endian count: 16 hex digits (counts are positive), decoded to 8 bytes.
+    out = counts.select(F.encode(F.col("word"), "UTF-8").alias("key"),
+                        F.unhex(F.lpad(F.hex(F.col("count")), 16, "0")).alias("value"))
+    writer = (out.writeStream.format("kafka")
+              .option("kafka.bootstrap.servers", args.bootstrap)
+              .option("topic", args.output)
+              .option("checkpointLocation", str(Path(args.checkpoint) / "query"))
+              .outputMode("update")
+              .queryName(f"{PROGRAM}-{args.mode}"))
+    interval = f"{args.trigger_ms} milliseconds"
+    writer = writer.trigger(realTime=interval) if args.mode == "realtime" else writer.trigger(processingTime=interval)
+    return writer.start()
+
+
+def first_input_ms(query: Any) -> float:
+    """Start (epoch ms) of the first batch that read input, from the query's progress reports; nan if none."""
+    starts = [p["timestamp"] for p in query.recentProgress if p.get("numInputRows", 0) > 0]
+    if not starts:
+        return math.nan
+    t = datetime.datetime.fromisoformat(min(starts).replace("Z", "+00:00"))
+    return t.timestamp() * 1000
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--input", required=True)
+    ap.add_argument("--output", required=True)
+    ap.add_argument("--checkpoint", required=True, help="a new folder per run")
+    ap.add_argument("--expected-records", type=int, required=True)
+    ap.add_argument("--mode", choices=("microbatch", "realtime"), default="microbatch")
+    ap.add_argument("--trigger-ms", type=int, default=100,
+                    help="processingTime interval (microbatch) or real-time batch duration (realtime)")
+    ap.add_argument("--cores", type=int, default=1, help="local[N]")
+    ap.add_argument("--shuffle-partitions", type=int, default=0, help="default: the input's partition count")
+    ap.add_argument("--timeout-s", type=float, default=1800)
+    args = ap.parse_args()
+
+    Path(args.checkpoint).mkdir(parents=True, exist_ok=True)
+    shuffle = args.shuffle_partitions or input_partitions(args.bootstrap, args.input)
+    watch = OutputWatch(args.bootstrap, args.output, args.expected_records)
+    spark = spark_session(args, shuffle)
+    query = None
+    try:
+        query = start_query(spark, args)
+        log(f"query started ({args.mode}, trigger {args.trigger_ms} ms, local[{args.cores}], {shuffle} state "
+            "partitions)")
+        for key in SHOWN_CONF:
+            log(f"{key} = {shown_conf(spark, key)}")
+        deadline = time.monotonic() + args.timeout_s
+        last_report = time.monotonic()
+        while not watch.done.wait(0.2):
+            if query.exception() is not None:
+                raise RuntimeError(f"query failed: {query.exception()}")
+            if time.monotonic() > deadline:
+                print(json.dumps({"error": f"timeout: counted {watch.total} of {args.expected_records}"}),
+                      flush=True)
+                return 2
+            if time.monotonic() - last_report > 10:
+                last_report = time.monotonic()
+                log(f"counted {watch.total} of {args.expected_records} ({watch.records} output records)")
+        # A real-time batch reports its progress when it ends: wait for the report of the first one.
+        start_ms = first_input_ms(query)
+        report_deadline = time.monotonic() + 2 * args.trigger_ms / 1000 + 60
+        while math.isnan(start_ms) and time.monotonic() < report_deadline and query.exception() is None:
+            time.sleep(0.2)
+            start_ms = first_input_ms(query)
+        batches = len(query.recentProgress)
+    except Exception as e:  # noqa: BLE001 - reported as the program's failure line
+        print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
+        return 1
+    finally:
+        watch.stop()
+        if query is not None:
+            query.stop()
+        spark.stop()
+    assert watch.done_ms is not None
+    seconds = (watch.done_ms - start_ms) / 1000
+    log(f"counted {watch.total} records in {seconds:.2f} s ({batches} progress reports)")
+    print(json.dumps({"records": watch.total, "seconds": seconds, "records_per_s": watch.total / seconds,
+                      "p50_ms": math.nan, "p99_ms": math.nan, "output_records": watch.records,
+                      "batches": batches}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
