@@ -5,8 +5,9 @@ one word (key ignored), words are re-keyed through a repartition topic, counted 
 RocksDB store with a changelog, exactly-once, and every updated count goes to an output topic
 (key = word, value = 64-bit big-endian count).
 
-- Eddy: ``examples/wordcount/app.py`` on Spark ``local-cluster[E,1,1024]`` (E = ``--eddy-executors``,
-  one core each), driven by ``eddy_runtime.driver.Driver`` in a child process of this script;
+- Eddy: ``examples/wordcount/app.py`` (``build_own_steps``: Eddy's own record steps, so the
+  continuous path) on Spark ``local-cluster[E,1,1024]`` (E = ``--eddy-executors``, one core each),
+  driven by ``eddy_runtime.driver.Driver`` in a child process of this script;
 - Quix Streams (``bench/quix/wordcount.py``) in its own virtual environment, one process;
 - Kafka Streams 4.x (``bench/kstreams/run.sh wordcount``), one stream thread;
 - Spark Structured Streaming (``bench/sss/wordcount.py``, the project's pyspark, RocksDB state store
@@ -698,7 +699,7 @@ def eddy_word_count(spark: Any, args: argparse.Namespace, app_id: str, input_top
         "apiVersion": "eddy.dev/v1alpha1", "kind": "StreamApp", "metadata": {"name": app_id},
         "spec": {
             "image": "eddy:bench",
-            "pipeline": {"module": "examples.wordcount.app",
+            "pipeline": {"module": "examples.wordcount.app", "function": "build_own_steps",
                          "args": {"input_topic": input_topic, "output_topic": output}},
             "kafka": {"bootstrapServers": args.bootstrap},
             "processingGuarantee": "exactly_once",
@@ -708,7 +709,8 @@ def eddy_word_count(spark: Any, args: argparse.Namespace, app_id: str, input_top
         },
     })
     driver = Driver(spark, spec, DriverOptions(state_dir=str(Path(args.state_dir) / "stores"),
-                                               per_executor_state_dirs=True, max_batch_records=args.max_batch_records))
+                                               per_executor_state_dirs=True, max_batch_records=args.max_batch_records,
+                                               sync_interval_s=0.5))
     compiled = driver.prepare()
     stateful = set(compiled.stateful_tasks())
     # Input records are counted where they are read: the repartition topic carries partial counts
