@@ -33,6 +33,7 @@ from eddy_runtime.compiler import (
     TableSpec,
     TopicSink,
 )
+from eddy_runtime.pipeline_errors import PipelineRuntimeError
 from eddy_runtime.record_steps import apply_record_steps
 from eddy_runtime.records import (
     _INT64,
@@ -47,10 +48,6 @@ from eddy_runtime.records import (
 )
 
 __all__ = ["BatchOutput", "PipelineRuntimeError", "TaskState", "apply_table_updates", "process_batch"]
-
-
-class PipelineRuntimeError(RuntimeError):
-    """The pipeline does not fit its data (a missing column, a wrong type): stop and say so."""
 
 
 @dataclass

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
+from eddy_runtime.pipeline_errors import PipelineError
 from eddy_runtime.record_steps import RecordStep, RecordSteps, is_key_selector
 
 __all__ = [
@@ -41,10 +42,6 @@ __all__ = [
 KEY_SERDES = ("string", "bytes", "int64", "json")
 VALUE_SERDES = ("string", "bytes", "int64", "json")
 REDUCE_OPS = ("sum", "min", "max")
-
-
-class PipelineError(ValueError):
-    """The pipeline is not valid; the message says what to change."""
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")

@@ -17,13 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Self
 
 import numpy as np
 import pyarrow as pa
 
-if TYPE_CHECKING:
-    from eddy_runtime.pipeline import Stream
+from eddy_runtime.pipeline_errors import PipelineError, PipelineRuntimeError
 
 __all__ = ["GROUP_KEY_COLUMN", "RecordStep", "RecordSteps", "StepsResult", "apply_record_steps", "is_key_selector"]
 
@@ -59,37 +58,35 @@ def is_key_selector(key: Any) -> bool:
 class RecordSteps:
     """The record-step methods of `pipeline.Stream` (Kafka Streams' names, in snake case)."""
 
-    def _record(self, step: RecordStep) -> Stream:
+    def _record(self, step: RecordStep) -> Self:
         raise NotImplementedError
 
-    def _step(self, kind: StepKind, fn: Callable[..., Any]) -> Stream:
+    def _step(self, kind: StepKind, fn: Callable[..., Any]) -> Self:
         if not callable(fn):
-            from eddy_runtime.pipeline import PipelineError
-
             raise PipelineError(f"{kind} needs a function, got {fn!r}")
         return self._record(RecordStep(kind, fn))
 
-    def flat_map_values(self, fn: Callable[[Any], Iterable[Any]]) -> Stream:
+    def flat_map_values(self, fn: Callable[[Any], Iterable[Any]]) -> Self:
         """Each record becomes one record per value of ``fn(value)``, with its key and timestamp."""
         return self._step("flat_map_values", fn)
 
-    def map_values(self, fn: Callable[[Any], Any]) -> Stream:
+    def map_values(self, fn: Callable[[Any], Any]) -> Self:
         """Each record's value becomes ``fn(value)`` (None is a null value); key and timestamp stay."""
         return self._step("map_values", fn)
 
-    def filter(self, fn: Callable[[Any, Any], Any]) -> Stream:
+    def filter(self, fn: Callable[[Any, Any], Any]) -> Self:
         """Keep the records for which ``fn(key, value)`` is true."""
         return self._step("filter", fn)
 
-    def filter_not(self, fn: Callable[[Any, Any], Any]) -> Stream:
+    def filter_not(self, fn: Callable[[Any, Any], Any]) -> Self:
         """Drop the records for which ``fn(key, value)`` is true."""
         return self._step("filter_not", fn)
 
-    def flat_map(self, fn: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> Stream:
+    def flat_map(self, fn: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> Self:
         """Each record becomes the ``(key, value)`` pairs of ``fn(key, value)``, with its timestamp."""
         return self._step("flat_map", fn)
 
-    def map(self, fn: Callable[[Any, Any], tuple[Any, Any]]) -> Stream:
+    def map(self, fn: Callable[[Any, Any], tuple[Any, Any]]) -> Self:
         """Each record becomes the ``(key, value)`` pair ``fn(key, value)``, with its timestamp."""
         return self._step("map", fn)
 
@@ -148,8 +145,6 @@ class _Batch:
     def _input(self, name: str, step: RecordStep) -> list[Any]:
         if name not in self.rows.column_names:
             shown = [c for c in self.rows.column_names if not c.startswith("__")]
-            from eddy_runtime.operators import PipelineRuntimeError
-
             raise PipelineRuntimeError(f"{step.label} needs a {name!r} column; the rows have {shown}")
         col = self.rows.column(name)
         values: list[Any] = (col.take(pa.array(self.origin)) if self.moved else col).to_pylist()
@@ -282,8 +277,6 @@ def _column(values: list[Any], like: pa.DataType | None, step: str) -> pa.Array:
     try:
         arr = pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        from eddy_runtime.operators import PipelineRuntimeError
-
         raise PipelineRuntimeError(f"the values of {step} do not fit one column ({e}): return one type (or None)") \
             from e
     if pa.types.is_null(arr.type) and like is not None:
