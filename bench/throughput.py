@@ -351,6 +351,7 @@ class Settings:
     commit_interval_ms: int
     eddy_executors: int
     eddy_max_batch_records: int
+    eddy_sync_s: float
     timeout_s: float
     sss_rt_batch_ms: int
     work_dir: Path
@@ -383,7 +384,7 @@ def command(system: str, settings: Settings, input_topic: str, output: str, app_
     if system == "eddy":
         return [sys.executable, str(Path(__file__).resolve()), "_eddy", *common,
                 "--trigger-ms", str(settings.commit_interval_ms), "--executors", str(settings.eddy_executors),
-                "--max-batch-records", str(settings.eddy_max_batch_records)]
+                "--max-batch-records", str(settings.eddy_max_batch_records), "--sync-s", str(settings.eddy_sync_s)]
     raise ValueError(system)
 
 
@@ -710,7 +711,7 @@ def eddy_word_count(spark: Any, args: argparse.Namespace, app_id: str, input_top
     })
     driver = Driver(spark, spec, DriverOptions(state_dir=str(Path(args.state_dir) / "stores"),
                                                per_executor_state_dirs=True, max_batch_records=args.max_batch_records,
-                                               sync_interval_s=0.5))
+                                               sync_interval_s=args.sync_s))
     compiled = driver.prepare()
     stateful = set(compiled.stateful_tasks())
     # Input records are counted where they are read: the repartition topic carries partial counts
@@ -771,6 +772,7 @@ def eddy_program(argv: Sequence[str]) -> int:
     ap.add_argument("--executors", type=int, default=1)
     ap.add_argument("--trigger-ms", type=int, default=100)
     ap.add_argument("--max-batch-records", type=int, default=200_000)
+    ap.add_argument("--sync-s", type=float, default=1.0)
     ap.add_argument("--warmup-records", type=int, default=5_000)
     ap.add_argument("--timeout-s", type=float, default=1800)
     args = ap.parse_args(argv)
@@ -945,6 +947,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="sss-rt's real-time batch duration (at least 5000: Spark's minimum)")
     ap.add_argument("--eddy-executors", type=int, default=1, help="Spark executors (one core each) for Eddy")
     ap.add_argument("--eddy-max-batch-records", type=int, default=200_000, help="Eddy's records per task and batch")
+    ap.add_argument("--eddy-sync-s", type=float, default=1.0,
+                    help="how often Eddy's driver syncs with its executors (DriverOptions.sync_interval_s)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds a system may take for one phase")
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--seed", type=int, default=7)
@@ -971,7 +975,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     latencies: dict[str, Latency] = {}
     with broker(args.bootstrap) as bootstrap:
         settings = Settings(bootstrap, args.partitions, args.commit_interval_ms, args.eddy_executors,
-                            args.eddy_max_batch_records, args.timeout, args.sss_rt_batch_ms, work_dir, py)
+                            args.eddy_max_batch_records, args.eddy_sync_s, args.timeout, args.sss_rt_batch_ms,
+                            work_dir, py)
         if not args.skip_throughput:
             input_topic = f"bench-words-{uuid.uuid4().hex[:6]}"
             create_topics(bootstrap, [input_topic], args.partitions)

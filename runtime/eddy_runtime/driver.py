@@ -22,7 +22,6 @@ task runner closes its stores, which writes their checkpoints.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import pickle
@@ -49,12 +48,12 @@ from eddy_runtime.placement import BatchWatch, ExecutorRef, executor_hosts, live
 from eddy_runtime.poison import PoisonIsolation
 from eddy_runtime.progress import CopyProgressTracker
 from eddy_runtime.runtime_state import Volumes, probe_inventories, runtime_state
-from eddy_runtime.spark_plan import SlotLayout, batch_frames, close_runners, dataframe_item_slots, slot_layout
+from eddy_runtime.spark_plan import BatchJob, SlotLayout, batch_frames, close_runners, dataframe_item_slots, slot_layout
 from eddy_runtime.startup import PreparedApp, load_pipeline, prepare_app, ship_by_value
 from eddy_runtime.work import BatchSettings, ItemResult, WorkItem
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 __all__ = ["Driver", "DriverOptions", "default_state_dir"]
 
@@ -260,12 +259,12 @@ class Driver:
                           max_records=self.options.max_batch_records, fresh=fresh, continuous=self._continuous)
         self._planned_generation = assignment.generation
         self._dataframe_items = dataframe_item_slots(layout, plan)
-        frames = batch_frames(compiled, layout, plan, settings, (self._prepared.program_id, self._prepared.program),
+        job = batch_frames(compiled, layout, plan, settings, (self._prepared.program_id, self._prepared.program),
                               fresh=fresh, inventory=fresh or self.batch_id % INVENTORY_EVERY_BATCHES == 0,
                               commit_interval_s=self.spec.trigger_interval_s if self._continuous else None)
         report = BatchReport(self.batch_id, "ok", 0.0, assignment.generation, moves=moves)
         report.plan_s = time.monotonic() - started
-        report.results = self._run_job(frames, live, settings, report)
+        report.results = self._run_job(job, live, settings, report)
         report.duration_s = time.monotonic() - started
         report.job_s = report.duration_s - report.plan_s
         wall = time.monotonic() - self._last_batch_end
@@ -273,17 +272,17 @@ class Driver:
         self._account(report, wall, assignment, live, lag)
         return report
 
-    def _run_job(self, frames: list[DataFrame], live: Sequence[ExecutorRef], settings: BatchSettings,
+    def _run_job(self, job: BatchJob, live: Sequence[ExecutorRef], settings: BatchSettings,
                  report: BatchReport) -> list[ItemResult]:
         """Run the batch's Spark job; its items' results (none when it failed, see `report`)."""
-        if not frames:
+        if job.empty:
             return []
         try:
             with BatchWatch(self.sc, f"eddy-{self.app}-batch-{self.batch_id}", [e.id for e in live],
                             description=f"eddy {self.app} batch {self.batch_id}") as watch:
                 self._watch = watch
-                rows = functools.reduce(lambda a, b: a.union(b), frames).collect()
-            results: list[ItemResult] = [pickle.loads(r.result) for r in rows]
+                rows = job.collect()
+            results: list[ItemResult] = [pickle.loads(r) for r in rows]
             for r in results:
                 if r.inventory is not None:
                     self._volumes.record_inventory(r.executor, r.inventory)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from eddy_runtime.compiler import SubTopology
 
-__all__ = ["RESULT_DDL", "Program", "executor_step", "probe_sink", "read_step", "sink_step"]
+__all__ = ["RESULT_DDL", "Program", "executor_slot_job", "executor_step", "probe_sink", "read_step", "sink_step"]
 
 #: the schema of what every partition returns: pickled `ItemResult`s
 RESULT_DDL = "result binary"
@@ -164,24 +164,40 @@ def sink_step(settings: BatchSettings, program: Program, works: list[SlotWork], 
     return sink
 
 
+def _executor_slot(settings: BatchSettings, program: Program, work: SlotWork) -> list[ItemResult]:
+    """An executor slot's work: its items other than DataFrame tasks, its continuous tasks' sync,
+    its inventory."""
+    from eddy_runtime.state import StateDirectory
+
+    misplaced = _misplaced(settings, work)
+    if misplaced is not None:
+        return misplaced
+    runner = work.items or work.held is not None or work.continuous is not None
+    results = _call_runner(settings, program, work, None) if runner else []
+    if work.inventory:
+        inventory = tuple(StateDirectory(settings.state_dir_for(work.executor)).inventory(settings.app))
+        results = [*results, ItemResult("", work.executor, "active", "processed", inventory=inventory)]
+    return results
+
+
 def executor_step(settings: BatchSettings, program: Program, works: list[SlotWork], offset: int) -> ArrowFn:
-    """An executor slot: the executor's items other than DataFrame tasks, and its inventory."""
+    """The executor slots as the last DataFrame of a batch that has DataFrame tasks."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from eddy_runtime.state import StateDirectory
-
         for slot in _slots(batches):
             _check_partition(offset, slot)
-            work = works[slot]
-            misplaced = _misplaced(settings, work)
-            if misplaced is not None:
-                yield _result_batch(misplaced)
-                continue
-            runner = work.items or work.held is not None or work.continuous is not None
-            results = _call_runner(settings, program, work, None) if runner else []
-            if work.inventory:
-                inventory = tuple(StateDirectory(settings.state_dir_for(work.executor)).inventory(settings.app))
-                results = [*results, ItemResult("", work.executor, "active", "processed", inventory=inventory)]
-            yield _result_batch(results)
+            yield _result_batch(_executor_slot(settings, program, works[slot]))
+
+    return run
+
+
+def executor_slot_job(settings: BatchSettings, program: Program,
+                      works: list[SlotWork]) -> Callable[[int], Iterator[bytes]]:
+    """The executor slots alone, for `placement.PinnedSlots.run` (a plain RDD job: no SQL plan to
+    build, which is most of what a sync of continuous tasks would otherwise cost)."""
+
+    def run(slot: int) -> Iterator[bytes]:
+        for result in _executor_slot(settings, program, works[slot]):
+            yield pickle.dumps(result)
 
     return run

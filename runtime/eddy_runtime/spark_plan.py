@@ -8,15 +8,16 @@ work travels in the closures of executor_steps.py.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from eddy_contract.assignor import Assignment
 from eddy_runtime.batch_plan import BatchPlan
 from eddy_runtime.compiler import CompiledApp
-from eddy_runtime.executor_steps import RESULT_DDL, Program, executor_step, read_step, sink_step
+from eddy_runtime.executor_steps import RESULT_DDL, Program, executor_slot_job, executor_step, read_step, sink_step
 from eddy_runtime.outcomes import short_error
 from eddy_runtime.placement import ExecutorRef, PinnedSlots, current_executor_id
 from eddy_runtime.records import spark_source_schema
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["SlotLayout", "batch_frames", "close_runners", "dataframe_item_slots", "slot_layout"]
+__all__ = ["BatchJob", "SlotLayout", "batch_frames", "close_runners", "dataframe_item_slots", "slot_layout"]
 
 log = logging.getLogger("eddy.driver")
 
@@ -43,6 +44,30 @@ class SlotLayout:
     dataframe_bases: dict[int, DataFrame]
     executor_slots: list[ExecutorRef]
     executor_base: DataFrame
+    #: the executor slots' pinned RDD (what `executor_base` is built on)
+    executor_pins: PinnedSlots
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """A batch's Spark job: DataFrames when DataFrame tasks have work (one SQL job), otherwise the
+    executor slots alone on their pinned RDD."""
+
+    frames: list[DataFrame]
+    slots: tuple[PinnedSlots, Callable[[int], Iterator[bytes]]] | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.frames and self.slots is None
+
+    def collect(self) -> list[bytes]:
+        """Run it: every item's pickled `ItemResult`."""
+        if self.frames:
+            return [r.result for r in functools.reduce(lambda a, b: a.union(b), self.frames).collect()]
+        if self.slots is not None:
+            pins, fn = self.slots
+            return pins.run(fn)
+        return []
 
 
 def slot_layout(spark: SparkSession, compiled: CompiledApp, assignment: Assignment, live: Sequence[ExecutorRef],
@@ -64,7 +89,8 @@ def slot_layout(spark: SparkSession, compiled: CompiledApp, assignment: Assignme
     sc = spark.sparkContext
     bases = {sid: PinnedSlots(sc, [e for _, e in slots]).dataframe(spark) for sid, slots in dataframe_slots.items()}
     executor_slots = list(live)
-    return SlotLayout(key, dataframe_slots, bases, executor_slots, PinnedSlots(sc, executor_slots).dataframe(spark))
+    pins = PinnedSlots(sc, executor_slots)
+    return SlotLayout(key, dataframe_slots, bases, executor_slots, pins.dataframe(spark), pins)
 
 
 def dataframe_item_slots(layout: SlotLayout, plan: BatchPlan) -> dict[str, tuple[WorkItem, ExecutorRef]]:
@@ -75,7 +101,7 @@ def dataframe_item_slots(layout: SlotLayout, plan: BatchPlan) -> dict[str, tuple
 
 def batch_frames(compiled: CompiledApp, layout: SlotLayout, plan: BatchPlan, settings: BatchSettings,
                  program: Program, *, fresh: bool, inventory: bool,
-                 commit_interval_s: float | None = None) -> list[DataFrame]:
+                 commit_interval_s: float | None = None) -> BatchJob:
     """One DataFrame per sub-topology with DataFrame steps and work, plus one over the executor
     slots; empty when there is nothing to do. `fresh`: send each executor what it holds (its
     runner closes the rest); `inventory`: executors report what their volumes hold;
@@ -101,9 +127,12 @@ def batch_frames(compiled: CompiledApp, layout: SlotLayout, plan: BatchPlan, set
                       continuous=None if commit_interval_s is None else ContinuousWork(
                           settings.generation, tuple(plan.continuous[e.id]), commit_interval_s))
              for e in layout.executor_slots]
-    if frames or not all(w.idle for w in works):
+    if frames:
         frames.append(layout.executor_base.mapInArrow(executor_step(settings, program, works, offset), RESULT_DDL))
-    return frames
+        return BatchJob(frames)
+    if all(w.idle for w in works):
+        return BatchJob([])
+    return BatchJob([], (layout.executor_pins, executor_slot_job(settings, program, works)))
 
 
 def close_runners(sc: SparkContext, live: Sequence[ExecutorRef], settings: BatchSettings) -> None:
