@@ -48,7 +48,7 @@ MAX_BUFFERED_RECORDS = 100_000
 RETRY_AFTER_S = 2.0
 #: at most this long per restore chunk, so that the other tasks keep their commit cadence
 RESTORE_CHUNK_S = 0.2
-STANDBY_CHUNK_S = 0.05
+STANDBY_CHUNK_S = 0.1
 
 
 class TaskHost(Protocol):

@@ -34,6 +34,20 @@ def record(holder: str | None, rv: str = "1", duration: float = 15) -> LeaseReco
 
 
 @pytest.mark.unit
+
+def take_over(lock, holder: str, duration_s: float) -> None:
+    """Write `holder` into the Lease as an intruder would; a renewal landing between our read and
+    our write makes the apiserver refuse it (409), so read again and retry."""
+    for _ in range(20):
+        current = lock.get()
+        assert current is not None
+        try:
+            lock.write(current, holder, duration_s)
+            return
+        except ConflictException:
+            continue
+    raise AssertionError("20 takeovers of the Lease in a row lost the race to the leader's renewals")
+
 def test_a_held_lease_is_free_only_after_a_whole_duration_unchanged_on_the_candidates_clock():
     seen = observe(None, record("a", "7"), now=100.0)
     assert not may_acquire(seen, "b", now=100.0)
@@ -177,18 +191,8 @@ def test_a_leader_that_finds_the_lease_taken_stops_at_once(kube, namespace):
     assert a.campaign(threading.Event()) is True
     a.keep_renewing()
     try:
-        # as if a's renewals had not landed for a lease duration; a renewal landing between our
-        # read and our write makes the apiserver refuse it (409), so read again and retry
-        for _ in range(20):
-            current = a.lock.get()
-            assert current is not None
-            try:
-                a.lock.write(current, "intruder", 3)
-                break
-            except ConflictException:
-                continue
-        else:
-            raise AssertionError("20 takeovers of the Lease in a row lost the race to the leader's renewals")
+        # as if a's renewals had not landed for a lease duration
+        take_over(a.lock, "intruder", 3)
         assert lost.wait(5), "the leader did not stop after its Lease was taken"
         assert not a.leading
     finally:

@@ -24,6 +24,7 @@ from tests.operator.cluster import (
     report,
     wait_for,
 )
+from tests.operator.test_leader import take_over
 from tests.operator.test_operator_integration import APP, start_app_with_executors
 
 pytestmark = pytest.mark.integration
@@ -229,10 +230,7 @@ def test_a_stopped_leader_releases_the_lease_and_the_standby_takes_over_at_once(
 def test_a_leader_whose_lease_is_taken_exits_non_zero_at_once(crd, namespace, operators):
     leader, _standby = leader_and_standby(crd, namespace, operators)
     wait_for(lambda: kopf_is_serving(leader), 60, 0.2, "the leader running kopf")
-    lock = LeaseLock(crd.api_client(), namespace, "eddy-operator", request_timeout_s=5)
-    current = lock.get()
-    assert current is not None
-    lock.write(current, "intruder", LEASE_S)
+    take_over(LeaseLock(crd.api_client(), namespace, "eddy-operator", request_timeout_s=5), "intruder", LEASE_S)
     code = leader.proc.wait(RENEW_S + RETRY_S + 5)
     assert code == 3, leader.log_tail()
     assert "lost leadership" in leader.log_tail()

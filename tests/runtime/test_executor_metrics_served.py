@@ -98,7 +98,9 @@ def test_executors_serve_per_task_records_latencies_store_and_standby_figures(ka
     for task, figures in did.items():
         for e, samples in scraped.items():
             items_here = figures["where:" + e]
-            assert metric_sum(samples, "eddy_executor_process_latency_seconds_count", app=app, task=task) == items_here
+            processed = metric_sum(samples, "eddy_executor_process_latency_seconds_count", app=app, task=task)
+            # Sub-topology 1 runs continuously: its result at each sync covers every commit since the last.
+            assert processed == items_here if task.startswith("0_") else processed >= items_here, (task, e)
             if items_here == figures["items"]:  # the task ran only here: its records too
                 assert metric_sum(samples, "eddy_executor_records_in_total", app=app, task=task) == figures["in"]
                 assert metric_sum(samples, "eddy_executor_records_out_total", app=app, task=task) == figures["out"]

@@ -229,11 +229,12 @@ class StoreChangelogReader:
                 gc.enable()
 
     def _restore_chunk(self, max_records: int, max_seconds: float) -> TaskRestoreProgress:
-        deadline = time.monotonic() + max_seconds
         budget = max_records
         consume = self._consumer.consume
         if self.tail:
             self.refresh_end_offsets()
+        # from here: a slow end-offset query (a loaded broker) must not eat the reading time
+        deadline = time.monotonic() + max_seconds
         while budget > 0:
             if self.done:
                 break
