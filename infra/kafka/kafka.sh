@@ -44,6 +44,8 @@ readonly CACHE="${EDDY_CACHE:-${REPO}/.cache}/kafka"
 readonly JARS="${CACHE}/jars"
 readonly STAMP="${CACHE}/jars.stamp"
 readonly POM="${HERE}/pom.xml"
+# shellcheck source=../lib/maven-jars.sh
+source "${HERE}/../lib/maven-jars.sh"
 readonly LOG4J_CONFIG="${HERE}/log4j2.properties"
 readonly JAVA="${JAVA:-java}"
 readonly HOST="${KAFKA_HOST:-127.0.0.1}"
@@ -86,27 +88,8 @@ cds_opts() {
 # --- fetch -------------------------------------------------------------------
 
 cmd_fetch() {
-  mkdir -p "${CACHE}"
   # Parallel test workers may all call fetch: one gathers, the rest wait.
-  exec 9>"${CACHE}/fetch.lock"
-  flock 9
-  local want
-  want="$(pom_hash)"
-  if [[ ! -f "${STAMP}" || "$(cat "${STAMP}")" != "${want}" || ! -d "${JARS}" ]]; then
-    # Gather into a fresh folder and swap it in, so a failed or interrupted
-    # fetch never leaves a half-filled jars folder behind a valid stamp.
-    local tmp="${CACHE}/jars.tmp"
-    rm -rf "${tmp}"
-    # mvn -q still prints colour codes, so its output is shown only on failure.
-    if ! mvn -q -B -f "${POM}" dependency:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="${tmp}" >"${CACHE}/fetch.log" 2>&1; then
-      cat "${CACHE}/fetch.log" >&2
-      die "fetching the broker's jars failed (see above)"
-    fi
-    rm -rf "${JARS}"
-    mv "${tmp}" "${JARS}"
-    echo "${want}" >"${STAMP}"
-  fi
+  maven_jars "${POM}" "${CACHE}" "the broker's jars" || die "no broker jars"
   [[ -f "$(cds_archive)" ]] || train_cds_archive
 }
 

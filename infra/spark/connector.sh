@@ -14,8 +14,9 @@ readonly HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 readonly REPO="$(cd "${HERE}/../.." && pwd)"
 readonly CACHE="${EDDY_CACHE:-${REPO}/.cache}/spark-kafka"
 readonly JARS="${CACHE}/jars"
-readonly STAMP="${CACHE}/jars.stamp"
 readonly POM="${HERE}/pom.xml"
+# shellcheck source=../lib/maven-jars.sh
+source "${HERE}/../lib/maven-jars.sh"
 
 die() { echo "connector.sh: $*" >&2; exit 1; }
 
@@ -24,31 +25,9 @@ usage() {
   exit 2
 }
 
-pom_hash() { sha256sum "${POM}" | cut -d' ' -f1; }
-
 cmd_fetch() {
-  mkdir -p "${CACHE}"
   # Concurrent benches may all call fetch: one gathers, the rest wait.
-  exec 9>"${CACHE}/fetch.lock"
-  flock 9
-  local want
-  want="$(pom_hash)"
-  if [[ ! -f "${STAMP}" || "$(cat "${STAMP}")" != "${want}" || ! -d "${JARS}" ]]; then
-    # Gather into a fresh folder and swap it in, so a failed or interrupted
-    # fetch never leaves a half-filled jars folder behind a valid stamp.
-    local tmp="${CACHE}/jars.tmp"
-    rm -rf "${tmp}"
-    # Maven checks the SHA-1 of every artifact it downloads (-C: a mismatch fails).
-    if ! mvn -q -B -C -f "${POM}" dependency:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="${tmp}" >"${CACHE}/fetch.log" 2>&1; then
-      cat "${CACHE}/fetch.log" >&2
-      die "fetching the Kafka connector's jars failed (see above)"
-    fi
-    ls "${tmp}"/spark-sql-kafka-0-10_*.jar >/dev/null 2>&1 || die "no spark-sql-kafka jar in ${tmp}"
-    rm -rf "${JARS}"
-    mv "${tmp}" "${JARS}"
-    echo "${want}" >"${STAMP}"
-  fi
+  maven_jars "${POM}" "${CACHE}" "the Kafka connector's jars" "spark-sql-kafka-0-10_*.jar" || die "no jars"
 }
 
 cmd_jars() {
