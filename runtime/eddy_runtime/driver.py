@@ -48,7 +48,7 @@ from eddy_runtime.placement import BatchWatch, ExecutorRef, executor_hosts, live
 from eddy_runtime.poison import PoisonIsolation
 from eddy_runtime.progress import CopyProgressTracker
 from eddy_runtime.runtime_state import Volumes, probe_inventories, runtime_state
-from eddy_runtime.spark_plan import BatchJob, SlotLayout, batch_frames, close_runners, dataframe_item_slots, slot_layout
+from eddy_runtime.spark_plan import BatchJob, SlotLayout, batch_job, close_runners, dataframe_item_slots, slot_layout
 from eddy_runtime.startup import PreparedApp, load_pipeline, prepare_app, ship_by_value
 from eddy_runtime.work import BatchSettings, ItemResult, WorkItem
 
@@ -259,9 +259,9 @@ class Driver:
                           max_records=self.options.max_batch_records, fresh=fresh, continuous=self._continuous)
         self._planned_generation = assignment.generation
         self._dataframe_items = dataframe_item_slots(layout, plan)
-        job = batch_frames(compiled, layout, plan, settings, (self._prepared.program_id, self._prepared.program),
-                              fresh=fresh, inventory=fresh or self.batch_id % INVENTORY_EVERY_BATCHES == 0,
-                              commit_interval_s=self.spec.trigger_interval_s if self._continuous else None)
+        job = batch_job(compiled, layout, plan, settings, (self._prepared.program_id, self._prepared.program),
+                        fresh=fresh, inventory=fresh or self.batch_id % INVENTORY_EVERY_BATCHES == 0,
+                        commit_interval_s=self.spec.trigger_interval_s if self._continuous else None)
         report = BatchReport(self.batch_id, "ok", 0.0, assignment.generation, moves=moves)
         report.plan_s = time.monotonic() - started
         report.results = self._run_job(job, live, settings, report)

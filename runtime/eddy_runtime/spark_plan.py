@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["BatchJob", "SlotLayout", "batch_frames", "close_runners", "dataframe_item_slots", "slot_layout"]
+__all__ = ["BatchJob", "SlotLayout", "batch_job", "close_runners", "dataframe_item_slots", "slot_layout"]
 
 log = logging.getLogger("eddy.driver")
 
@@ -99,11 +99,11 @@ def dataframe_item_slots(layout: SlotLayout, plan: BatchPlan) -> dict[str, tuple
     return {t: (item, slot_of[t]) for t, item in plan.dataframe_items.items() if t in slot_of}
 
 
-def batch_frames(compiled: CompiledApp, layout: SlotLayout, plan: BatchPlan, settings: BatchSettings,
-                 program: Program, *, fresh: bool, inventory: bool,
-                 commit_interval_s: float | None = None) -> BatchJob:
-    """One DataFrame per sub-topology with DataFrame steps and work, plus one over the executor
-    slots; empty when there is nothing to do. `fresh`: send each executor what it holds (its
+def batch_job(compiled: CompiledApp, layout: SlotLayout, plan: BatchPlan, settings: BatchSettings,
+              program: Program, *, fresh: bool, inventory: bool, commit_interval_s: float | None = None) -> BatchJob:
+    """The batch's Spark job: one DataFrame per sub-topology with DataFrame steps and work plus one
+    over the executor slots, or, with no DataFrame work, the executor slots alone as a plain RDD
+    job; empty when there is nothing to do. `fresh`: send each executor what it holds (its
     runner closes the rest); `inventory`: executors report what their volumes hold;
     `commit_interval_s` (an app with continuous sub-topologies): every executor slot carries what
     its runner runs continuously, and brings back what that did."""
