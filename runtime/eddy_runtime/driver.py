@@ -125,6 +125,8 @@ class Driver:
         self._poison = PoisonIsolation(spark, spec.bad_record_policy.value)
         self._known_executors: set[str] = set()
         self._lost: set[str] = set()
+        #: executors whose task runner answered a batch: only those are given tasks (`_assignable`)
+        self._ready: set[str] = set()
         #: this batch's DataFrame tasks with their item and executor (what poison isolation probes)
         self._dataframe_items: dict[str, tuple[WorkItem, ExecutorRef]] = {}
         #: the generation whose first batch ran with every copy (see `plan_batch`'s `fresh`)
@@ -170,11 +172,12 @@ class Driver:
     # -- executors and assignment ---------------------------------------------------------------
 
     def _notice_executors(self, live: Sequence[ExecutorRef]) -> None:
-        """Count the executors that left; read the volumes of those new to this driver."""
+        """Count the executors that left; before the first assignment, read the volumes of the
+        executors (later newcomers report theirs in their first batch, see `_assignable`)."""
         new = [e for e in live if e.id not in self._known_executors]
         for gone in self._known_executors - {e.id for e in live} - self._lost:
             self._executor_lost(gone, "it left the cluster")
-        if new and self.options.assignment_source is None:
+        if new and self.assignment is None and self.options.assignment_source is None:
             try:
                 found = probe_inventories(self.sc, new, self._settings(new))
             except Exception as e:  # noqa: BLE001 - placement still works without it, just less sticky
@@ -186,8 +189,18 @@ class Driver:
 
     def _executor_lost(self, executor: str, what: str) -> None:
         self._lost.add(executor)
+        self._ready.discard(executor)
         self.metrics.failovers.labels(self.app).inc()
         log.warning("executor %s died (%s); re-planning on the live executors", executor, what)
+
+    def _assignable(self, live: Sequence[ExecutorRef]) -> list[ExecutorRef]:
+        """The live executors that may be given tasks. An executor that joins later (a replacement
+        for a lost one, a scale-up) first runs one batch with nothing assigned: its task runner
+        starts, loads the program and reports the volume's inventory, so that tasks moved to it
+        do not wait for a cold start while their previous owner has already let them go."""
+        if self.assignment is None:
+            return list(live)
+        return [e for e in live if e.id in self._ready] or list(live)
 
     def _next_assignment(self, live: Sequence[ExecutorRef], changelog_ends: Mapping[str, int]) -> Assignment | None:
         if self.options.assignment_source is not None:
@@ -237,12 +250,13 @@ class Driver:
         changelog_ends = {t: sum(ends[tp] for tp in tps) for t, tps in changelogs.items()}
         self._changelog_ends = changelog_ends
         previous = self.assignment
-        assignment = self._next_assignment(live, changelog_ends)
+        assignable = self._assignable(live)
+        assignment = self._next_assignment(assignable, changelog_ends)
         if assignment is None:
             log.info("waiting for the operator's first assignment")
             # The operator assigns only once it has seen the runtime state: publish it while waiting.
             if self.options.runtime_state_target is not None:
-                self._publish_runtime_state(BatchReport(self.batch_id, "failed", 0.0, 0), {}, live)
+                self._publish_runtime_state(BatchReport(self.batch_id, "failed", 0.0, 0), {}, assignable)
             time.sleep(1)
             return BatchReport(self.batch_id, "failed", 0.0, 0, error="no assignment yet")
         moves = diff(previous, assignment) if previous is None or assignment.generation != previous.generation else ()
@@ -261,10 +275,13 @@ class Driver:
         self._dataframe_items = dataframe_item_slots(layout, plan)
         job = batch_job(compiled, layout, plan, settings, (self._prepared.program_id, self._prepared.program),
                         fresh=fresh, inventory=fresh or self.batch_id % INVENTORY_EVERY_BATCHES == 0,
-                        commit_interval_s=self.spec.trigger_interval_s if self._continuous else None)
+                        commit_interval_s=self.spec.trigger_interval_s if self._continuous else None,
+                        warm={e.id for e in layout.executor_slots} - self._ready)
         report = BatchReport(self.batch_id, "ok", 0.0, assignment.generation, moves=moves)
         report.plan_s = time.monotonic() - started
         report.results = self._run_job(job, live, settings, report)
+        if report.outcome == "ok":
+            self._ready.update(e.id for e in layout.executor_slots)
         report.duration_s = time.monotonic() - started
         report.job_s = report.duration_s - report.plan_s
         wall = time.monotonic() - self._last_batch_end
@@ -335,7 +352,7 @@ class Driver:
             raise error
         if self.options.runtime_state_target is not None:
             try:
-                self._publish_runtime_state(report, lag, live)
+                self._publish_runtime_state(report, lag, self._assignable(live))
             except Exception as e:  # noqa: BLE001 - the operator reads it again next batch
                 log.warning("could not publish the runtime state: %s", e)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,9 +43,16 @@ class SlotLayout:
     #: per such sub-topology: the pinned DataFrame its batches start from
     dataframe_bases: dict[int, DataFrame]
     executor_slots: list[ExecutorRef]
-    executor_base: DataFrame
     #: the executor slots' pinned RDD (what `executor_base` is built on)
     executor_pins: PinnedSlots
+    spark: SparkSession
+
+    @functools.cached_property
+    def executor_base(self) -> DataFrame:
+        """The executor slots as a DataFrame, built on first use: only a batch with DataFrame
+        tasks needs it (a sync of continuous tasks runs on `executor_pins` alone)."""
+        base: DataFrame = self.executor_pins.dataframe(self.spark)
+        return base
 
 
 @dataclass(frozen=True)
@@ -89,8 +96,7 @@ def slot_layout(spark: SparkSession, compiled: CompiledApp, assignment: Assignme
     sc = spark.sparkContext
     bases = {sid: PinnedSlots(sc, [e for _, e in slots]).dataframe(spark) for sid, slots in dataframe_slots.items()}
     executor_slots = list(live)
-    pins = PinnedSlots(sc, executor_slots)
-    return SlotLayout(key, dataframe_slots, bases, executor_slots, pins.dataframe(spark), pins)
+    return SlotLayout(key, dataframe_slots, bases, executor_slots, PinnedSlots(sc, executor_slots), spark)
 
 
 def dataframe_item_slots(layout: SlotLayout, plan: BatchPlan) -> dict[str, tuple[WorkItem, ExecutorRef]]:
@@ -100,13 +106,16 @@ def dataframe_item_slots(layout: SlotLayout, plan: BatchPlan) -> dict[str, tuple
 
 
 def batch_job(compiled: CompiledApp, layout: SlotLayout, plan: BatchPlan, settings: BatchSettings,
-              program: Program, *, fresh: bool, inventory: bool, commit_interval_s: float | None = None) -> BatchJob:
+              program: Program, *, fresh: bool, inventory: bool, commit_interval_s: float | None = None,
+              warm: Set[str] = frozenset()) -> BatchJob:
     """The batch's Spark job: one DataFrame per sub-topology with DataFrame steps and work plus one
     over the executor slots, or, with no DataFrame work, the executor slots alone as a plain RDD
     job; empty when there is nothing to do. `fresh`: send each executor what it holds (its
     runner closes the rest); `inventory`: executors report what their volumes hold;
     `commit_interval_s` (an app with continuous sub-topologies): every executor slot carries what
-    its runner runs continuously, and brings back what that did."""
+    its runner runs continuously, and brings back what that did; `warm`: executors whose task
+    runner has not answered yet: their slot calls it even with nothing to run, so that it is up
+    (process started, program loaded) before it is given tasks, and report their volume's inventory."""
     frames = []
     offset = 0
     items = plan.dataframe_items
@@ -122,8 +131,9 @@ def batch_job(compiled: CompiledApp, layout: SlotLayout, plan: BatchPlan, settin
         stateless = sub.for_executor() if sub.stateful is None else None
         frames.append(df.mapInArrow(sink_step(settings, program, works, offset, stateless), RESULT_DDL))
         offset += len(slots)
-    works = [SlotWork(e.id, tuple(plan.per_executor[e.id]), held=tuple(plan.held[e.id]) if fresh else None,
-                      inventory=inventory,
+    works = [SlotWork(e.id, tuple(plan.per_executor[e.id]),
+                      held=tuple(plan.held[e.id]) if fresh or e.id in warm else None,
+                      inventory=inventory or e.id in warm,
                       continuous=None if commit_interval_s is None else ContinuousWork(
                           settings.generation, tuple(plan.continuous[e.id]), commit_interval_s))
              for e in layout.executor_slots]
