@@ -7,7 +7,8 @@ partitions of its running actives (`InputPoller`), and for each active, once its
 has passed and records are buffered, processes and commits them as one unit (one Kafka
 transaction under exactly-once) through the same code as a micro-batch item
 (`TaskRunner.run_item`). Restoring actives restore chunk by chunk, standbys tail their
-changelogs every commit interval. The driver keeps owning the assignment: each micro-batch (or, in
+changelogs every commit interval. The tasks due in a round take their step at once on a small
+thread pool (a step mostly waits on the broker), each task one step at a time. The driver keeps owning the assignment: each micro-batch (or, in
 an app with no DataFrame steps, each sync) hands every executor the (task, role) pairs of its
 continuous tasks for the current generation (`ContinuousWork`), and collects what the loop did
 since the last time as one `ItemResult` per task.
@@ -20,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -49,6 +51,8 @@ RETRY_AFTER_S = 2.0
 #: at most this long per restore chunk, so that the other tasks keep their commit cadence
 RESTORE_CHUNK_S = 0.2
 STANDBY_CHUNK_S = 0.1
+#: tasks whose steps (open, restore, tail, process and commit) run at once
+STEP_THREADS = 8
 
 
 class TaskHost(Protocol):
@@ -197,6 +201,7 @@ class ContinuousLoop:
         self._paused: dict[str, float] = {}
         self._due: dict[str, float] = {}
         self._poller: InputPoller | None = None
+        self._pool: ThreadPoolExecutor | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -227,6 +232,9 @@ class ContinuousLoop:
         if self._poller is not None:
             self._poller.close()
             self._poller = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -253,6 +261,7 @@ class ContinuousLoop:
         poller = self._poller
         now = time.monotonic()
         running: dict[str, list[TopicPartition]] = {}
+        steps: list[tuple[str, Role, list[RawRecords] | None]] = []
         for task, role in work.tasks:
             if self._paused.get(task, 0.0) > now:
                 continue
@@ -264,18 +273,37 @@ class ContinuousLoop:
                     running[task] = tps
                     continue
             if self._due.get(task, 0.0) <= now:  # open, restore, tail: each commit interval at most
-                self._step(work, subs, settings, task, role, None)
+                steps.append((task, role, None))
                 self._due[task] = now + (0.0 if role == "active" else work.commit_interval_s)
+        self._steps(work, subs, settings, steps)
         poller.release({tp for tps in running.values() for tp in tps})
         # wake for the first task whose records are due; otherwise as records come (20 ms at most)
         waits = [max(self._due.get(t, 0.0) - now, 0.0) for t, tps in running.items() if poller.buffered(tps)]
         poller.poll(min([*waits, 0.02]))
         now = time.monotonic()
+        steps = []
         for task, tps in running.items():
             full = poller.buffered(tps) >= MAX_BUFFERED_RECORDS
             if (self._due.get(task, 0.0) <= now or full) and poller.buffered(tps):
-                self._step(work, subs, settings, task, "active", poller.take(tps))
+                steps.append((task, "active", poller.take(tps)))
                 self._due[task] = now + work.commit_interval_s
+        self._steps(work, subs, settings, steps)
+
+    def _steps(self, work: ContinuousWork, subs: dict[int, SubTopology], settings: BatchSettings,
+               steps: Sequence[tuple[str, Role, list[RawRecords] | None]]) -> None:
+        """Run `steps` (one per task) at once: each mostly waits on the broker (a transaction's
+        commit, `init_transactions` of a task taken over, a changelog fetch), so tasks taken over
+        in a failover open together, and one task's commit does not hold up the next one's."""
+        if len(steps) <= 1:
+            for task, role, records in steps:
+                self._step(work, subs, settings, task, role, records)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=STEP_THREADS, thread_name_prefix="eddy-step")
+        futures = [self._pool.submit(self._step, work, subs, settings, task, role, records)
+                   for task, role, records in steps]
+        for f in futures:
+            f.result()
 
     def _inputs(self, subs: dict[int, SubTopology], task: str) -> list[TopicPartition]:
         tid = TaskId.parse(task)
