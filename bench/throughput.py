@@ -30,7 +30,9 @@ task runner, stores and transactional producers in its first batch, so that batc
 the rate after it are printed too.
 
 Phase 2, latency: each system gets a fresh input topic; once it counted a few warm-up records,
-a producer sends ``--rate`` records/s for ``--duration`` s, stamping each with its send time. One
+a producer sends ``--rate`` records/s for ``--settle`` (5) + ``--duration`` s, stamping each with its
+send time; the latencies of the records of the first ``--settle`` seconds are not measured (every
+system, Kafka Streams too, shows a second or two of slower updates when the rate starts). One
 read_committed consumer (the same code for every system) records when each count update becomes
 visible. An input record's latency is the time from its send to the first visible update whose
 count includes it (the k-th occurrence of a word is visible once that word's count is >= k), so
@@ -552,13 +554,14 @@ def observe(bootstrap: str, topic: str, partitions: int, warm: Any, stop: Any, r
             pickle.dump(seen, f)
 
 
-def input_latencies(sent: Sequence[tuple[bytes, int]], seen: Sequence[tuple[bytes, int, float]]
-                    ) -> tuple[list[float], int]:
+def input_latencies(sent: Sequence[tuple[bytes, int]], seen: Sequence[tuple[bytes, int, float]],
+                    from_ms: float = -math.inf) -> tuple[list[float], int]:
     """Per input record: first time an update of its word counted it, minus its send time (ms).
 
     `sent` is (word, send ms) in produce order, `seen` (word, count, visible ms) in the order the
     consumer saw them. The k-th occurrence of a word is counted once an update shows count >= k.
-    Returns the sorted latencies and how many input records were never seen counted.
+    Returns the sorted latencies of the records sent at `from_ms` or later, and how many of those
+    were never seen counted.
     """
     occurrences: dict[bytes, list[int]] = {}
     for word, ts in sent:
@@ -572,10 +575,10 @@ def input_latencies(sent: Sequence[tuple[bytes, int]], seen: Sequence[tuple[byte
         before = shown.get(word, 0)
         upto = min(count, len(times))
         if upto > before:
-            latencies.extend(at - times[k] for k in range(before, upto))
+            latencies.extend(at - times[k] for k in range(before, upto) if times[k] >= from_ms)
             shown[word] = upto
     latencies.sort()
-    return latencies, len(sent) - len(latencies)
+    return latencies, sum(1 for _, ts in sent if ts >= from_ms) - len(latencies)
 
 
 @dataclass
@@ -595,7 +598,10 @@ class Latency:
     error: str | None = None
 
 
-def run_latency(system: str, settings: Settings, words: Sequence[bytes], rate: float) -> Latency:
+def run_latency(system: str, settings: Settings, words: Sequence[bytes], rate: float, settle_s: float = 0.0
+                ) -> Latency:
+    """Send `words` at `rate`; the latencies of those sent in the first `settle_s` seconds are not
+    measured (their counts are checked)."""
     from confluent_kafka import Producer
 
     result = Latency(system, rate=rate)
@@ -610,7 +616,8 @@ def run_latency(system: str, settings: Settings, words: Sequence[bytes], rate: f
                                                   str(seen_path)), daemon=True)
     observer.start()
     run = SystemRun(system, settings, input_topic, out, WARMUP_RECORDS + len(words), "lat")
-    say(f"{system}: latency at {rate:g} records/s for {len(words) / rate:.0f} s (app {run.app_id}, log {run.log})")
+    say(f"{system}: latency at {rate:g} records/s for {len(words) / rate - settle_s:.0f} s after {settle_s:g} s "
+        f"at that rate (app {run.app_id}, log {run.log})")
     producer = Producer({"bootstrap.servers": settings.bootstrap, "linger.ms": 1})
     sent: list[tuple[bytes, int]] = []
     try:
@@ -654,7 +661,7 @@ def run_latency(system: str, settings: Settings, words: Sequence[bytes], rate: f
     result.self_p50_ms, result.self_p99_ms = float(line.get("p50_ms", -1)), float(line.get("p99_ms", -1))
     with seen_path.open("rb") as f:
         seen: list[tuple[bytes, int, float]] = pickle.load(f)
-    latencies, missing = input_latencies(sent, seen)
+    latencies, missing = input_latencies(sent, seen, from_ms=start * 1000 + settle_s * 1000)
     result.records = len(latencies)
     result.p50_ms, result.p99_ms = percentile(latencies, 0.50), percentile(latencies, 0.99)
     result.max_ms = latencies[-1] if latencies else math.nan
@@ -940,6 +947,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--rate", type=float, default=5000, help="records/s of the live producer in the latency phase")
     ap.add_argument("--duration", type=float, default=20, help="seconds of the latency phase (0: skip it)")
+    ap.add_argument("--settle", type=float, default=5,
+                    help="seconds at the rate before the measured latency phase (counted and checked, not measured)")
     ap.add_argument("--commit-interval-ms", type=int, default=100,
                     help="Kafka Streams' commit.interval.ms, Quix's commit_interval, Eddy's triggerInterval, "
                     "sss's processingTime trigger")
@@ -968,7 +977,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         subprocess.run([str(sss.CONNECTOR_SH), "fetch"], check=True, stdout=subprocess.DEVNULL)
     say(f"drawing {args.records} words over {args.distinct} distinct ones")
     workload = zipf_words(args.records, args.distinct, args.zipf, args.seed)
-    live = workload.words[: int(args.rate * args.duration)]
+    live = workload.words[: int(args.rate * (args.settle + args.duration))]
     CACHE.mkdir(parents=True, exist_ok=True)
     work_dir = Path(tempfile.mkdtemp(prefix="throughput-", dir=CACHE))
     throughputs: dict[str, Throughput] = {}
@@ -987,7 +996,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 throughputs[system] = run_throughput(system, settings, input_topic, workload)
         if live:
             for system in args.systems:
-                latencies[system] = run_latency(system, settings, live, args.rate)
+                latencies[system] = run_latency(system, settings, live, args.rate, args.settle)
     table = report(throughputs, latencies, settings, args)
     print(table, flush=True)
     say(f"machine after the runs: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
