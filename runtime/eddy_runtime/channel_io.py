@@ -3,12 +3,15 @@
 The formats are the operator's (`eddy_contract.channel`); this module only moves the documents:
 a ConfigMap in the driver's namespace (what the operator writes and reads), or a file (a mounted
 ConfigMap, or tests). The driver (driver.py) calls `read_assignment` before each batch and
-`write_runtime_state` after it.
+`write_runtime_state` after it; `AssignmentWatch` tells it when the assignment changed, so that a
+new generation reaches the executors without waiting for the next sync.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,13 @@ from eddy_contract.channel import (
     encode_runtime_state,
 )
 
-__all__ = ["ChannelLocation", "read_assignment", "write_runtime_state"]
+__all__ = ["AssignmentWatch", "ChannelLocation", "read_assignment", "write_runtime_state"]
+
+log = logging.getLogger("eddy.driver")
+
+#: a file is looked at this often; a ConfigMap watch is re-opened after this many seconds
+FILE_POLL_S = 0.1
+WATCH_TIMEOUT_S = 60
 
 
 @dataclass(frozen=True)
@@ -86,3 +95,59 @@ def write_runtime_state(where: ChannelLocation, state: RuntimeState) -> None:
         tmp.replace(path)
         return
     _core_api().patch_namespaced_config_map(where.configmap, where.namespace, {"data": data})
+
+
+class AssignmentWatch:
+    """Sets `changed` whenever the assignment document may have changed: a watch on the ConfigMap
+    (re-opened every minute, and 1 s after an error), or the file's size and modification time
+    looked at every 0.1 s. The driver reads the document itself (`read_assignment`)."""
+
+    def __init__(self, where: ChannelLocation) -> None:
+        self.where = where
+        self.changed = threading.Event()
+        self._stop = threading.Event()
+        target = self._poll_file if where.path is not None else self._watch_configmap
+        self._thread = threading.Thread(target=target, name="eddy-assignment-watch", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _poll_file(self) -> None:
+        assert self.where.path is not None
+        path = Path(self.where.path)
+        last: tuple[int, int] | None = None
+        while not self._stop.wait(FILE_POLL_S):
+            file = path / ASSIGNMENT_KEY if path.is_dir() else path
+            try:
+                st = file.stat()
+                seen = (st.st_mtime_ns, st.st_size)
+            except FileNotFoundError:
+                seen = (0, 0)
+            if last is not None and seen != last:
+                self.changed.set()
+            last = seen
+
+    def _watch_configmap(self) -> None:
+        from kubernetes import watch
+
+        version: str | None = None
+        while not self._stop.is_set():
+            w = watch.Watch()
+            try:
+                for event in w.stream(_core_api().list_namespaced_config_map, self.where.namespace,
+                                      field_selector=f"metadata.name={self.where.configmap}",
+                                      resource_version=version, timeout_seconds=WATCH_TIMEOUT_S):
+                    seen = event["object"].metadata.resource_version
+                    if version is not None and seen != version:
+                        self.changed.set()
+                    version = seen
+                    if self._stop.is_set():
+                        break
+            except Exception as e:  # noqa: BLE001 - the driver still reads it every sync
+                log.debug("watching the assignment ConfigMap: %s", e)
+                version = None
+                self._stop.wait(1.0)
+            finally:
+                w.stop()

@@ -1,17 +1,17 @@
-"""The continuous path: an executor's task runner processes the tasks of sub-topologies made of
-Eddy's own steps without stopping, as a Kafka Streams stream thread does (docs/DESIGN.md, "The
-continuous path").
+"""The continuous path: an executor's task runner processes the tasks of sub-topologies made of Eddy's
+own steps without stopping, as a Kafka Streams stream thread does (docs/DESIGN.md, "The continuous
+path").
 
 One thread per task runner (`ContinuousLoop`) polls one read_committed consumer for the input
 partitions of its running actives (`InputPoller`), and for each active, once its commit interval
-has passed and records are buffered, processes and commits them as one unit (one Kafka
-transaction under exactly-once) through the same code as a micro-batch item
-(`TaskRunner.run_item`). Restoring actives restore chunk by chunk, standbys tail their
-changelogs every commit interval. The tasks due in a round take their step at once on a small
-thread pool (a step mostly waits on the broker), each task one step at a time. The driver keeps owning the assignment: each micro-batch (or, in
-an app with no DataFrame steps, each sync) hands every executor the (task, role) pairs of its
-continuous tasks for the current generation (`ContinuousWork`), and collects what the loop did
-since the last time as one `ItemResult` per task.
+has passed and records are buffered, processes and commits them as one unit (one Kafka transaction
+under exactly-once) through the same code as a micro-batch item (`TaskRunner.run_item`). Restoring
+actives restore chunk by chunk, standbys tail their changelogs every commit interval. The tasks due
+in a round take their step at once on a small thread pool (a step mostly waits on the broker), each
+task one step at a time. The driver keeps owning the assignment: each micro-batch (or, in an app
+with no DataFrame steps, each sync) hands every executor the (task, role) pairs of its continuous
+tasks for the current generation (`ContinuousWork`), and collects what the loop did since the last
+time as one `ItemResult` per task.
 """
 
 from __future__ import annotations

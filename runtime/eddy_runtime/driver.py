@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from eddy_contract.assignor import Assignment, AssignorSettings, Executor, assign_app, diff
 from eddy_contract.spec import StreamAppSpec
 from eddy_runtime.batch_plan import plan_batch, task_lags
-from eddy_runtime.channel_io import ChannelLocation, read_assignment, write_runtime_state
+from eddy_runtime.channel_io import AssignmentWatch, ChannelLocation, read_assignment, write_runtime_state
 from eddy_runtime.compiler import CompiledApp
 from eddy_runtime.health import BatchProgress, HealthAndMetricsServer
 from eddy_runtime.kafka_client import KafkaClientConfig
@@ -135,6 +135,7 @@ class Driver:
         self._changelog_ends: dict[str, int] = {}
         self._stop = threading.Event()
         self._health: HealthAndMetricsServer | None = None
+        self._assignment_watch: AssignmentWatch | None = None
         self._watch: BatchWatch | None = None
         self._failed_batches = 0
         self._last_batch_end = time.monotonic()
@@ -390,6 +391,8 @@ class Driver:
             self._health = HealthAndMetricsServer(
                 self.options.metrics_port, self.options.metrics_addr, self.metrics.registry, self.progress)
             log.info("metrics and /healthz on http://%s:%d", self.options.metrics_addr, self.options.metrics_port)
+        if self.options.assignment_source is not None:
+            self._assignment_watch = AssignmentWatch(self.options.assignment_source)
         n = 0
         try:
             while not self._stop.is_set():
@@ -414,11 +417,16 @@ class Driver:
 
     def _wait_for_sync(self, started: float) -> None:
         """Until the next sync of an app that runs only continuously: the sync interval, or until
-        an executor comes or goes (its tasks move at once)."""
+        an executor comes or goes (its tasks move at once), or the operator's assignment changed
+        (its new generation reaches the executors at once)."""
         known = set(self._known_executors)
         deadline = started + self.options.sync_interval_s
         step = min(self.spec.trigger_interval_s, 0.1)
+        watch = self._assignment_watch
         while not self._stop.wait(max(0.0, min(step, deadline - time.monotonic()))):
+            if watch is not None and watch.changed.is_set():
+                watch.changed.clear()
+                return
             if time.monotonic() >= deadline or {e.id for e in live_executors(self.sc)} != known:
                 return
 
@@ -430,6 +438,9 @@ class Driver:
                 close_runners(self.sc, live, self._settings(live))
         finally:
             self.metrics.close()
+            if self._assignment_watch is not None:
+                self._assignment_watch.close()
+                self._assignment_watch = None
             if self._health is not None:
                 self._health.close()
                 self._health = None
