@@ -977,7 +977,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         subprocess.run([str(sss.CONNECTOR_SH), "fetch"], check=True, stdout=subprocess.DEVNULL)
     say(f"drawing {args.records} words over {args.distinct} distinct ones")
     workload = zipf_words(args.records, args.distinct, args.zipf, args.seed)
-    live = workload.words[: int(args.rate * (args.settle + args.duration))]
+    live = workload.words[: int(args.rate * (args.settle + args.duration))] if args.duration > 0 else []
     CACHE.mkdir(parents=True, exist_ok=True)
     work_dir = Path(tempfile.mkdtemp(prefix="throughput-", dir=CACHE))
     throughputs: dict[str, Throughput] = {}
