@@ -33,21 +33,20 @@ from eddy_runtime.compiler import (
     TableSpec,
     TopicSink,
 )
+from eddy_runtime.joins import TableUpdates, stream_table_join
 from eddy_runtime.pipeline_errors import PipelineRuntimeError
 from eddy_runtime.record_steps import apply_record_steps
 from eddy_runtime.records import (
     _INT64,
     TS_TYPE,
-    RawRecords,
     arrow_type,
-    decode_column,
     encode_column,
     encode_rows,
     output_records,
     timestamps_ms,
 )
 
-__all__ = ["BatchOutput", "PipelineRuntimeError", "TaskState", "apply_table_updates", "process_batch"]
+__all__ = ["BatchOutput", "PipelineRuntimeError", "TaskState", "process_batch"]
 
 
 @dataclass
@@ -88,15 +87,19 @@ def _key_column(rows: pa.Table, serde: str) -> pa.ChunkedArray:
     return col
 
 
-def process_batch(sub: SubTopology, rows: pa.Table, tx: Any, state: TaskState) -> BatchOutput:
-    """Run `sub`'s record steps, stateful step (if any) and sinks over `rows`; returns the records to commit."""
+def process_batch(sub: SubTopology, rows: pa.Table, tx: Any, state: TaskState,
+                  table: TableUpdates | None = None) -> BatchOutput:
+    """Run `sub`'s record steps, stateful step (if any) and sinks over `rows`; returns the records to commit.
+
+    `table`: a stream-table join's table records of the same batch, merged with `rows` by timestamp
+    (`_join`) and written to the table's store."""
     out = BatchOutput()
     steps = apply_record_steps(sub.record_steps, rows)
     result = rows = steps.rows
     if sub.stateful is not None:
         if sub.stateful.kind == "join":
             assert sub.table is not None
-            result = _join(sub.stateful, sub.table, rows, tx, out)
+            result = _join(sub.stateful, sub.table, rows, tx, out, table)
         else:
             result = _aggregate(sub.stateful, rows, tx, state, out)
     for sink in sub.sinks:
@@ -299,37 +302,10 @@ def _fold_per_key(spec: StatefulSpec, table: pa.Table, group_cols: list[str], tx
 # -- joins ----------------------------------------------------------------------------------------
 
 
-def apply_table_updates(table: TableSpec, raw: RawRecords, tx: Any) -> list[tuple[int, str]]:
-    """Write a table topic's new records into the table's store (tombstones delete).
-
-    Returns the records whose key or value does not fit the table's serdes (not applied)."""
-    store = tx.key_value(table.store.name)
-    _, bad_k = decode_column(raw.keys, table.key_serde)
-    _, bad_v = decode_column([v for v in raw.values], table.value_serde)
-    bad = {**bad_v, **bad_k}
-    for i, (k, v) in enumerate(zip(raw.keys, raw.values, strict=True)):
-        if i in bad or k is None:
-            continue
-        if v is None:
-            store.delete(k)
-        else:
-            store.put(k, v)
-    return [(raw.offsets[i], err) for i, err in sorted(bad.items())]
-
-
-def _join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, tx: Any, out: BatchOutput) -> pa.Table:
-    keys = _key_column(rows, table.key_serde)
-    raw_keys = encode_column(keys, table.key_serde)
-    store = tx.key_value(table.store.name)
-    present = [k for k in raw_keys if k is not None]
-    found = dict(zip(present, store.get_many(present), strict=True)) if present else {}
-    right_raw = [None if k is None else found.get(k) for k in raw_keys]
-    right, _ = decode_column(right_raw, table.value_serde)
-    joined = rows.append_column(spec.right_name, right)
-    if spec.how == "inner":
-        mask = pc.is_valid(right)
-        out.dropped += int(rows.num_rows - pc.sum(mask).as_py() if rows.num_rows else 0)
-        joined = joined.filter(mask)
+def _join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, tx: Any, out: BatchOutput,
+          updates: TableUpdates | None) -> pa.Table:
+    joined, dropped = stream_table_join(spec, table, rows, _key_column(rows, table.key_serde), tx, updates)
+    out.dropped += dropped
     return joined
 
 

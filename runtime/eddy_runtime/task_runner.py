@@ -24,8 +24,9 @@ from eddy_runtime.bad_records import bad_record_output, failed_row_records
 from eddy_runtime.commit import CommitFailed, TaskFenced
 from eddy_runtime.compiler import SubTopology
 from eddy_runtime.continuous import ContinuousLoop
+from eddy_runtime.joins import TableUpdates, table_updates, write_table_updates
 from eddy_runtime.metrics import ExecutorMetrics
-from eddy_runtime.operators import BatchOutput, PipelineRuntimeError, TaskState, apply_table_updates, process_batch
+from eddy_runtime.operators import BatchOutput, PipelineRuntimeError, TaskState, process_batch
 from eddy_runtime.placement import MisplacedTask, ensure_on_executor
 from eddy_runtime.records import BadRecord, RawRecords, decode_repartition, decode_source, range_reader
 from eddy_runtime.state import ProcessorStateManager, TaskDirectoryLocked
@@ -286,10 +287,12 @@ class TaskRunner:
         if bad and settings.bad_record_policy == "fail":
             return self._stop_at(base, bad, mgr)
         tx = mgr.transaction()
+        updates: TableUpdates | None = None
         if sub.table is not None and len(item.ranges) > 1:
             raw_table = records[1] if records is not None else reader.read(item.ranges[1], settings.read_timeout_s)
             records_in += len(raw_table)
-            for offset, err in apply_table_updates(sub.table, raw_table, tx):
+            updates, table_bad = table_updates(sub.table, raw_table)
+            for offset, err in table_bad:
                 i = raw_table.offsets.index(offset)
                 bad.append(BadRecord(raw_table.topic, raw_table.partition, offset, raw_table.timestamps[i],
                                      raw_table.keys[i], raw_table.values[i], err, "deserialize"))
@@ -297,8 +300,12 @@ class TaskRunner:
                 return self._stop_at(base, bad, mgr)
         if precomputed is not None:
             out = precomputed
+        elif rows.num_rows:  # a join merges the table's records with the stream's by timestamp
+            out = process_batch(sub, rows, tx, t.state, updates)
         else:
-            out = process_batch(sub, rows, tx, t.state) if rows.num_rows else BatchOutput()
+            out = BatchOutput()
+            if updates is not None and sub.table is not None:
+                write_table_updates(sub.table, updates, tx)
         if out.failed_rows:
             bad.extend(failed_row_records(source, rows, raw_source, out.failed_rows, reader, settings))
             if settings.bad_record_policy == "fail":

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 
 from eddy_runtime.compiler import compile_topology
-from eddy_runtime.operators import TaskState, apply_table_updates, process_batch
+from eddy_runtime.joins import apply_table_updates
+from eddy_runtime.operators import TaskState, process_batch
 from eddy_runtime.pipeline import Topology, hopping, tumbling
 from eddy_runtime.records import TS_TYPE, RawRecords
 from eddy_runtime.state import open_store
