@@ -147,6 +147,8 @@ class SubTopology:
     uses_dataframe: bool = False
     #: Eddy's own record steps, run by the task runner before the stateful step (never with `steps`)
     record_steps: tuple[RecordStep, ...] = ()
+    #: record steps after the stateful step, over its results (``count().to_stream().map_values(...)``)
+    post_steps: tuple[RecordStep, ...] = ()
 
     @property
     def task_ids(self) -> tuple[str, ...]:
@@ -250,6 +252,10 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
     # Sub-topologies in the order Kafka Streams numbers them: sources in the order declared,
     # then each repartition's downstream after its upstream.
     roots.sort(key=lambda n: topology.sources.index(n) if n in topology.sources else len(topology.sources))
+    read = [r.topic for r in roots if isinstance(r, Source)]
+    for topic in dict.fromkeys(t for t in read if read.count(t) > 1):
+        raise PipelineError(f"topic {topic!r} is read by two stream() calls (Kafka Streams refuses it too: their "
+                            "tasks would commit the same input offsets); read it once")
     subs: list[SubTopology] = []
     repartitions: dict[str, int] = {}
     outputs: list[str] = []
@@ -265,6 +271,8 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
         sub_id = len(subs)
         steps: list[Callable[[Any], Any]] = []
         records: list[RecordStep] = []
+        post: list[RecordStep] = []
+        streamed = False  # to_stream() after the stateful step
         stateful: StatefulSpec | None = None
         table: TableSpec | None = None
         sinks: list[Sink] = []
@@ -286,12 +294,12 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
                     outputs.append(end.topic)
                 else:
                     assert isinstance(end, GroupBy)
-                    if stateful is not None and stateful.kind != "join" and not isinstance(node, ToStream):
+                    if stateful is not None and stateful.kind != "join" and not streamed:
                         raise PipelineError("group_by after an aggregation needs to_stream() first")
                     if isinstance(end.key, str):
                         key_column = end.key
                     elif isinstance(end.key, RecordStep):
-                        records.append(end.key)
+                        (post if stateful is not None else records).append(end.key)
                         key_column = GROUP_KEY_COLUMN
                     else:
                         if stateful is not None:
@@ -322,7 +330,7 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
                     raise PipelineError("transform after a stateful step is not supported in the same sub-topology")
                 steps.append(node.fn)
             elif isinstance(node, Record):
-                records.append(node.step)
+                (post if stateful is not None else records).append(node.step)
             elif isinstance(node, GroupBy):  # group_by_key: no repartition, the aggregation follows
                 _check_key_kept(records, "group_by_key()")
                 continue
@@ -346,6 +354,7 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
                 table = TableSpec(t.topic, t.key_serde, t.value_serde, StoreSpec.key_value(t.store, "bytes", "bytes"))
                 stateful = StatefulSpec("join", None, t.key_serde, how=node.how, right_name=node.right_name)
             elif isinstance(node, ToStream):
+                streamed = True
                 continue
             else:  # pragma: no cover - every node type is handled above
                 raise PipelineError(f"unexpected step {type(node).__name__}")
@@ -356,7 +365,7 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
                                 "steps (in Spark) or Eddy's record steps (in the task runner), not both; do the "
                                 "record step's work in the DataFrame function, or group_by between them")
         subs.append(SubTopology(sub_id, source, partitions, tuple(steps), stateful, table, tuple(sinks),
-                                uses_dataframe=bool(steps), record_steps=tuple(records)))
+                                uses_dataframe=bool(steps), record_steps=tuple(records), post_steps=tuple(post)))
     # Pending order assigned downstream ids in creation order; check they line up.
     for s in subs:
         for out in s.sinks:

@@ -14,6 +14,7 @@ batch; if one raises, that key's rows become bad records and the app's policy de
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ from eddy_runtime.records import (
 )
 
 __all__ = ["BatchOutput", "PipelineRuntimeError", "TaskState", "process_batch"]
+
+log = logging.getLogger("eddy.runner")
 
 
 @dataclass
@@ -102,6 +105,8 @@ def process_batch(sub: SubTopology, rows: pa.Table, tx: Any, state: TaskState,
             result = _join(sub.stateful, sub.table, rows, tx, out, table)
         else:
             result = _aggregate(sub.stateful, rows, tx, state, out)
+        if sub.post_steps:
+            result = _post_steps(sub, result, out)
     for sink in sub.sinks:
         if isinstance(sink, TopicSink):
             _to_topic(sink, result, out)
@@ -109,6 +114,17 @@ def process_batch(sub: SubTopology, rows: pa.Table, tx: Any, state: TaskState,
             _repartition(sink, result, out)
     out.failed_rows = steps.failures_in_input(out.failed_rows)
     return out
+
+
+def _post_steps(sub: SubTopology, result: pa.Table, out: BatchOutput) -> pa.Table:
+    """The record steps after the stateful step, over its results. A result a step fails on is
+    dropped and logged (Kafka Streams' log-and-continue): it is no input record the bad-record
+    policy could skip or dead-letter, and the state already holds what it came from."""
+    steps = apply_record_steps(sub.post_steps, result)
+    for i, err in sorted(steps.failed.items()):
+        log.warning("sub-topology %d: dropped the result for key %r: %s", sub.id, result.column("key")[i].as_py(), err)
+    out.dropped += len(steps.failed)
+    return steps.rows
 
 
 # -- aggregations ---------------------------------------------------------------------------------

@@ -268,11 +268,6 @@ class Stream(RecordSteps):
         return False
 
     def _record(self, step: RecordStep) -> Stream:
-        if self._after_stateful():
-            raise PipelineError(
-                f"{step.kind} after a stateful step (count, aggregate, join...) is not supported in "
-                "the same sub-topology: write the result to a topic with to() and read it with stream()"
-            )
         return Stream(self.topology, Record(self.node, step))
 
     def transform(self, fn: Callable[[Any], Any], name: str | None = None) -> Stream:
@@ -293,8 +288,9 @@ class Stream(RecordSteps):
         if key is None:
             raise PipelineError("group_by needs a column or a function (key, value) -> key; "
                                 "group_by_key() keeps the key")
-        if self._after_stateful() and not isinstance(key, str):
-            raise PipelineError("after a stateful step, group_by takes a column name, not an expression")
+        if self._after_stateful() and not isinstance(key, str) and not is_key_selector(key):
+            raise PipelineError("after a stateful step, group_by takes a column name or a function "
+                                "(key, value) -> key, not a DataFrame expression")
         key = RecordStep("select_key", key) if is_key_selector(key) else key
         node = GroupBy(self.node, key, self.topology._name(name, "group-by"),
                        _check_serde(key_serde, KEY_SERDES, "key serde"), partitions)

@@ -31,3 +31,19 @@ def shouted(topology: Topology, input_topic: str, output_topic: str) -> None:
 def mixed(topology: Topology, input_topic: str, output_topic: str) -> None:
     """A record step after a DataFrame step in one sub-topology: rejected when the app starts."""
     topology.stream(input_topic).transform(lambda df: df).map_values(shout).to(output_topic)
+
+
+
+def labelled_totals(topology: Topology, input_topic: str, output_topic: str) -> None:
+    """`totals`, then record steps on the sums: a label, and keys starting with "hidden" left out."""
+    topology.stream(input_topic).flat_map_values(numbers).group_by_key().reduce(
+        "sum", name="totals", value_serde="int64").to_stream() \
+        .map_values(lambda total: f"{total} in total").filter_not(lambda key, _: key.startswith("hidden")) \
+        .to(output_topic)
+
+
+def sized_counts(topology: Topology, input_topic: str, output_topic: str) -> None:
+    """Numbers per key, re-keyed after the count by "many" (more than one) or "one", and counted."""
+    topology.stream(input_topic).flat_map_values(numbers).group_by_key().count(name="counts").to_stream() \
+        .group_by(lambda key, n: "many" if n > 1 else "one", name="by-size").count(name="sizes") \
+        .to(output_topic)

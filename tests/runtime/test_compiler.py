@@ -134,3 +134,11 @@ def test_hopping_windows_check_their_advance_and_retention():
         hopping("10s", "20s")
     with pytest.raises(PipelineError, match="retention"):
         tumbling("10s", grace="5s", retention="12s")
+
+
+def test_a_topic_read_by_two_streams_is_rejected():
+    t = Topology()
+    t.stream("in").to("a")
+    t.stream("in").to("b")
+    with pytest.raises(PipelineError, match="topic 'in' is read by two stream"):
+        compile_topology(t, "app", {"in": 1})

@@ -205,3 +205,15 @@ def test_a_combined_repartition_sends_one_partial_count_per_key_with_its_newest_
     out = process_batch(first, words, None, TaskState())
     assert {(r.key, r.value, r.timestamp) for r in out.outputs} == {
         (b"x", int64(2), 3_000), (b"y", int64(1), 2_000)}
+
+
+def test_record_steps_after_a_count_run_on_its_results_and_a_failing_one_drops_only_that_result(stores):
+    sub = sub_of(lambda t: t.stream("in").group_by_key().count(name="c").to_stream()
+                 .map_values(lambda n: f"{10 // (n - 2)}").filter(lambda k, v: k != "skip").to("out"))
+    tx = stores(sub)
+    out = process_batch(sub, rows(["a", "b", "b", "skip", "c", "c", "c"]), tx, TaskState())
+    # a: 10 // -1, b: 10 // 0 raises (dropped, counted), skip: filtered out, c: 10 // 1
+    assert updates(out) == {(b"a", b"-10"), (b"c", b"10")}
+    assert out.dropped == 1
+    tx.commit()
+    assert tx.stores["c"].get("b") == 2, "the state holds the count whose result was dropped"

@@ -215,11 +215,22 @@ def test_group_by_key_or_join_after_a_key_change_is_rejected_with_the_way_to_re_
     assert len(app.subtopologies) == 1
 
 
-def test_record_steps_after_a_stateful_step_or_after_to_are_rejected():
-    t = Topology()
-    counts = t.stream("in").group_by_key().count().to_stream()
-    with pytest.raises(PipelineError, match="map_values after a stateful step"):
-        counts.map_values(str)
+def test_record_steps_after_a_stateful_step_run_on_its_results():
+    app = compiled(lambda t: t.stream("in").group_by_key().count().to_stream()
+                   .map_values(lambda n: f"{n} times").filter(lambda k, v: k != "x").to("out"))
+    (sub,) = app.subtopologies
+    assert [s.kind for s in sub.record_steps] == []
+    assert [s.kind for s in sub.post_steps] == ["map_values", "filter"]
+    # a re-key after the aggregation goes through a repartition topic, as in Kafka Streams
+    app = compiled(lambda t: t.stream("in").group_by_key().count().to_stream()
+                   .group_by(lambda k, v: v).count().to("out"))
+    assert [s.kind for s in app.subtopologies[0].post_steps] == ["select_key"]
+    assert len(app.subtopologies) == 2
+    with pytest.raises(PipelineError, match="after a stateful step, group_by takes a column name or a function"):
+        Topology().stream("in").group_by_key().count().to_stream().group_by(object())
+
+
+def test_record_steps_after_to_are_rejected():
     with pytest.raises(PipelineError, match=r"filter\(<lambda>\) follows a stream already written with to\(\)"):
         def branches(t):
             s = t.stream("in").map_values(str.lower)

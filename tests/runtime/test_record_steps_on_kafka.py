@@ -130,3 +130,30 @@ def test_group_by_a_pyspark_column_is_a_dataframe_step_not_a_key_selector(spark)
     t.stream("in").map_values(str.lower).group_by(F.upper("value")).count().to("out")
     with pytest.raises(PipelineError, match=r"group_by\(pyspark Column\) needs Spark after record steps"):
         compile_topology(t, "app", {"in": 1})
+
+
+
+@pytest.mark.parametrize("execution", ["continuous", "microBatch"])
+def test_record_steps_after_a_stateful_step_run_on_its_results(kafka, spark, tmp_path, execution):
+    app = kafka.unique_name(f"post-{execution.lower()}")
+    source = kafka.create_topic(f"{app}-in", partitions=2)
+    out = f"{app}-out"
+    spec = with_function(streamapp(app, kafka.bootstrap, PIPELINES, {"input_topic": source, "output_topic": out},
+                                   state={"standbyReplicas": 0}, execution=execution), "labelled_totals")
+    produce(kafka.bootstrap, source, [(b"a", b"1,2"), (b"hidden", b"7"), (b"b", b"5"), (b"a", b"4")])
+    run_until_idle(driver_for(spark, spec, str(tmp_path / "state")))
+    last = {m.key().decode(): m.value().decode() for m in read_all(kafka.bootstrap, out)}
+    assert last == {"a": "7 in total", "b": "5 in total"}
+
+
+def test_a_count_re_keyed_by_a_function_goes_through_a_repartition_and_is_counted(kafka, spark, tmp_path):
+    app = kafka.unique_name("post-rekey")
+    source = kafka.create_topic(f"{app}-in", partitions=2)
+    out = f"{app}-out"
+    spec = with_function(streamapp(app, kafka.bootstrap, PIPELINES, {"input_topic": source, "output_topic": out},
+                                   state={"standbyReplicas": 0}), "sized_counts")
+    # one batch: every key's count is final when it is re-keyed (a: 3 numbers, b: 1, c: 1)
+    produce(kafka.bootstrap, source, [(b"a", b"1,2,3"), (b"b", b"5"), (b"c", b"6")])
+    run_until_idle(driver_for(spark, spec, str(tmp_path / "state")))
+    sizes = {m.key().decode(): struct.unpack(">q", m.value())[0] for m in read_all(kafka.bootstrap, out)}
+    assert sizes == {"many": 1, "one": 2}
