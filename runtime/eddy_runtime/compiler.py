@@ -11,7 +11,10 @@ A sub-topology is one chain, Kafka Streams' way::
          or DataFrame steps (transform; run in Spark, on the task's executor), not both
       -> at most one stateful step (count / reduce / aggregate, windowed or not, or a
          stream-table join), run vectorized in the executor's task runner
-      -> sinks: output topics, and at most one repartition topic that feeds the next sub-topology
+      -> record steps over its results (``to_stream().map_values(...)``)
+      -> sinks: output topics and repartition topics that feed the next sub-topologies; a stream
+         that feeds several chains (``split()`` branches) ends in sinks with their own record
+         steps, and a sink written before the stateful step sees the records going into it
 
 Task ``S_P`` is sub-topology ``S`` on partition ``P`` of its source topic; each stateful store
 has a changelog with one partition per task.
@@ -115,6 +118,10 @@ class TopicSink:
     value_columns: str | tuple[str, ...]
     #: the rows are a windowed table's updates: the key gets the window start appended
     windowed: bool = False
+    #: this sink's own record steps (its branch of a `split`), over the rows it sees
+    steps: tuple[RecordStep, ...] = ()
+    #: written before the sub-topology's stateful step: it sees the rows going into it
+    before_stateful: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,9 @@ class RepartitionSink:
     #: pre-aggregate per key before sending (the downstream aggregation is associative)
     combine: Literal["count", "sum", "min", "max"] | None = None
     combine_column: str | None = None
+    #: as `TopicSink.steps` and `TopicSink.before_stateful`
+    steps: tuple[RecordStep, ...] = ()
+    before_stateful: bool = False
 
 
 Sink = TopicSink | RepartitionSink
@@ -266,112 +276,176 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
             raise PipelineError(f"topic {root.topic!r} does not exist (or its partition count is unknown)")
         pending.append((root, SourceSpec(root.topic, root.key_serde, root.value_serde),
                         source_partitions[root.topic]))
+    walk = _Walk(app, children, subs, repartitions, outputs, pending)
     while pending:
         start, source, partitions = pending.pop(0)
-        sub_id = len(subs)
-        steps: list[Callable[[Any], Any]] = []
-        records: list[RecordStep] = []
-        post: list[RecordStep] = []
-        streamed = False  # to_stream() after the stateful step
-        stateful: StatefulSpec | None = None
-        table: TableSpec | None = None
-        sinks: list[Sink] = []
-        windowed_output = False
+        b = _Sub(len(subs), source, partitions)
         node = start
         while True:
             kids = children.get(id(node), [])
             ends = [k for k in kids if isinstance(k, ToTopic) or _is_repartition(k)]
             chain = [k for k in kids if k not in ends]
-            if len(chain) > 1:
-                raise PipelineError(
-                    "a stream feeds several chains of steps; one chain per sub-topology is supported "
-                    "(write the stream to a topic with to() and read it twice with topology.stream())"
-                )
             for end in ends:
-                if isinstance(end, ToTopic):
-                    sinks.append(TopicSink(end.topic, end.key_serde, end.value_serde, end.key, end.value,
-                                           windowed=windowed_output))
-                    outputs.append(end.topic)
-                else:
-                    assert isinstance(end, GroupBy)
-                    if stateful is not None and stateful.kind != "join" and not streamed:
-                        raise PipelineError("group_by after an aggregation needs to_stream() first")
-                    if isinstance(end.key, str):
-                        key_column = end.key
-                    elif isinstance(end.key, RecordStep):
-                        (post if stateful is not None else records).append(end.key)
-                        key_column = GROUP_KEY_COLUMN
-                    else:
-                        if stateful is not None:
-                            raise PipelineError("after a stateful step, group_by takes a column name")
-                        if records:
-                            raise PipelineError("group_by(pyspark Column) needs Spark after record steps: use "
-                                                "group_by(lambda key, value: ...) or a column name")
-                        steps.append(_with_group_key(end.key))
-                        key_column = GROUP_KEY_COLUMN
-                    topic = repartition_topic_name(app, end.name)
-                    if topic in repartitions:
-                        raise PipelineError(f"repartition topic {topic} is used twice")
-                    n_parts = end.partitions or partitions
-                    repartitions[topic] = n_parts
-                    downstream = len(subs) + 1 + len(pending)
-                    combine, combine_column = _combinable(children.get(id(end), []))
-                    sinks.append(RepartitionSink(topic, key_column, end.key_serde, downstream, combine, combine_column))
-                    pending.append((end, SourceSpec(topic, end.key_serde, "json", repartition=True,
-                                                    combined=combine, combined_column=combine_column), n_parts))
+                _add_sink(walk, b, end, [])
+            # Several chains from one node (split() branches, a stream written and then changed):
+            # each becomes sinks with their own record steps.
+            if len(chain) > 1 or (chain and b.sinks and isinstance(chain[0], Record)):
+                for branch in chain:
+                    for own, end in _branch_tails(branch, children):
+                        _add_sink(walk, b, end, own)
+                break
             if not chain:
                 break
             node = chain[0]
-            if sinks and isinstance(node, Record):
-                raise PipelineError(f"{node.step.label} follows a stream already written with to() or group_by(): "
-                                    "a sub-topology's sinks see its last step's records; branch after a topic")
-            if isinstance(node, Transform):
-                if stateful is not None:
-                    raise PipelineError("transform after a stateful step is not supported in the same sub-topology")
-                steps.append(node.fn)
-            elif isinstance(node, Record):
-                (post if stateful is not None else records).append(node.step)
-            elif isinstance(node, GroupBy):  # group_by_key: no repartition, the aggregation follows
-                _check_key_kept(records, "group_by_key()")
-                continue
-            elif isinstance(node, Aggregate):
-                if stateful is not None:
-                    raise PipelineError("one stateful step per sub-topology: group_by between them")
-                stateful = _stateful(node)
-                windowed_output = node.windows is not None
-            elif isinstance(node, Join):
-                if stateful is not None:
-                    raise PipelineError("one stateful step per sub-topology: group_by between them")
-                _check_key_kept(records, "join()")
-                t = node.table
-                if t.topic not in source_partitions:
-                    raise PipelineError(f"table topic {t.topic!r} does not exist")
-                if source_partitions[t.topic] != partitions:
-                    raise PipelineError(
-                        f"table topic {t.topic!r} has {source_partitions[t.topic]} partitions but the stream "
-                        f"joined with it ({source.topic!r}) has {partitions}: they must be co-partitioned"
-                    )
-                table = TableSpec(t.topic, t.key_serde, t.value_serde, StoreSpec.key_value(t.store, "bytes", "bytes"))
-                stateful = StatefulSpec("join", None, t.key_serde, how=node.how, right_name=node.right_name)
-            elif isinstance(node, ToStream):
-                streamed = True
-                continue
-            else:  # pragma: no cover - every node type is handled above
-                raise PipelineError(f"unexpected step {type(node).__name__}")
-        if not sinks:
-            raise PipelineError(f"sub-topology {sub_id} (reading {source.topic}) writes nothing")
-        if steps and records:
-            raise PipelineError(f"{records[0].label} and transform in one sub-topology: a sub-topology runs DataFrame "
-                                "steps (in Spark) or Eddy's record steps (in the task runner), not both; do the "
-                                "record step's work in the DataFrame function, or group_by between them")
-        subs.append(SubTopology(sub_id, source, partitions, tuple(steps), stateful, table, tuple(sinks),
-                                uses_dataframe=bool(steps), record_steps=tuple(records), post_steps=tuple(post)))
+            _add_step(b, node, source_partitions)
+        if not b.sinks:
+            raise PipelineError(f"sub-topology {b.id} (reading {source.topic}) writes nothing")
+        if b.steps and b.records:
+            raise PipelineError(f"{b.records[0].label} and transform in one sub-topology: a sub-topology runs "
+                                "DataFrame steps (in Spark) or Eddy's record steps (in the task runner), not both; do "
+                                "the record step's work in the DataFrame function, or group_by between them")
+        # no stateful step after all: every sink sees the same rows
+        sinks = tuple(b.sinks if b.stateful is not None else (replace(k, before_stateful=False) for k in b.sinks))
+        subs.append(SubTopology(b.id, source, partitions, tuple(b.steps), b.stateful, b.table, sinks,
+                                uses_dataframe=bool(b.steps), record_steps=tuple(b.records),
+                                post_steps=tuple(b.post)))
     # Pending order assigned downstream ids in creation order; check they line up.
     for s in subs:
         for out in s.sinks:
             if isinstance(out, RepartitionSink):
                 assert subs[out.target].source.topic == out.topic
     return CompiledApp(app, tuple(subs), dict(repartitions), tuple(dict.fromkeys(outputs)))
+
+
+@dataclass
+class _Sub:
+    """What one sub-topology collects while the compiler walks its chain."""
+
+    id: int
+    source: SourceSpec
+    partitions: int
+    steps: list[Callable[[Any], Any]] = field(default_factory=list)
+    records: list[RecordStep] = field(default_factory=list)
+    post: list[RecordStep] = field(default_factory=list)
+    #: to_stream() after the stateful step
+    streamed: bool = False
+    stateful: StatefulSpec | None = None
+    table: TableSpec | None = None
+    sinks: list[Sink] = field(default_factory=list)
+    windowed_output: bool = False
+
+
+@dataclass
+class _Walk:
+    """What the compiler shares across sub-topologies."""
+
+    app: str
+    children: dict[int, list[Node]]
+    subs: list[SubTopology]
+    repartitions: dict[str, int]
+    outputs: list[str]
+    pending: list[tuple[Node, SourceSpec, int]]
+
+
+def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None:
+    """The next step of `b`'s main chain."""
+    if isinstance(node, Transform):
+        if b.sinks:
+            raise PipelineError("transform follows a stream already written with to() or group_by(): its sinks "
+                                "would see the DataFrame step's rows; write the stream to a topic and read it back")
+        if b.stateful is not None:
+            raise PipelineError("transform after a stateful step is not supported in the same sub-topology")
+        b.steps.append(node.fn)
+    elif isinstance(node, Record):
+        (b.post if b.stateful is not None else b.records).append(node.step)
+    elif isinstance(node, GroupBy):  # group_by_key: no repartition, the aggregation follows
+        _check_key_kept(b.records, "group_by_key()")
+    elif isinstance(node, Aggregate):
+        if b.stateful is not None:
+            raise PipelineError("one stateful step per sub-topology: group_by between them")
+        b.stateful = _stateful(node)
+        b.windowed_output = node.windows is not None
+    elif isinstance(node, Join):
+        if b.stateful is not None:
+            raise PipelineError("one stateful step per sub-topology: group_by between them")
+        _check_key_kept(b.records, "join()")
+        t = node.table
+        if t.topic not in source_partitions:
+            raise PipelineError(f"table topic {t.topic!r} does not exist")
+        if source_partitions[t.topic] != b.partitions:
+            raise PipelineError(
+                f"table topic {t.topic!r} has {source_partitions[t.topic]} partitions but the stream "
+                f"joined with it ({b.source.topic!r}) has {b.partitions}: they must be co-partitioned"
+            )
+        b.table = TableSpec(t.topic, t.key_serde, t.value_serde, StoreSpec.key_value(t.store, "bytes", "bytes"))
+        b.stateful = StatefulSpec("join", None, t.key_serde, how=node.how, right_name=node.right_name)
+    elif isinstance(node, ToStream):
+        b.streamed = True
+    else:  # pragma: no cover - every node type is handled above
+        raise PipelineError(f"unexpected step {type(node).__name__}")
+
+
+def _add_sink(walk: _Walk, b: _Sub, end: Node, own: list[RecordStep]) -> None:
+    """A sink of `b` at `end`; `own`: the record steps of its branch (several chains from a node)."""
+    before = b.stateful is None
+    if isinstance(end, ToTopic):
+        b.sinks.append(TopicSink(end.topic, end.key_serde, end.value_serde, end.key, end.value,
+                                 windowed=b.windowed_output, steps=tuple(own), before_stateful=before))
+        walk.outputs.append(end.topic)
+        return
+    assert isinstance(end, GroupBy)
+    if b.stateful is not None and b.stateful.kind != "join" and not b.streamed:
+        raise PipelineError("group_by after an aggregation needs to_stream() first")
+    if isinstance(end.key, str):
+        key_column = end.key
+    elif isinstance(end.key, RecordStep):
+        if own:
+            own = [*own, end.key]
+        else:
+            (b.post if b.stateful is not None else b.records).append(end.key)
+        key_column = GROUP_KEY_COLUMN
+    else:
+        if b.stateful is not None:
+            raise PipelineError("after a stateful step, group_by takes a column name")
+        if b.records or own:
+            raise PipelineError("group_by(pyspark Column) needs Spark after record steps: use "
+                                "group_by(lambda key, value: ...) or a column name")
+        b.steps.append(_with_group_key(end.key))
+        key_column = GROUP_KEY_COLUMN
+    topic = repartition_topic_name(walk.app, end.name)
+    if topic in walk.repartitions:
+        raise PipelineError(f"repartition topic {topic} is used twice")
+    n_parts = end.partitions or b.partitions
+    walk.repartitions[topic] = n_parts
+    downstream = len(walk.subs) + 1 + len(walk.pending)
+    combine, combine_column = _combinable(walk.children.get(id(end), []))
+    b.sinks.append(RepartitionSink(topic, key_column, end.key_serde, downstream, combine, combine_column,
+                                   steps=tuple(own), before_stateful=before))
+    walk.pending.append((end, SourceSpec(topic, end.key_serde, "json", repartition=True,
+                                         combined=combine, combined_column=combine_column), n_parts))
+
+
+def _branch_tails(node: Node, children: Mapping[int, list[Node]]) -> list[tuple[list[RecordStep], Node]]:
+    """The sinks a branch ends in, each with the record steps on the way (a branch may split again)."""
+    out: list[tuple[list[RecordStep], Node]] = []
+
+    def walk(n: Node, steps: list[RecordStep]) -> None:
+        if isinstance(n, Record):
+            steps = [*steps, n.step]
+        elif not isinstance(n, ToStream):
+            what = {"GroupBy": "group_by_key()", "Aggregate": "count/reduce/aggregate", "Join": "join()",
+                    "Transform": "transform()"}.get(type(n).__name__, type(n).__name__)
+            raise PipelineError(f"a stream feeds several chains (split() branches, or one stream used twice) and one "
+                                f"of them has a {what} step: a branch runs record steps and ends in to() or "
+                                "group_by(...); group_by(...) first, then the stateful step in its own sub-topology")
+        for k in children.get(id(n), []):
+            if isinstance(k, ToTopic) or _is_repartition(k):
+                out.append((steps, k))
+            else:
+                walk(k, steps)
+
+    walk(node, [])
+    return out
 
 
 def _check_key_kept(records: list[RecordStep], what: str) -> None:

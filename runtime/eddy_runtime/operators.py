@@ -108,12 +108,31 @@ def process_batch(sub: SubTopology, rows: pa.Table, tx: Any, state: TaskState,
         if sub.post_steps:
             result = _post_steps(sub, result, out)
     for sink in sub.sinks:
+        seen = rows if sink.before_stateful else result
+        if sink.steps:  # its branch's own record steps
+            seen = _branch_steps(sub, sink, seen, out)
         if isinstance(sink, TopicSink):
-            _to_topic(sink, result, out)
+            _to_topic(sink, seen, out)
         else:
-            _repartition(sink, result, out)
+            _repartition(sink, seen, out)
     out.failed_rows = steps.failures_in_input(out.failed_rows)
     return out
+
+
+def _branch_steps(sub: SubTopology, sink: TopicSink | RepartitionSink, rows: pa.Table, out: BatchOutput) -> pa.Table:
+    """A branch's record steps over the rows its sink sees. Before the stateful step, a row they
+    fail on is a bad record (the policy applies; the other branches still saw it, as in Kafka
+    Streams); after it, a result they fail on is dropped and logged (see `_post_steps`)."""
+    steps = apply_record_steps(sink.steps, rows)
+    if sink.before_stateful:
+        for i, err in steps.failed.items():
+            out.failed_rows.setdefault(i, err)
+    else:
+        for i, err in sorted(steps.failed.items()):
+            log.warning("sub-topology %d: dropped the result for key %r on its way to %s: %s", sub.id,
+                        rows.column("key")[i].as_py(), sink.topic, err)
+        out.dropped += len(steps.failed)
+    return steps.rows
 
 
 def _post_steps(sub: SubTopology, result: pa.Table, out: BatchOutput) -> pa.Table:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
+from eddy_runtime.branches import BranchedStream
 from eddy_runtime.pipeline_errors import PipelineError
 from eddy_runtime.record_steps import RecordStep, RecordSteps, is_key_selector
 
@@ -269,6 +270,12 @@ class Stream(RecordSteps):
 
     def _record(self, step: RecordStep) -> Stream:
         return Stream(self.topology, Record(self.node, step))
+
+    def split(self, name: str = "split") -> BranchedStream[Stream]:
+        """Route each record to the first branch whose predicate holds (Kafka Streams' ``split()``):
+        ``b = stream.split(); big = b.branch(lambda k, v: v > 9); rest = b.default_branch()``. Each
+        branch goes on with record steps and ends in ``to()`` or ``group_by(...)``."""
+        return BranchedStream(self, name)
 
     def transform(self, fn: Callable[[Any], Any], name: str | None = None) -> Stream:
         """Apply ``fn(DataFrame) -> DataFrame``; it must not shuffle (use `group_by` to re-key)."""

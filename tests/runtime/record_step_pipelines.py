@@ -47,3 +47,14 @@ def sized_counts(topology: Topology, input_topic: str, output_topic: str) -> Non
     topology.stream(input_topic).flat_map_values(numbers).group_by_key().count(name="counts").to_stream() \
         .group_by(lambda key, n: "many" if n > 1 else "one", name="by-size").count(name="sizes") \
         .to(output_topic)
+
+
+def routed(topology: Topology, input_topic: str, output_topic: str) -> None:
+    """split(): values starting with "!" to `<output>-alerts` upper-cased, the other non-empty ones
+    to `<output>`, the empty ones nowhere; every value is also counted per key (written before
+    the count: the raw copy sees the records)."""
+    stream = topology.stream(input_topic)
+    stream.to(f"{output_topic}-raw")
+    branches = stream.split()
+    branches.branch(lambda key, value: value.startswith("!")).map_values(str.upper).to(f"{output_topic}-alerts")
+    branches.branch(lambda key, value: value != "").to(output_topic)

@@ -217,3 +217,30 @@ def test_record_steps_after_a_count_run_on_its_results_and_a_failing_one_drops_o
     assert out.dropped == 1
     tx.commit()
     assert tx.stores["c"].get("b") == 2, "the state holds the count whose result was dropped"
+
+
+def test_split_sends_each_record_to_the_first_branch_that_takes_it(stores):
+    def build(t):
+        branches = t.stream("in").split()
+        branches.branch(lambda k, v: v.startswith("a")).to("a")
+        branches.branch(lambda k, v: len(v) > 3).map_values(str.upper).to("long")
+        branches.default_branch().to("rest")
+
+    sub = sub_of(build)
+    out = process_batch(sub, rows(["1", "2", "3", "4"], value=["apple", "banana", "fig", "avocado"]), None, TaskState())
+    by_topic = {}
+    for r in out.outputs:
+        by_topic.setdefault(r.topic, []).append(r.value)
+    # "avocado" is long too, but the first branch took it (Kafka Streams' BranchedKStream)
+    assert by_topic == {"a": [b"apple", b"avocado"], "long": [b"BANANA"], "rest": [b"fig"]}
+
+
+def test_a_sink_written_before_a_count_sees_the_records_not_the_counts(stores):
+    def build(t):
+        s = t.stream("in")
+        s.to("raw")
+        s.group_by_key().count(name="c").to("counts")
+
+    sub = sub_of(build)
+    out = process_batch(sub, rows(["a", "a"], value=["x", "y"]), stores(sub), TaskState())
+    assert sorted((r.topic, r.value) for r in out.outputs) == [("counts", int64(2)), ("raw", b"x"), ("raw", b"y")]

@@ -230,15 +230,22 @@ def test_record_steps_after_a_stateful_step_run_on_its_results():
         Topology().stream("in").group_by_key().count().to_stream().group_by(object())
 
 
-def test_record_steps_after_to_are_rejected():
-    with pytest.raises(PipelineError, match=r"filter\(<lambda>\) follows a stream already written with to\(\)"):
-        def branches(t):
-            s = t.stream("in").map_values(str.lower)
+def test_a_stream_written_and_then_changed_becomes_two_branches_of_one_sub_topology():
+    def branches(t):
+        s = t.stream("in").map_values(str.lower)
+        s.to("all")
+        s.filter(lambda k, v: v).to("some")
+
+    (sub,) = compiled(branches).subtopologies
+    assert [s.kind for s in sub.record_steps] == ["map_values"]
+    assert [(k.topic, [s.kind for s in k.steps]) for k in sub.sinks] == [("all", []), ("some", ["filter"])]
+    with pytest.raises(PipelineError, match=r"several chains .* has a group_by_key\(\) step"):
+        def stateful_branch(t):
+            s = t.stream("in")
             s.to("all")
-            s.filter(lambda k, v: v).to("some")
+            s.filter(lambda k, v: v).group_by_key().count().to("counts")
 
-        compiled(branches)
-
+        compiled(stateful_branch)
 
 def test_a_record_step_needs_a_function():
     with pytest.raises(PipelineError, match="flat_map_values needs a function"):

@@ -157,3 +157,24 @@ def test_a_count_re_keyed_by_a_function_goes_through_a_repartition_and_is_counte
     run_until_idle(driver_for(spark, spec, str(tmp_path / "state")))
     sizes = {m.key().decode(): struct.unpack(">q", m.value())[0] for m in read_all(kafka.bootstrap, out)}
     assert sizes == {"many": 1, "one": 2}
+
+
+@pytest.mark.parametrize("execution", ["continuous", "microBatch"])
+def test_split_routes_each_record_to_its_first_branch_in_one_sub_topology(kafka, spark, tmp_path, execution):
+    app = kafka.unique_name(f"split-{execution.lower()}")
+    source = kafka.create_topic(f"{app}-in", partitions=2)
+    out = f"{app}-out"
+    spec = with_function(streamapp(app, kafka.bootstrap, PIPELINES, {"input_topic": source, "output_topic": out},
+                                   state={"standbyReplicas": 0}, execution=execution), "routed")
+    sent = [(b"a", b"hello"), (b"b", b"!fire"), (b"a", b""), (b"c", b"world"), (b"b", b"!flood")]
+    produce(kafka.bootstrap, source, sent)
+    driver = driver_for(spark, spec, str(tmp_path / "state"))
+    run_until_idle(driver)
+    assert len(driver.compiled.subtopologies) == 1  # the branches share one read of the input
+
+    def values(topic):
+        return sorted(m.value().decode() for m in read_all(kafka.bootstrap, topic))
+
+    assert values(f"{out}-alerts") == ["!FIRE", "!FLOOD"]
+    assert values(out) == ["hello", "world"]
+    assert values(f"{out}-raw") == sorted(v.decode() for _, v in sent)
