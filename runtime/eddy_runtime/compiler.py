@@ -35,6 +35,8 @@ from eddy_runtime.pipeline import (
     PipelineError,
     Record,
     Source,
+    TableJoin,
+    TableSource,
     TimeWindows,
     Topology,
     ToStream,
@@ -94,8 +96,9 @@ class TableSpec:
 class StatefulSpec:
     """The one stateful step of a sub-topology."""
 
-    kind: Literal["count", "reduce", "aggregate", "join"]
-    #: the aggregation's store (None for a join, whose store is the table's)
+    kind: Literal["count", "reduce", "aggregate", "join", "table_join"]
+    #: the aggregation's store (None for a stream-table join, whose store is the table's; the left
+    #: table's for a table-table join)
     store: StoreSpec | None
     key_serde: str
     windows: TimeWindows | None = None
@@ -103,8 +106,11 @@ class StatefulSpec:
     column: str | None = None
     initializer: Callable[[], Any] | None = None
     adder: Callable[..., Any] | None = None
-    how: Literal["inner", "left"] = "inner"
+    how: Literal["inner", "left", "outer"] = "inner"
     right_name: str = "table_value"
+    #: a table-table join: joiner(left, right) -> value, and the left table's value serde
+    joiner: Callable[[Any, Any], Any] | None = None
+    left_value_serde: str = "bytes"
 
 
 @dataclass(frozen=True)
@@ -258,11 +264,12 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
             if prev is not None and prev not in children.setdefault(id(n), []):
                 children[id(n)].append(prev)
             prev = n
-    roots = [n for n in nodes.values() if isinstance(n, Source)]
+    # sources, and the left table of a table-table join (a table source read by its sub-topology)
+    roots: list[Source | TableSource] = [n for n in nodes.values() if isinstance(n, Source | TableSource)]
     # Sub-topologies in the order Kafka Streams numbers them: sources in the order declared,
     # then each repartition's downstream after its upstream.
     roots.sort(key=lambda n: topology.sources.index(n) if n in topology.sources else len(topology.sources))
-    read = [r.topic for r in roots if isinstance(r, Source)]
+    read = [r.topic for r in roots]
     for topic in dict.fromkeys(t for t in read if read.count(t) > 1):
         raise PipelineError(f"topic {topic!r} is read by two stream() calls (Kafka Streams refuses it too: their "
                             "tasks would commit the same input offsets); read it once")
@@ -271,7 +278,6 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
     outputs: list[str] = []
     pending: list[tuple[Node, SourceSpec, int]] = []
     for root in roots:
-        assert isinstance(root, Source)
         if root.topic not in source_partitions:
             raise PipelineError(f"topic {root.topic!r} does not exist (or its partition count is unknown)")
         pending.append((root, SourceSpec(root.topic, root.key_serde, root.value_serde),
@@ -379,6 +385,18 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
             )
         b.table = TableSpec(t.topic, t.key_serde, t.value_serde, StoreSpec.key_value(t.store, "bytes", "bytes"))
         b.stateful = StatefulSpec("join", None, t.key_serde, how=node.how, right_name=node.right_name)
+    elif isinstance(node, TableJoin):
+        left, right = node.parent, node.other
+        assert isinstance(left, TableSource)
+        if right.topic not in source_partitions:
+            raise PipelineError(f"table topic {right.topic!r} does not exist")
+        if source_partitions[right.topic] != b.partitions:
+            raise PipelineError(f"table topic {right.topic!r} has {source_partitions[right.topic]} partitions but "
+                                f"{left.topic!r} joined with it has {b.partitions}: they must be co-partitioned")
+        b.table = TableSpec(right.topic, right.key_serde, right.value_serde,
+                            StoreSpec.key_value(right.store, "bytes", "bytes"))
+        b.stateful = StatefulSpec("table_join", StoreSpec.key_value(left.store, "bytes", "bytes"), left.key_serde,
+                                  how=node.how, joiner=node.joiner, left_value_serde=left.value_serde)
     elif isinstance(node, ToStream):
         b.streamed = True
     else:  # pragma: no cover - every node type is handled above

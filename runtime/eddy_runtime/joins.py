@@ -11,6 +11,8 @@ updates that came later in the same batch. The table's records are then written 
 from __future__ import annotations
 
 import bisect
+import logging
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,9 +22,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eddy_runtime.compiler import StatefulSpec, TableSpec
-from eddy_runtime.records import RawRecords, decode_column, encode_column, timestamps_ms
+from eddy_runtime.records import TS_TYPE, RawRecords, decode_column, encode_column, timestamps_ms
 
-__all__ = ["TableUpdates", "apply_table_updates", "stream_table_join", "table_updates", "write_table_updates"]
+__all__ = [
+    "TableUpdates",
+    "apply_table_updates",
+    "stream_table_join",
+    "table_table_join",
+    "table_updates",
+    "write_table_updates",
+]
+
+log = logging.getLogger("eddy.runner")
 @dataclass(frozen=True)
 class TableUpdates:
     """A batch's table records that fit the table's serdes, in offset order (a None value deletes)."""
@@ -121,3 +132,119 @@ def stream_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys
     return joined.filter(mask), dropped
 
 
+
+
+# -- table-table joins ------------------------------------------------------------------------------
+
+_TS = struct.Struct(">q")
+
+
+class _Side:
+    """One table of a table-table join: its store (values stored as 8-byte timestamp + value),
+    read through and written back once per batch."""
+
+    def __init__(self, store: Any, serde: str) -> None:
+        self.store = store
+        self.serde = serde
+        self.current: dict[bytes, tuple[int, bytes, Any] | None] = {}
+        self.changed: set[bytes] = set()
+
+    def get(self, key: bytes) -> tuple[int, bytes, Any] | None:
+        """(timestamp, raw value, decoded value), or None."""
+        if key not in self.current:
+            raw = self.store.get(key)
+            if raw is None:
+                self.current[key] = None
+            else:
+                value = raw[_TS.size:]
+                decoded, _ = decode_column([value], self.serde)
+                self.current[key] = (_TS.unpack_from(raw)[0], value, decoded[0].as_py())
+        return self.current[key]
+
+    def set(self, key: bytes, entry: tuple[int, bytes, Any] | None) -> tuple[int, bytes, Any] | None:
+        before = self.get(key)
+        self.current[key] = entry
+        self.changed.add(key)
+        return before
+
+    def write(self) -> None:
+        for key in self.changed:
+            entry = self.current[key]
+            if entry is None:
+                self.store.delete(key)
+            else:
+                self.store.put(key, _TS.pack(entry[0]) + entry[1])
+
+
+def table_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: Any,
+                     updates: TableUpdates | None, out_dropped: list[int]) -> pa.Table:
+    """Kafka Streams' KTable-KTable join (``KTableKTableInnerJoin``, ``LeftJoin``, ``OuterJoin``):
+    `rows` are the left table's records, `updates` the right table's, taken in timestamp order as
+    `_as_of` takes them. Each record updates its side and emits, for its key, ``joiner(left,
+    right)`` or a tombstone (None) when the result goes away: inner, when the other side has a
+    value; left, for a left record, or a right record whose key has a left value; outer, unless
+    both sides are and were empty. The result's timestamp is the newer of the two sides'. Null
+    keys are dropped; a joiner that raises drops that result (logged, counted)."""
+    assert spec.store is not None and spec.joiner is not None
+    left = _Side(tx.key_value(spec.store.name), spec.left_value_serde)
+    right = _Side(tx.key_value(table.store.name), table.value_serde)
+    left_keys = encode_column(keys, spec.key_serde)
+    left_raw = encode_column(rows.column("value"), spec.left_value_serde)
+    left_values = rows.column("value").to_pylist()
+    stamps = timestamps_ms(rows)
+    left_ts = [0] * rows.num_rows if stamps is None else [int(t) for t in stamps]
+    upd = updates or TableUpdates([], [], [])
+    right_values = decode_column(upd.values, table.value_serde)[0].to_pylist() if upd.keys else []
+    out_keys: list[bytes] = []
+    out_values: list[Any] = []
+    out_ts: list[int] = []
+    i = j = 0
+    key: bytes | None
+    raw: bytes | None
+    while i < rows.num_rows or j < len(upd.keys):
+        take_right = j < len(upd.keys) and (i >= rows.num_rows or upd.timestamps[j] <= left_ts[i])
+        if take_right:
+            key, raw, value, ts, mine, theirs, is_left = (upd.keys[j], upd.values[j], right_values[j],
+                                                          upd.timestamps[j], right, left, False)
+            j += 1
+        else:
+            key, raw, value, ts, mine, theirs, is_left = (left_keys[i], left_raw[i], left_values[i], left_ts[i],
+                                                          left, right, True)
+            i += 1
+        if key is None:
+            out_dropped[0] += 1
+            continue
+        before = mine.set(key, None if raw is None else (ts, raw, value))
+        other = theirs.get(key)
+        if not _emits(spec.how, is_left, raw is not None, before is not None, other is not None):
+            continue
+        ts_out = max(ts, other[0]) if other is not None else ts
+        if raw is None and (spec.how == "inner" or other is None or (spec.how == "left" and is_left)):
+            result = None  # the join result goes away
+        else:
+            mine_value = value if raw is not None else None
+            other_value = other[2] if other is not None else None
+            pair = (mine_value, other_value) if is_left else (other_value, mine_value)
+            try:
+                result = spec.joiner(*pair)
+            except Exception as e:  # noqa: BLE001 - a user function: log, count, go on
+                log.warning("table join: joiner failed for key %r: %s: %s", key, type(e).__name__, e)
+                out_dropped[0] += 1
+                continue
+        out_keys.append(key)
+        out_values.append(result)
+        out_ts.append(ts_out)
+    left.write()
+    right.write()
+    decoded_keys, _ = decode_column(out_keys, spec.key_serde)
+    return pa.table({"key": decoded_keys, "value": pa.array(out_values),
+                     "timestamp": pa.array(np.asarray(out_ts, dtype=np.int64) * 1000, pa.int64()).cast(TS_TYPE)})
+
+
+def _emits(how: str, is_left: bool, has_value: bool, had_value: bool, other: bool) -> bool:
+    """Whether a record of one side produces a join result (or a tombstone) for its key."""
+    if how == "inner":
+        return other
+    if how == "left":
+        return (has_value or had_value) if is_left else other
+    return has_value or had_value or other  # outer

@@ -186,6 +186,15 @@ class Join(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class TableJoin(Node):
+    """Two source tables joined on their keys (`parent` is the left one)."""
+
+    other: TableSource
+    joiner: Callable[[Any, Any], Any]
+    how: Literal["inner", "left", "outer"]
+
+
+@dataclass(frozen=True, eq=False)
 class ToStream(Node):
     pass
 
@@ -406,8 +415,26 @@ class Table:
         big-endian), as Kafka Streams' ``TimeWindowedSerializer`` writes it.
         """
         if isinstance(self.node, TableSource):
-            raise PipelineError("a source table is already a topic; join it with a stream")
+            raise PipelineError("a source table is already a topic; join it with a stream or a table")
         self.to_stream().to(topic, key_serde=key_serde or self.key_serde, value_serde=value_serde or self.value_serde)
+
+    def join(self, other: Table, joiner: Callable[[Any, Any], Any], *, how: Literal["inner", "left", "outer"] = "inner",
+             value_serde: str = "string") -> Table:
+        """Kafka Streams' KTable-KTable join of two source tables on their keys (co-partitioned
+        topics): every update of either side emits ``joiner(left, right)`` for its key (None for a
+        side without a value: `left` and `outer` joins), or a tombstone when the join result goes
+        away; its timestamp is the newer of the two sides'."""
+        if not (isinstance(self.node, TableSource) and isinstance(other.node, TableSource)):
+            raise PipelineError("join of two tables takes tables read with topology.table(topic); to join an "
+                                "aggregation's result, write it to a topic with to() and read it with table()")
+        if not callable(joiner):
+            raise PipelineError(f"a table-table join needs a joiner (left, right) -> value, got {joiner!r}")
+        if how not in ("inner", "left", "outer"):
+            raise PipelineError(f"table join how must be 'inner', 'left' or 'outer', got {how!r}")
+        if self.node.topic == other.node.topic:
+            raise PipelineError(f"a table joined with itself ({self.node.topic!r})")
+        node = TableJoin(self.node, other.node, joiner, how)
+        return Table(self.topology, node, self.key_serde, _check_serde(value_serde, VALUE_SERDES, "value serde"))
 
     def to_stream(self) -> Stream:
         """The table's updates as a stream of (key, value) records (then `to` or `group_by`)."""

@@ -300,7 +300,9 @@ class TaskRunner:
                 return self._stop_at(base, bad, mgr)
         if precomputed is not None:
             out = precomputed
-        elif rows.num_rows:  # a join merges the table's records with the stream's by timestamp
+        elif rows.num_rows or (updates is not None and updates.keys and sub.stateful is not None
+                               and sub.stateful.kind == "table_join"):
+            # a join merges the table's records with the stream's (or the other table's) by timestamp
             out = process_batch(sub, rows, tx, t.state, updates)
         else:
             out = BatchOutput()
