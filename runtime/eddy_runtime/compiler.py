@@ -31,10 +31,12 @@ from eddy_runtime.pipeline import (
     Aggregate,
     GroupBy,
     Join,
+    JoinWindows,
     Node,
     PipelineError,
     Record,
     Source,
+    StreamJoin,
     TableJoin,
     TableSource,
     TimeWindows,
@@ -96,7 +98,7 @@ class TableSpec:
 class StatefulSpec:
     """The one stateful step of a sub-topology."""
 
-    kind: Literal["count", "reduce", "aggregate", "join", "table_join"]
+    kind: Literal["count", "reduce", "aggregate", "join", "table_join", "stream_join"]
     #: the aggregation's store (None for a stream-table join, whose store is the table's; the left
     #: table's for a table-table join)
     store: StoreSpec | None
@@ -111,6 +113,8 @@ class StatefulSpec:
     #: a table-table join: joiner(left, right) -> value, and the left table's value serde
     joiner: Callable[[Any, Any], Any] | None = None
     left_value_serde: str = "bytes"
+    #: a windowed stream-stream join's windows
+    join_windows: JoinWindows | None = None
 
 
 @dataclass(frozen=True)
@@ -270,6 +274,10 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
     # then each repartition's downstream after its upstream.
     roots.sort(key=lambda n: topology.sources.index(n) if n in topology.sources else len(topology.sources))
     read = [r.topic for r in roots]
+    for n in nodes.values():
+        if isinstance(n, StreamJoin) and id(n.other) in nodes:
+            raise PipelineError(f"the stream of {n.other.topic!r} is joined with windows and used elsewhere: a "
+                                "windowed join reads it itself; write what else it feeds from the join's result")
     for topic in dict.fromkeys(t for t in read if read.count(t) > 1):
         raise PipelineError(f"topic {topic!r} is read by two stream() calls (Kafka Streams refuses it too: their "
                             "tasks would commit the same input offsets); read it once")
@@ -385,6 +393,20 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
             )
         b.table = TableSpec(t.topic, t.key_serde, t.value_serde, StoreSpec.key_value(t.store, "bytes", "bytes"))
         b.stateful = StatefulSpec("join", None, t.key_serde, how=node.how, right_name=node.right_name)
+    elif isinstance(node, StreamJoin):
+        if b.stateful is not None:
+            raise PipelineError("one stateful step per sub-topology: group_by between them")
+        _check_key_kept(b.records, "join()")
+        other, w = node.other, node.windows
+        if other.topic not in source_partitions:
+            raise PipelineError(f"topic {other.topic!r} does not exist")
+        if source_partitions[other.topic] != b.partitions:
+            raise PipelineError(f"topic {other.topic!r} has {source_partitions[other.topic]} partitions but "
+                                f"{b.source.topic!r} joined with it has {b.partitions}: they must be co-partitioned")
+        b.table = TableSpec(other.topic, other.key_serde, other.value_serde,
+                            StoreSpec.window(node.right_store, 1, w.retention_ms))
+        b.stateful = StatefulSpec("stream_join", StoreSpec.window(node.left_store, 1, w.retention_ms),
+                                  b.source.key_serde, joiner=node.joiner, join_windows=w)
     elif isinstance(node, TableJoin):
         left, right = node.parent, node.other
         assert isinstance(left, TableSource)

@@ -53,6 +53,8 @@ RESTORE_CHUNK_S = 0.2
 STANDBY_CHUNK_S = 0.1
 #: tasks whose steps (open, restore, tail, process and commit) run at once
 STEP_THREADS = 8
+#: a task with two inputs (a join) waits at most this long for one of them to be fetched
+MAX_TASK_IDLE_S = 0.5
 
 
 class TaskHost(Protocol):
@@ -143,6 +145,23 @@ class InputPoller:
                     buf.next_offset = tp.offset
         return n
 
+    def ready(self, tps: Sequence[TopicPartition]) -> bool:
+        """Whether every partition of `tps` has records buffered or is read to the end the broker
+        last reported (Kafka Streams' ``max.task.idle.ms=0``: a task with two inputs waits for what
+        is already on the broker, so it takes their records in timestamp order)."""
+        from confluent_kafka import TopicPartition as KafkaPartition
+
+        for tp in tps:
+            buf = self._buffers.get(tp)
+            if buf is None:
+                return False
+            if len(buf):
+                continue
+            _, high = self._consumer.get_watermark_offsets(KafkaPartition(tp[0], tp[1]), cached=True)
+            if high < 0 or buf.next_offset < high:
+                return False
+        return True
+
     def buffered(self, tps: Sequence[TopicPartition]) -> int:
         return sum(len(self._buffers[tp]) for tp in tps if tp in self._buffers)
 
@@ -200,6 +219,8 @@ class ContinuousLoop:
         #: task -> monotonic time before which it is not run (failed, fenced, stopped at a bad record)
         self._paused: dict[str, float] = {}
         self._due: dict[str, float] = {}
+        #: task -> since when it waits for one of its inputs to be fetched (`InputPoller.ready`)
+        self._waiting: dict[str, float] = {}
         self._poller: InputPoller | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._stop = threading.Event()
@@ -285,6 +306,11 @@ class ContinuousLoop:
         for task, tps in running.items():
             full = poller.buffered(tps) >= MAX_BUFFERED_RECORDS
             if (self._due.get(task, 0.0) <= now or full) and poller.buffered(tps):
+                if len(tps) > 1 and not full and not poller.ready(tps):  # a join: wait for the other input
+                    since = self._waiting.setdefault(task, now)
+                    if now - since < MAX_TASK_IDLE_S:
+                        continue
+                self._waiting.pop(task, None)
                 steps.append((task, "active", poller.take(tps)))
                 self._due[task] = now + work.commit_interval_s
         self._steps(work, subs, settings, steps)

@@ -34,7 +34,7 @@ from eddy_runtime.compiler import (
     TableSpec,
     TopicSink,
 )
-from eddy_runtime.joins import TableUpdates, stream_table_join, table_table_join
+from eddy_runtime.joins import TableUpdates, stream_stream_join, stream_table_join, table_table_join
 from eddy_runtime.pipeline_errors import PipelineRuntimeError
 from eddy_runtime.record_steps import apply_record_steps
 from eddy_runtime.records import (
@@ -103,11 +103,12 @@ def process_batch(sub: SubTopology, rows: pa.Table, tx: Any, state: TaskState,
         if sub.stateful.kind == "join":
             assert sub.table is not None
             result = _join(sub.stateful, sub.table, rows, tx, out, table)
-        elif sub.stateful.kind == "table_join":
+        elif sub.stateful.kind in ("table_join", "stream_join"):
             assert sub.table is not None
             dropped = [0]
-            result = table_table_join(sub.stateful, sub.table, rows, _key_column(rows, sub.stateful.key_serde), tx,
-                                      table, dropped)
+            two_sided = table_table_join if sub.stateful.kind == "table_join" else stream_stream_join
+            result = two_sided(sub.stateful, sub.table, rows, _key_column(rows, sub.stateful.key_serde), tx, table,
+                               dropped)
             out.dropped += dropped[0]
         else:
             result = _aggregate(sub.stateful, rows, tx, state, out)

@@ -27,96 +27,22 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, Literal
 
 from eddy_runtime.branches import BranchedStream
 from eddy_runtime.pipeline_errors import PipelineError
 from eddy_runtime.record_steps import RecordStep, RecordSteps, is_key_selector
+from eddy_runtime.time_windows import JoinWindows, TimeWindows, duration_ms, hopping, join_windows, tumbling
 
 __all__ = [
     "Aggregate", "GroupBy", "GroupedStream", "Join", "PipelineError", "Record", "Source", "Stream", "Table",
     "TableSource", "TimeWindows", "ToStream", "ToTopic", "Topology", "Transform", "WindowedStream",
-    "duration_ms", "hopping", "tumbling",
+    "duration_ms", "hopping", "tumbling", "JoinWindows", "StreamJoin", "TableJoin", "join_windows",
 ]
 
 KEY_SERDES = ("string", "bytes", "int64", "json")
 VALUE_SERDES = ("string", "bytes", "int64", "json")
 REDUCE_OPS = ("sum", "min", "max")
-
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def duration_ms(value: int | float | str | timedelta, what: str = "duration") -> int:
-    """Milliseconds from ``500`` (ms), ``timedelta(seconds=5)`` or ``"5s"`` / ``"1m"`` / ``"1h"``."""
-    if isinstance(value, timedelta):
-        ms = int(value.total_seconds() * 1000)
-    elif isinstance(value, bool):
-        raise PipelineError(f"{what}: {value!r} is not a duration")
-    elif isinstance(value, int | float):
-        ms = int(value)
-    elif isinstance(value, str) and (m := _DURATION.match(value.strip())):
-        ms = int(float(m.group(1)) * _UNIT_MS[m.group(2)])
-    else:
-        raise PipelineError(f"{what}: {value!r} is not a duration (use ms, a timedelta, or '5s', '1m', '1h', '1d')")
-    if ms < 0:
-        raise PipelineError(f"{what} must not be negative, got {value!r}")
-    return ms
-
-
-@dataclass(frozen=True)
-class TimeWindows:
-    """Time windows of `size_ms`, starting every `advance_ms` (tumbling when they are equal).
-
-    A record with timestamp ``t`` belongs to every window ``[start, start + size)`` holding
-    ``t``, starts aligned to the epoch. A record is dropped as late when ``window end + grace <=
-    stream time`` (the newest record timestamp the task has seen), as in Kafka Streams; windows
-    are kept for `retention_ms` (at least size + grace).
-    """
-
-    size_ms: int
-    advance_ms: int
-    grace_ms: int = 0
-    retention_ms: int = 0
-
-    def __post_init__(self) -> None:
-        if self.size_ms <= 0:
-            raise PipelineError(f"window size must be positive, got {self.size_ms} ms")
-        if not 0 < self.advance_ms <= self.size_ms:
-            raise PipelineError(
-                f"window advance must be in (0, size], got {self.advance_ms} ms for size {self.size_ms} ms"
-            )
-        if self.retention_ms < self.size_ms + self.grace_ms:
-            raise PipelineError(
-                f"window retention ({self.retention_ms} ms) must be at least size + grace "
-                f"({self.size_ms + self.grace_ms} ms)"
-            )
-
-    @property
-    def tumbling(self) -> bool:
-        return self.advance_ms == self.size_ms
-
-
-def tumbling(
-    size: int | str | timedelta, grace: int | str | timedelta = 0, retention: int | str | timedelta | None = None
-) -> TimeWindows:
-    """Non-overlapping windows of `size` (Kafka Streams' ``TimeWindows.ofSizeAndGrace``)."""
-    return hopping(size, size, grace, retention)
-
-
-def hopping(
-    size: int | str | timedelta,
-    advance: int | str | timedelta,
-    grace: int | str | timedelta = 0,
-    retention: int | str | timedelta | None = None,
-) -> TimeWindows:
-    """Overlapping windows of `size` starting every `advance`."""
-    size_ms = duration_ms(size, "window size")
-    grace_ms = duration_ms(grace, "window grace")
-    retention_ms = size_ms + grace_ms if retention is None else duration_ms(retention, "window retention")
-    return TimeWindows(size_ms, duration_ms(advance, "window advance"), grace_ms, retention_ms)
 
 
 # -- the graph: one frozen node per call ---------------------------------------------------------
@@ -183,6 +109,17 @@ class Join(Node):
     table: TableSource
     how: Literal["inner", "left"]
     right_name: str
+
+
+@dataclass(frozen=True, eq=False)
+class StreamJoin(Node):
+    """A windowed join with another stream read straight from its topic (`other`)."""
+
+    other: Source
+    joiner: Callable[[Any, Any], Any]
+    windows: JoinWindows
+    left_store: str
+    right_store: str
 
 
 @dataclass(frozen=True, eq=False)
@@ -272,7 +209,7 @@ class Stream(RecordSteps):
     def _after_stateful(self) -> bool:
         n: Node | None = self.node
         while n is not None:
-            if isinstance(n, Aggregate | Join | ToStream):
+            if isinstance(n, Aggregate | Join | ToStream | StreamJoin | TableJoin):
                 return True
             n = n.parent
         return False
@@ -317,12 +254,18 @@ class Stream(RecordSteps):
         node = GroupBy(self.node, None, "", _check_serde(key_serde, KEY_SERDES, "key serde"), None)
         return GroupedStream(self.topology, node, key_serde)
 
-    def join(self, table: Table, *, how: Literal["inner", "left"] = "inner",
-             right_name: str = "table_value") -> Stream:
+    def join(self, table: Table | Stream, joiner: Callable[[Any, Any], Any] | None = None, *,
+             how: Literal["inner", "left"] = "inner", right_name: str = "table_value",
+             windows: JoinWindows | None = None, name: str | None = None) -> Stream:
         """Join each record with the table's value for its ``key`` (column `right_name`).
 
         inner drops records whose key the table lacks; left keeps them with a null value.
+        With another stream and `windows` (`join_windows`): Kafka Streams' windowed inner join,
+        ``joiner(left value, right value)`` for every pair of records of one key whose
+        timestamps fit the windows (`StreamJoin`).
         """
+        if isinstance(table, Stream):
+            return self._join_stream(table, joiner, windows, how, name)
         if not isinstance(table.node, TableSource):
             raise PipelineError("join takes a table from topology.table(topic)")
         if how not in ("inner", "left"):
@@ -330,6 +273,23 @@ class Stream(RecordSteps):
         if self._after_stateful():
             raise PipelineError("one stateful step per sub-topology: group_by before joining again")
         return Stream(self.topology, Join(self.node, table.node, how, right_name))
+
+    def _join_stream(self, other: Stream, joiner: Callable[[Any, Any], Any] | None, windows: JoinWindows | None,
+                     how: str, name: str | None) -> Stream:
+        if not isinstance(other.node, Source):
+            raise PipelineError("a windowed join takes the other stream as read with topology.stream(topic), "
+                                "before any step (write a changed stream to a topic and read it back)")
+        if not isinstance(windows, JoinWindows):
+            raise PipelineError("a join of two streams needs windows=join_windows(difference, grace)")
+        if not callable(joiner):
+            raise PipelineError(f"a join of two streams needs a joiner (left, right) -> value, got {joiner!r}")
+        if how != "inner":
+            raise PipelineError(f"a join of two streams is inner for now, got how={how!r}")
+        if self._after_stateful():
+            raise PipelineError("one stateful step per sub-topology: group_by before joining again")
+        base = self.topology._name(name, "join")
+        node = StreamJoin(self.node, other.node, joiner, windows, f"{base}-this", f"{base}-other")
+        return Stream(self.topology, node)
 
     def to(self, topic: str, *, key_serde: str | None = "string", value_serde: str | None = "string",
            key: str = "key", value: str | Sequence[str] = "value") -> None:

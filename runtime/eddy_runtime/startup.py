@@ -21,7 +21,7 @@ from eddy_runtime.app_topics import ensure_app_topics
 from eddy_runtime.compiler import CompiledApp, compile_topology
 from eddy_runtime.kafka_client import KafkaClientConfig, KafkaCredentialsMissing, KafkaUnreachable
 from eddy_runtime.outcomes import DriverError
-from eddy_runtime.pipeline import Join, Node, PipelineError, TableJoin, TableSource, Topology
+from eddy_runtime.pipeline import Join, Node, PipelineError, StreamJoin, TableJoin, TableSource, Topology
 from eddy_runtime.records import spark_source_schema
 from eddy_runtime.topics import TopicError
 
@@ -77,7 +77,7 @@ def source_topics(topology: Topology) -> list[str]:
             seen.add(id(n))
             if isinstance(n, Join) and n.table.topic not in out:
                 out.append(n.table.topic)
-            if isinstance(n, TableJoin) and n.other.topic not in out:
+            if isinstance(n, TableJoin | StreamJoin) and n.other.topic not in out:
                 out.append(n.other.topic)
             if isinstance(n, TableSource) and n.topic not in out:  # the left table of a table-table join
                 out.append(n.topic)

@@ -301,7 +301,7 @@ class TaskRunner:
         if precomputed is not None:
             out = precomputed
         elif rows.num_rows or (updates is not None and updates.keys and sub.stateful is not None
-                               and sub.stateful.kind == "table_join"):
+                               and sub.stateful.kind in ("table_join", "stream_join")):
             # a join merges the table's records with the stream's (or the other table's) by timestamp
             out = process_batch(sub, rows, tx, t.state, updates)
         else:

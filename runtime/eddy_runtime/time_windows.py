@@ -1,0 +1,115 @@
+"""Time in pipelines: durations, the time windows of windowed aggregations (`tumbling`,
+`hopping`) and the join windows of windowed stream-stream joins (`join_windows`), as Kafka
+Streams defines them. `pipeline` re-exports them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+
+from eddy_runtime.pipeline_errors import PipelineError
+
+__all__ = ["JoinWindows", "TimeWindows", "duration_ms", "hopping", "join_windows", "tumbling"]
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def duration_ms(value: int | float | str | timedelta, what: str = "duration") -> int:
+    """Milliseconds from ``500`` (ms), ``timedelta(seconds=5)`` or ``"5s"`` / ``"1m"`` / ``"1h"``."""
+    if isinstance(value, timedelta):
+        ms = int(value.total_seconds() * 1000)
+    elif isinstance(value, bool):
+        raise PipelineError(f"{what}: {value!r} is not a duration")
+    elif isinstance(value, int | float):
+        ms = int(value)
+    elif isinstance(value, str) and (m := _DURATION.match(value.strip())):
+        ms = int(float(m.group(1)) * _UNIT_MS[m.group(2)])
+    else:
+        raise PipelineError(f"{what}: {value!r} is not a duration (use ms, a timedelta, or '5s', '1m', '1h', '1d')")
+    if ms < 0:
+        raise PipelineError(f"{what} must not be negative, got {value!r}")
+    return ms
+
+
+@dataclass(frozen=True)
+class TimeWindows:
+    """Time windows of `size_ms`, starting every `advance_ms` (tumbling when they are equal).
+
+    A record with timestamp ``t`` belongs to every window ``[start, start + size)`` holding
+    ``t``, starts aligned to the epoch. A record is dropped as late when ``window end + grace <=
+    stream time`` (the newest record timestamp the task has seen), as in Kafka Streams; windows
+    are kept for `retention_ms` (at least size + grace).
+    """
+
+    size_ms: int
+    advance_ms: int
+    grace_ms: int = 0
+    retention_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.size_ms <= 0:
+            raise PipelineError(f"window size must be positive, got {self.size_ms} ms")
+        if not 0 < self.advance_ms <= self.size_ms:
+            raise PipelineError(
+                f"window advance must be in (0, size], got {self.advance_ms} ms for size {self.size_ms} ms"
+            )
+        if self.retention_ms < self.size_ms + self.grace_ms:
+            raise PipelineError(
+                f"window retention ({self.retention_ms} ms) must be at least size + grace "
+                f"({self.size_ms + self.grace_ms} ms)"
+            )
+
+    @property
+    def tumbling(self) -> bool:
+        return self.advance_ms == self.size_ms
+
+
+def tumbling(
+    size: int | str | timedelta, grace: int | str | timedelta = 0, retention: int | str | timedelta | None = None
+) -> TimeWindows:
+    """Non-overlapping windows of `size` (Kafka Streams' ``TimeWindows.ofSizeAndGrace``)."""
+    return hopping(size, size, grace, retention)
+
+
+def hopping(
+    size: int | str | timedelta,
+    advance: int | str | timedelta,
+    grace: int | str | timedelta = 0,
+    retention: int | str | timedelta | None = None,
+) -> TimeWindows:
+    """Overlapping windows of `size` starting every `advance`."""
+    size_ms = duration_ms(size, "window size")
+    grace_ms = duration_ms(grace, "window grace")
+    retention_ms = size_ms + grace_ms if retention is None else duration_ms(retention, "window retention")
+    return TimeWindows(size_ms, duration_ms(advance, "window advance"), grace_ms, retention_ms)
+
+
+@dataclass(frozen=True)
+class JoinWindows:
+    """Kafka Streams' ``JoinWindows``: a left record at ``t`` joins the right records with
+    timestamps in ``[t - before_ms, t + after_ms]`` (a right record at ``t``, the left ones in
+    ``[t - after_ms, t + before_ms]``). A record is dropped as late once stream time (the newest
+    timestamp the task has seen on either side) passes the end of its window plus `grace_ms`;
+    records are kept for before + after + grace."""
+
+    before_ms: int
+    after_ms: int
+    grace_ms: int
+
+    @property
+    def retention_ms(self) -> int:
+        return self.before_ms + self.after_ms + self.grace_ms
+
+
+def join_windows(difference: int | str | timedelta, grace: int | str | timedelta = 0, *,
+                 before: int | str | timedelta | None = None,
+                 after: int | str | timedelta | None = None) -> JoinWindows:
+    """Records whose timestamps differ by at most `difference` join (Kafka Streams'
+    ``JoinWindows.ofTimeDifferenceAndGrace``); `before` / `after` make the window asymmetric."""
+    d = duration_ms(difference, "join window difference")
+    return JoinWindows(d if before is None else duration_ms(before, "join window before"),
+                      d if after is None else duration_ms(after, "join window after"),
+                      duration_ms(grace, "join window grace"))
