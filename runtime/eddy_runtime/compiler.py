@@ -24,14 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
-from eddy_contract.tasks import TaskId, task_id
 from eddy_runtime.pipeline import (
     Aggregate,
     GroupBy,
     Join,
-    JoinWindows,
     Node,
     PipelineError,
     Record,
@@ -39,18 +37,31 @@ from eddy_runtime.pipeline import (
     StreamJoin,
     TableJoin,
     TableSource,
-    TimeWindows,
     Topology,
     ToStream,
     ToTopic,
     Transform,
 )
 from eddy_runtime.record_steps import GROUP_KEY_COLUMN, RecordStep
-from eddy_runtime.state import ChangelogTopicSpec, StoreSpec
+from eddy_runtime.state import StoreSpec
+from eddy_runtime.subtopology import (
+    METADATA_COLUMNS,
+    CompiledApp,
+    RepartitionSink,
+    Sink,
+    SourceSpec,
+    StatefulSpec,
+    SubTopology,
+    TableSpec,
+    TopicSink,
+    repartition_topic_name,
+)
 
 __all__ = [
+    "METADATA_COLUMNS",
     "CompiledApp",
     "RepartitionSink",
+    "Sink",
     "SourceSpec",
     "StatefulSpec",
     "SubTopology",
@@ -60,177 +71,6 @@ __all__ = [
     "repartition_topic_name",
     "GROUP_KEY_COLUMN",
 ]
-
-#: columns the runtime adds when it reads a topic; never written into repartition values
-METADATA_COLUMNS = ("topic", "partition", "offset", "timestamp")
-
-
-def repartition_topic_name(app: str, name: str) -> str:
-    """Kafka Streams' name for a repartition topic: ``<app>-<name>-repartition``."""
-    return f"{app}-{name}-repartition"
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    """Where a sub-topology reads: a user topic, or a repartition topic written by another one."""
-
-    topic: str
-    key_serde: str
-    value_serde: str
-    #: a repartition topic: values are the upstream rows (JSON objects of their columns), or,
-    #: when `combined` is set, per-key partial results of that aggregation (int64/JSON)
-    repartition: bool = False
-    combined: Literal["count", "sum", "min", "max"] | None = None
-    combined_column: str | None = None
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """A table materialized from a compacted topic into a key-value store (raw bytes inside)."""
-
-    topic: str
-    key_serde: str
-    value_serde: str
-    store: StoreSpec
-
-
-@dataclass(frozen=True)
-class StatefulSpec:
-    """The one stateful step of a sub-topology."""
-
-    kind: Literal["count", "reduce", "aggregate", "join", "table_join", "stream_join"]
-    #: the aggregation's store (None for a stream-table join, whose store is the table's; the left
-    #: table's for a table-table join)
-    store: StoreSpec | None
-    key_serde: str
-    windows: TimeWindows | None = None
-    reducer: str | Callable[[Any, Any], Any] | None = None
-    column: str | None = None
-    initializer: Callable[[], Any] | None = None
-    adder: Callable[..., Any] | None = None
-    how: Literal["inner", "left", "outer"] = "inner"
-    right_name: str = "table_value"
-    #: a table-table join: joiner(left, right) -> value, and the left table's value serde
-    joiner: Callable[[Any, Any], Any] | None = None
-    left_value_serde: str = "bytes"
-    #: a windowed stream-stream join's windows
-    join_windows: JoinWindows | None = None
-
-
-@dataclass(frozen=True)
-class TopicSink:
-    """Write rows to a topic: `key_column` and `value_columns` (one column, or a JSON object)."""
-
-    topic: str
-    key_serde: str | None
-    value_serde: str | None
-    key_column: str
-    value_columns: str | tuple[str, ...]
-    #: the rows are a windowed table's updates: the key gets the window start appended
-    windowed: bool = False
-    #: this sink's own record steps (its branch of a `split`), over the rows it sees
-    steps: tuple[RecordStep, ...] = ()
-    #: written before the sub-topology's stateful step: it sees the rows going into it
-    before_stateful: bool = False
-
-
-@dataclass(frozen=True)
-class RepartitionSink:
-    """Re-key rows by `key_column` into the repartition topic that feeds sub-topology `target`."""
-
-    topic: str
-    key_column: str
-    key_serde: str
-    target: int
-    #: pre-aggregate per key before sending (the downstream aggregation is associative)
-    combine: Literal["count", "sum", "min", "max"] | None = None
-    combine_column: str | None = None
-    #: as `TopicSink.steps` and `TopicSink.before_stateful`
-    steps: tuple[RecordStep, ...] = ()
-    before_stateful: bool = False
-
-
-Sink = TopicSink | RepartitionSink
-
-
-@dataclass(frozen=True)
-class SubTopology:
-    id: int
-    source: SourceSpec
-    partitions: int
-    #: DataFrame -> DataFrame functions (driver side only; `for_executor` drops them)
-    steps: tuple[Callable[[Any], Any], ...] = ()
-    stateful: StatefulSpec | None = None
-    table: TableSpec | None = None
-    sinks: tuple[Sink, ...] = ()
-    #: how many DataFrame steps the user wrote (kept when `for_executor` drops `steps`)
-    uses_dataframe: bool = False
-    #: Eddy's own record steps, run by the task runner before the stateful step (never with `steps`)
-    record_steps: tuple[RecordStep, ...] = ()
-    #: record steps after the stateful step, over its results (``count().to_stream().map_values(...)``)
-    post_steps: tuple[RecordStep, ...] = ()
-
-    @property
-    def task_ids(self) -> tuple[str, ...]:
-        return tuple(task_id(self.id, p) for p in range(self.partitions))
-
-    @property
-    def stores(self) -> tuple[StoreSpec, ...]:
-        out = []
-        if self.stateful is not None and self.stateful.store is not None:
-            out.append(self.stateful.store)
-        if self.table is not None:
-            out.append(self.table.store)
-        return tuple(out)
-
-    @property
-    def input_topics(self) -> tuple[str, ...]:
-        return (self.source.topic,) + ((self.table.topic,) if self.table else ())
-
-    @property
-    def stateful_task(self) -> bool:
-        return bool(self.stores)
-
-    def for_executor(self) -> SubTopology:
-        """The part executors need: everything but the DataFrame steps."""
-        return replace(self, steps=())
-
-
-@dataclass(frozen=True)
-class CompiledApp:
-    app: str
-    subtopologies: tuple[SubTopology, ...]
-    #: repartition topic -> partitions
-    repartition_topics: Mapping[str, int] = field(default_factory=dict)
-    output_topics: tuple[str, ...] = ()
-
-    @property
-    def tasks(self) -> tuple[str, ...]:
-        return tuple(t for s in self.subtopologies for t in s.task_ids)
-
-    @property
-    def source_topics(self) -> tuple[str, ...]:
-        """User topics the app reads (streams and tables)."""
-        out: list[str] = []
-        for s in self.subtopologies:
-            for t in s.input_topics:
-                if t not in self.repartition_topics and t not in out:
-                    out.append(t)
-        return tuple(out)
-
-    def subtopology_of(self, task: str) -> SubTopology:
-        return self.subtopologies[TaskId.parse(task).subtopology]
-
-    def stateful_tasks(self) -> tuple[str, ...]:
-        return tuple(t for s in self.subtopologies if s.stateful_task for t in s.task_ids)
-
-    def changelog_topics(self) -> list[ChangelogTopicSpec]:
-        return [ChangelogTopicSpec.for_store(self.app, store, s.partitions) for s in self.subtopologies
-                for store in s.stores]
-
-
-# -- compiling ------------------------------------------------------------------------------------
-
 
 def _with_group_key(expr: Any) -> Callable[[Any], Any]:
     """The DataFrame step that computes a group_by expression into `GROUP_KEY_COLUMN`."""
