@@ -199,10 +199,15 @@ def _aggregate(spec: StatefulSpec, rows: pa.Table, tx: Any, state: TaskState, ou
         if not valid.all():
             table = table.filter(pa.array(valid))
     if table.num_rows == 0:
-        return _result_schema_empty(spec)
-    if spec.kind == "count" or (spec.kind == "reduce" and isinstance(spec.reducer, str)):
-        return _fold_vectorized(spec, table, group_cols, tx, out)
-    return _fold_per_key(spec, table, group_cols, tx, out, rows)
+        result = _result_schema_empty(spec)
+    elif spec.kind == "count" or (spec.kind == "reduce" and isinstance(spec.reducer, str)):
+        result = _fold_vectorized(spec, table, group_cols, tx, out)
+    else:
+        result = _fold_per_key(spec, table, group_cols, tx, out, rows)
+    if windows is not None and state.stream_time is not None:
+        # after the batch's windows are written: kept with them (store and changelog)
+        tx.window(spec.store.name).observe(state.stream_time)
+    return result
 
 
 def _result_schema_empty(spec: StatefulSpec) -> pa.Table:

@@ -84,3 +84,30 @@ def test_changelog_replay_does_not_resurrect_expired_windows(tmp_path, spec: Sto
     store.flush()
     assert [ws for ws, _ in store.fetch_range(b"k".decode(), 0, 40 * MIN)] == [30 * MIN]
     store.close()
+
+
+def test_stream_time_is_kept_with_the_windows_across_a_restart_and_a_restore(tmp_path, spec: StoreSpec) -> None:
+    from eddy_runtime.state.serde import INT64
+    from eddy_runtime.state.window_store import STREAM_TIME_KEY
+
+    store = open_store(spec, tmp_path / "a")
+    assert isinstance(store, WindowStore)
+    tx = store.begin()
+    tx.put("alice", 2 * MIN, 1)
+    tx.observe(7 * MIN + 123)  # the newest record the task saw opened no window in this store
+    records = tx.changelog_records()
+    assert records[-1] == (STREAM_TIME_KEY, INT64.pack(7 * MIN + 123))
+    tx.apply(changelog_offset=len(records) - 1)
+    assert store.stream_time == 7 * MIN + 123
+    store.close()
+    store = open_store(spec, tmp_path / "a")  # a restart
+    assert store.stream_time == 7 * MIN + 123
+    other = open_store(spec, tmp_path / "b")  # a restore elsewhere: the changelog replayed
+    assert other.write(records, changelog_offset=len(records) - 1) == 1
+    assert other.stream_time == 7 * MIN + 123 and other.fetch("alice", 2 * MIN) == 1
+    tx = store.begin()
+    assert not tx.dirty
+    tx.observe(9 * MIN)  # a batch of late records only still moves stream time, and logs it
+    assert tx.dirty and tx.changelog_records() == [(STREAM_TIME_KEY, INT64.pack(9 * MIN))]
+    store.close()
+    other.close()

@@ -3,12 +3,16 @@
 Windows live in time segments, one RocksDB column family per segment, with key-first keys
 (``serialised key + window start``, 8 bytes big-endian) so that one key's windows are one
 range scan per segment. A segment whose newest window is expired (window start <= stream time
-- retention, stream time being the newest window start written) is dropped as a whole with
+- retention, stream time being the newest record timestamp the task has seen, or the newest
+window start written) is dropped as a whole with
 ``drop_column_family``: expiring windows costs one metadata operation, not a delete per key
 (Kafka Streams' segmented window store, inside one RocksDB instance; docs/DESIGN.md, "Vocabulary").
 
 The changelog record of a window has the same raw key as the store, so restore.py replays it
-through `WindowStore.write` like any other store. Writes and offsets share one write batch
+through `WindowStore.write` like any other store. Stream time travels the same way: a batch that
+advanced it writes one `STREAM_TIME_KEY` record (shorter than any windowed key, so it cannot be
+one), compacted to the newest, so a restart or a restore on another executor resumes with the
+stream time the task had, and drops the same late records it would have. Writes and offsets share one write batch
 (rocksdb_store.py's `RocksDBStore`); `ProcessorStateManager` opens these stores through
 `stores.open_store` and processing reaches them through `WindowTransaction`.
 """
@@ -26,7 +30,11 @@ from eddy_runtime.state.rocksdb_store import RocksDBStore, StoreTransaction
 from eddy_runtime.state.serde import INT64
 from eddy_runtime.state.store_spec import StoreSpec
 
-__all__ = ["WindowStore", "WindowTransaction", "split_windowed_key", "windowed_key"]
+__all__ = ["STREAM_TIME_KEY", "WindowStore", "WindowTransaction", "split_windowed_key", "windowed_key"]
+
+#: the changelog (and write batch) record of a window store's stream time: 3 bytes, never a
+#: windowed key (those are at least the 8 bytes of the window start)
+STREAM_TIME_KEY = b"\xffst"
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +194,10 @@ class WindowStore(RocksDBStore):
         unpack = INT64.unpack
         n = 0
         for k, v in records:
+            if k == STREAM_TIME_KEY:  # kept in the store's offsets, not as a window
+                if v is not None and (stream_time is None or unpack(v)[0] > stream_time):
+                    stream_time = unpack(v)[0]
+                continue
             ws = unpack(k[-8:])[0]
             if stream_time is None or ws > stream_time:
                 stream_time = ws
@@ -213,6 +225,20 @@ class WindowTransaction(StoreTransaction[WindowStore]):
     @property
     def stream_time(self) -> int | None:
         return self._stream_time
+
+    def observe(self, timestamp: int) -> None:
+        """Raise stream time to `timestamp`, the newest record time the task has seen: it is
+        kept with the windows (store and changelog), so the task resumes with it."""
+        if self._stream_time is None or timestamp > self._stream_time:
+            self._stream_time = timestamp
+
+    def _advanced(self) -> bool:
+        st, base = self._stream_time, self.store.stream_time
+        return st is not None and (base is None or st > base)
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._writes) or self._advanced()
 
     def _expired(self, window_start: int) -> bool:
         st = self._stream_time
@@ -259,6 +285,9 @@ class WindowTransaction(StoreTransaction[WindowStore]):
     def changelog_records(self) -> list[tuple[bytes, bytes | None]]:
         """This batch's writes, without windows that expired while the batch advanced stream time."""
         bound = None if self._stream_time is None else self._stream_time - self.store._retention
-        if bound is None:
-            return list(self._writes.items())
-        return [(k, v) for k, v in self._writes.items() if INT64.unpack(k[-8:])[0] > bound]
+        records = list(self._writes.items()) if bound is None else [
+            (k, v) for k, v in self._writes.items() if INT64.unpack(k[-8:])[0] > bound]
+        if self._advanced():
+            assert self._stream_time is not None
+            records.append((STREAM_TIME_KEY, INT64.pack(self._stream_time)))
+        return records
