@@ -30,6 +30,7 @@ from eddy_runtime.pipeline import (
     Aggregate,
     GroupBy,
     Join,
+    Merge,
     Node,
     PipelineError,
     Record,
@@ -77,17 +78,8 @@ def _with_group_key(expr: Any) -> Callable[[Any], Any]:
     return lambda df: df.withColumn(GROUP_KEY_COLUMN, expr)
 
 
-def _chain(node: Node) -> list[Node]:
-    out: list[Node] = []
-    n: Node | None = node
-    while n is not None:
-        out.append(n)
-        n = n.parent
-    return out[::-1]
-
-
 def _is_repartition(node: Node) -> bool:
-    return isinstance(node, GroupBy) and node.key is not None
+    return (isinstance(node, GroupBy) and node.key is not None) or isinstance(node, Merge)
 
 
 def compile_topology(topology: Topology, app: str, source_partitions: Mapping[str, int]) -> CompiledApp:
@@ -98,16 +90,20 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
     """
     if not topology.sinks:
         raise PipelineError("the pipeline writes nothing: end it with to(topic)")
-    # Every node that leads to a sink, with its children (the user's graph, reversed).
+    # Every node that leads to a sink, with its children (the user's graph, reversed; a merge has
+    # two parents).
     children: dict[int, list[Node]] = {}
     nodes: dict[int, Node] = {}
     for sink in topology.sinks:
-        prev: Node | None = None
-        for n in reversed(_chain(sink)):
+        stack: list[tuple[Node, Node | None]] = [(sink, None)]
+        while stack:
+            n, child = stack.pop()
+            seen = id(n) in nodes
             nodes[id(n)] = n
-            if prev is not None and prev not in children.setdefault(id(n), []):
-                children[id(n)].append(prev)
-            prev = n
+            if child is not None and child not in children.setdefault(id(n), []):
+                children[id(n)].append(child)
+            if not seen:
+                stack += [(p, n) for p in (n.parent, n.other if isinstance(n, Merge) else None) if p is not None]
     # sources, and the left table of a table-table join (a table source read by its sub-topology)
     roots: list[Source | TableSource] = [n for n in nodes.values() if isinstance(n, Source | TableSource)]
     # Sub-topologies in the order Kafka Streams numbers them: sources in the order declared,
@@ -199,6 +195,8 @@ class _Walk:
     repartitions: dict[str, int]
     outputs: list[str]
     pending: list[tuple[Node, SourceSpec, int]]
+    #: merge node -> the sub-topology that reads its topic
+    merges: dict[int, int] = field(default_factory=dict)
 
 
 def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None:
@@ -273,6 +271,9 @@ def _add_sink(walk: _Walk, b: _Sub, end: Node, own: list[RecordStep]) -> None:
                                  windowed=b.windowed_output, steps=tuple(own), before_stateful=before))
         walk.outputs.append(end.topic)
         return
+    if isinstance(end, Merge):
+        _add_merge_sink(walk, b, end, own, before)
+        return
     assert isinstance(end, GroupBy)
     if b.stateful is not None and b.stateful.kind != "join" and not b.streamed:
         raise PipelineError("group_by after an aggregation needs to_stream() first")
@@ -303,6 +304,21 @@ def _add_sink(walk: _Walk, b: _Sub, end: Node, own: list[RecordStep]) -> None:
                                    steps=tuple(own), before_stateful=before))
     walk.pending.append((end, SourceSpec(topic, end.key_serde, "json", repartition=True,
                                          combined=combine, combined_column=combine_column), n_parts))
+
+
+def _add_merge_sink(walk: _Walk, b: _Sub, end: Merge, own: list[RecordStep], before: bool) -> None:
+    """One side of a merge: its records to the merge topic, read by one sub-topology for both."""
+    topic = repartition_topic_name(walk.app, end.name)
+    if id(end) in walk.merges:
+        downstream = walk.merges[id(end)]
+    else:
+        if topic in walk.repartitions:
+            raise PipelineError(f"repartition topic {topic} is used twice")
+        walk.repartitions[topic] = end.partitions or b.partitions
+        downstream = walk.merges[id(end)] = len(walk.subs) + 1 + len(walk.pending)
+        walk.pending.append((end, SourceSpec(topic, end.key_serde, "json", repartition=True),
+                             walk.repartitions[topic]))
+    b.sinks.append(RepartitionSink(topic, "key", end.key_serde, downstream, steps=tuple(own), before_stateful=before))
 
 
 def _branch_tails(node: Node, children: Mapping[int, list[Node]]) -> list[tuple[list[RecordStep], Node]]:

@@ -37,7 +37,7 @@ from eddy_runtime.time_windows import JoinWindows, TimeWindows, duration_ms, hop
 __all__ = [
     "Aggregate", "GroupBy", "GroupedStream", "Join", "PipelineError", "Record", "Source", "Stream", "Table",
     "TableSource", "TimeWindows", "ToStream", "ToTopic", "Topology", "Transform", "WindowedStream",
-    "duration_ms", "hopping", "tumbling", "JoinWindows", "StreamJoin", "TableJoin", "join_windows",
+    "duration_ms", "hopping", "tumbling", "JoinWindows", "Merge", "StreamJoin", "TableJoin", "join_windows",
 ]
 
 KEY_SERDES = ("string", "bytes", "int64", "json")
@@ -129,6 +129,17 @@ class TableJoin(Node):
     other: TableSource
     joiner: Callable[[Any, Any], Any]
     how: Literal["inner", "left", "outer"]
+
+
+@dataclass(frozen=True, eq=False)
+class Merge(Node):
+    """`parent`'s records and `other`'s in one stream, through the internal topic
+    ``<app>-<name>-repartition``, keyed as they are."""
+
+    other: Node
+    name: str
+    key_serde: str
+    partitions: int | None
 
 
 @dataclass(frozen=True, eq=False)
@@ -273,6 +284,19 @@ class Stream(RecordSteps):
         if self._after_stateful():
             raise PipelineError("one stateful step per sub-topology: group_by before joining again")
         return Stream(self.topology, Join(self.node, table.node, how, right_name))
+
+    def merge(self, other: Stream, *, name: str | None = None, key_serde: str = "string",
+              partitions: int | None = None) -> Stream:
+        """This stream's records and `other`'s in one stream (Kafka Streams' ``merge``). Both go
+        through the internal topic ``<app>-<name>-repartition`` keyed by their ``key`` column (in
+        `key_serde`), so the merged stream is a new sub-topology, partitioned by key."""
+        if not isinstance(other, Stream):
+            raise PipelineError(f"merge takes a stream, got {type(other).__name__}")
+        if other.topology is not self.topology:
+            raise PipelineError("merge takes a stream of the same topology")
+        node = Merge(self.node, other.node, self.topology._name(name, "merge"),
+                     _check_serde(key_serde, KEY_SERDES, "key serde"), partitions)
+        return Stream(self.topology, node)
 
     def _join_stream(self, other: Stream, joiner: Callable[[Any, Any], Any] | None, windows: JoinWindows | None,
                      how: str, name: str | None) -> Stream:

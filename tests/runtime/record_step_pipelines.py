@@ -58,3 +58,10 @@ def routed(topology: Topology, input_topic: str, output_topic: str) -> None:
     branches = stream.split()
     branches.branch(lambda key, value: value.startswith("!")).map_values(str.upper).to(f"{output_topic}-alerts")
     branches.branch(lambda key, value: value != "").to(output_topic)
+
+
+def merged_counts(topology: Topology, input_topic: str, output_topic: str) -> None:
+    """Numbers per key from two topics (`input_topic` and `<input_topic>-more`), merged, counted."""
+    first = topology.stream(input_topic).flat_map_values(numbers)
+    second = topology.stream(f"{input_topic}-more").flat_map_values(numbers)
+    first.merge(second, name="all").group_by_key().count(name="counts").to(output_topic)

@@ -142,3 +142,17 @@ def test_a_topic_read_by_two_streams_is_rejected():
     t.stream("in").to("b")
     with pytest.raises(PipelineError, match="topic 'in' is read by two stream"):
         compile_topology(t, "app", {"in": 1})
+
+
+def test_two_streams_merge_through_one_internal_topic_into_one_sub_topology():
+    t = Topology()
+    clicks = t.stream("clicks").map_values(str.lower)
+    views = t.stream("views")
+    clicks.merge(views, name="events").group_by_key().count(name="per-user").to("out")
+    app = compile_topology(t, "app", {"clicks": 2, "views": 2})
+    first, second, merged = app.subtopologies
+    topic = "app-events-repartition"
+    assert [k.topic for k in first.sinks] == [topic] and [k.topic for k in second.sinks] == [topic]
+    assert first.sinks[0].target == second.sinks[0].target == 2
+    assert merged.source.topic == topic and merged.source.repartition and merged.stateful.kind == "count"
+    assert app.repartition_topics == {topic: 2}

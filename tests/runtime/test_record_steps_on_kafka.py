@@ -178,3 +178,16 @@ def test_split_routes_each_record_to_its_first_branch_in_one_sub_topology(kafka,
     assert values(f"{out}-alerts") == ["!FIRE", "!FLOOD"]
     assert values(out) == ["hello", "world"]
     assert values(f"{out}-raw") == sorted(v.decode() for _, v in sent)
+
+
+def test_two_merged_streams_are_counted_together(kafka, spark, tmp_path):
+    app = kafka.unique_name("merge")
+    source = kafka.create_topic(f"{app}-in", partitions=2)
+    more = kafka.create_topic(f"{app}-in-more", partitions=2)
+    out = f"{app}-out"
+    spec = with_function(streamapp(app, kafka.bootstrap, PIPELINES, {"input_topic": source, "output_topic": out},
+                                   state={"standbyReplicas": 0}), "merged_counts")
+    produce(kafka.bootstrap, source, [(b"a", b"1,2"), (b"b", b"3")])
+    produce(kafka.bootstrap, more, [(b"a", b"4"), (b"c", b"5,6,7")])
+    run_until_idle(driver_for(spark, spec, str(tmp_path / "state")))
+    assert _totals(kafka, out) == {"a": 3, "b": 1, "c": 3}
