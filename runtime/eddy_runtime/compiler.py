@@ -222,13 +222,7 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
             raise PipelineError("one stateful step per sub-topology: group_by between them")
         _check_key_kept(b.records, "join()")
         t = node.table
-        if t.topic not in source_partitions:
-            raise PipelineError(f"table topic {t.topic!r} does not exist")
-        if source_partitions[t.topic] != b.partitions:
-            raise PipelineError(
-                f"table topic {t.topic!r} has {source_partitions[t.topic]} partitions but the stream "
-                f"joined with it ({b.source.topic!r}) has {b.partitions}: they must be co-partitioned"
-            )
+        _check_copartitioned(t.topic, "table topic", b, source_partitions)
         b.table = TableSpec(t.topic, t.key_serde, t.value_serde, StoreSpec.key_value(t.store, "bytes", "bytes"))
         b.stateful = StatefulSpec("join", None, t.key_serde, how=node.how, right_name=node.right_name)
     elif isinstance(node, StreamJoin):
@@ -236,11 +230,7 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
             raise PipelineError("one stateful step per sub-topology: group_by between them")
         _check_key_kept(b.records, "join()")
         other, w = node.other, node.windows
-        if other.topic not in source_partitions:
-            raise PipelineError(f"topic {other.topic!r} does not exist")
-        if source_partitions[other.topic] != b.partitions:
-            raise PipelineError(f"topic {other.topic!r} has {source_partitions[other.topic]} partitions but "
-                                f"{b.source.topic!r} joined with it has {b.partitions}: they must be co-partitioned")
+        _check_copartitioned(other.topic, "topic", b, source_partitions)
         b.table = TableSpec(other.topic, other.key_serde, other.value_serde,
                             StoreSpec.window(node.right_store, 1, w.retention_ms))
         b.stateful = StatefulSpec("stream_join", StoreSpec.window(node.left_store, 1, w.retention_ms),
@@ -248,11 +238,7 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
     elif isinstance(node, TableJoin):
         left, right = node.parent, node.other
         assert isinstance(left, TableSource)
-        if right.topic not in source_partitions:
-            raise PipelineError(f"table topic {right.topic!r} does not exist")
-        if source_partitions[right.topic] != b.partitions:
-            raise PipelineError(f"table topic {right.topic!r} has {source_partitions[right.topic]} partitions but "
-                                f"{left.topic!r} joined with it has {b.partitions}: they must be co-partitioned")
+        _check_copartitioned(right.topic, "table topic", b, source_partitions)
         b.table = TableSpec(right.topic, right.key_serde, right.value_serde,
                             StoreSpec.key_value(right.store, "bytes", "bytes"))
         b.stateful = StatefulSpec("table_join", StoreSpec.key_value(left.store, "bytes", "bytes"), left.key_serde,
@@ -261,6 +247,15 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
         b.streamed = True
     else:  # pragma: no cover - every node type is handled above
         raise PipelineError(f"unexpected step {type(node).__name__}")
+
+
+def _check_copartitioned(topic: str, what: str, b: _Sub, source_partitions: Mapping[str, int]) -> None:
+    """A join's other input: it exists and has as many partitions as `b`'s source."""
+    if topic not in source_partitions:
+        raise PipelineError(f"{what} {topic!r} does not exist")
+    if source_partitions[topic] != b.partitions:
+        raise PipelineError(f"{what} {topic!r} has {source_partitions[topic]} partitions but {b.source.topic!r} "
+                            f"joined with it has {b.partitions}: they must be co-partitioned")
 
 
 def _add_sink(walk: _Walk, b: _Sub, end: Node, own: list[RecordStep]) -> None:

@@ -238,9 +238,14 @@ def table_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys:
         out_ts.append(ts_out)
     left.write()
     right.write()
-    decoded_keys, _ = decode_column(out_keys, spec.key_serde)
-    return pa.table({"key": decoded_keys, "value": pa.array(out_values),
-                     "timestamp": pa.array(np.asarray(out_ts, dtype=np.int64) * 1000, pa.int64()).cast(TS_TYPE)})
+    return _results(out_keys, out_values, out_ts, spec.key_serde)
+
+
+def _results(keys: list[bytes], values: list[Any], stamps: list[int], key_serde: str) -> pa.Table:
+    """A two-sided join's results as rows: ``key`` (decoded), ``value``, ``timestamp``."""
+    decoded_keys, _ = decode_column(keys, key_serde)
+    return pa.table({"key": decoded_keys, "value": pa.array(values),
+                     "timestamp": pa.array(np.asarray(stamps, dtype=np.int64) * 1000, pa.int64()).cast(TS_TYPE)})
 
 
 def _emits(how: str, is_left: bool, has_value: bool, had_value: bool, other: bool) -> bool:
@@ -330,6 +335,4 @@ def stream_stream_join(spec: StatefulSpec, other: TableSpec, rows: pa.Table, key
                 out_ts.append(max(ts, other_ts))
         before = own.fetch(key, ts)
         own.put(key, ts, _pack([*(_unpack(before) if before is not None else []), stored]))
-    decoded_keys, _ = decode_column(out_keys, spec.key_serde)
-    return pa.table({"key": decoded_keys, "value": pa.array(out_values),
-                     "timestamp": pa.array(np.asarray(out_ts, dtype=np.int64) * 1000, pa.int64()).cast(TS_TYPE)})
+    return _results(out_keys, out_values, out_ts, spec.key_serde)

@@ -133,13 +133,19 @@ def test_group_by_a_pyspark_column_is_a_dataframe_step_not_a_key_selector(spark)
 
 
 
-@pytest.mark.parametrize("execution", ["continuous", "microBatch"])
-def test_record_steps_after_a_stateful_step_run_on_its_results(kafka, spark, tmp_path, execution):
-    app = kafka.unique_name(f"post-{execution.lower()}")
+def _pipeline_app(kafka, name: str, function: str, **spec):
+    """(app, input topic, output topic, spec) of one of record_step_pipelines' functions."""
+    app = kafka.unique_name(name)
     source = kafka.create_topic(f"{app}-in", partitions=2)
     out = f"{app}-out"
     spec = with_function(streamapp(app, kafka.bootstrap, PIPELINES, {"input_topic": source, "output_topic": out},
-                                   state={"standbyReplicas": 0}, execution=execution), "labelled_totals")
+                                   state={"standbyReplicas": 0}, **spec), function)
+    return app, source, out, spec
+
+
+@pytest.mark.parametrize("execution", ["continuous", "microBatch"])
+def test_record_steps_after_a_stateful_step_run_on_its_results(kafka, spark, tmp_path, execution):
+    app, source, out, spec = _pipeline_app(kafka, f"post-{execution.lower()}", "labelled_totals", execution=execution)
     produce(kafka.bootstrap, source, [(b"a", b"1,2"), (b"hidden", b"7"), (b"b", b"5"), (b"a", b"4")])
     run_until_idle(driver_for(spark, spec, str(tmp_path / "state")))
     last = {m.key().decode(): m.value().decode() for m in read_all(kafka.bootstrap, out)}
@@ -147,11 +153,7 @@ def test_record_steps_after_a_stateful_step_run_on_its_results(kafka, spark, tmp
 
 
 def test_a_count_re_keyed_by_a_function_goes_through_a_repartition_and_is_counted(kafka, spark, tmp_path):
-    app = kafka.unique_name("post-rekey")
-    source = kafka.create_topic(f"{app}-in", partitions=2)
-    out = f"{app}-out"
-    spec = with_function(streamapp(app, kafka.bootstrap, PIPELINES, {"input_topic": source, "output_topic": out},
-                                   state={"standbyReplicas": 0}), "sized_counts")
+    app, source, out, spec = _pipeline_app(kafka, "post-rekey", "sized_counts")
     # one batch: every key's count is final when it is re-keyed (a: 3 numbers, b: 1, c: 1)
     produce(kafka.bootstrap, source, [(b"a", b"1,2,3"), (b"b", b"5"), (b"c", b"6")])
     run_until_idle(driver_for(spark, spec, str(tmp_path / "state")))
@@ -161,11 +163,7 @@ def test_a_count_re_keyed_by_a_function_goes_through_a_repartition_and_is_counte
 
 @pytest.mark.parametrize("execution", ["continuous", "microBatch"])
 def test_split_routes_each_record_to_its_first_branch_in_one_sub_topology(kafka, spark, tmp_path, execution):
-    app = kafka.unique_name(f"split-{execution.lower()}")
-    source = kafka.create_topic(f"{app}-in", partitions=2)
-    out = f"{app}-out"
-    spec = with_function(streamapp(app, kafka.bootstrap, PIPELINES, {"input_topic": source, "output_topic": out},
-                                   state={"standbyReplicas": 0}, execution=execution), "routed")
+    app, source, out, spec = _pipeline_app(kafka, f"split-{execution.lower()}", "routed", execution=execution)
     sent = [(b"a", b"hello"), (b"b", b"!fire"), (b"a", b""), (b"c", b"world"), (b"b", b"!flood")]
     produce(kafka.bootstrap, source, sent)
     driver = driver_for(spark, spec, str(tmp_path / "state"))

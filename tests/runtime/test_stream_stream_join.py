@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 
 from eddy_runtime.joins import TableUpdates
-from eddy_runtime.operators import TaskState, process_batch
 from eddy_runtime.pipeline import PipelineError, Topology, join_windows
 from tests.runtime.test_operators import StoreTransactions, rows, sub_of
 
@@ -29,82 +28,48 @@ def _sub(windows):
     return sub_of(build)
 
 
-class Streams:
-    def __init__(self, sub, path):
-        self.sub = sub
-        self.tx = StoreTransactions(path, sub.stores)
-
-    def left(self, *records):
-        return self._batch(rows([str(k) for k, _, _ in records], [ts for _, _, ts in records],
-                                value=[v for _, v, _ in records]), None)
-
-    def right(self, *records):
-        updates = TableUpdates([str(k).encode() for k, _, _ in records], [v.encode() for _, v, _ in records],
-                               [ts for _, _, ts in records])
-        return self._batch(rows([], [], value=[]), updates)
-
-    def _batch(self, batch, updates):
-        out = process_batch(self.sub, batch, self.tx, TaskState(), updates)
-        self.tx.commit()
-        self.dropped = out.dropped
-        return [(int(r.key.decode()), r.value.decode(), r.timestamp) for r in out.outputs]
-
-
-@pytest.fixture
-def streams(tmp_path):
-    made = []
-
-    def make(windows):
-        made.append(Streams(_sub(windows), tmp_path / f"s{len(made)}"))
-        return made[-1]
-
-    yield make
-    for s in made:
-        s.tx.close()
-
-
 KEYS = range(4)
 
 
-def test_windowing_as_kafka_streams_test_from_b(streams):
-    s = streams(join_windows(100, "24h"))
-    assert s.left(*[(k, f"B{k}", 1000 + k) for k in KEYS]) == []
-    assert s.right(*[(k, f"g{k}", 899) for k in KEYS]) == []
-    assert s.right(*[(k, f"h{k}", 900) for k in KEYS]) == [(0, "B0+h0", 1000)]
-    assert s.right(*[(k, f"i{k}", 901) for k in KEYS]) == [(0, "B0+i0", 1000), (1, "B1+i1", 1001)]
-    assert s.right(*[(k, f"j{k}", 902) for k in KEYS]) == [(0, "B0+j0", 1000), (1, "B1+j1", 1001),
+def test_windowing_as_kafka_streams_test_from_b(joined):
+    s = joined(_sub(join_windows(100, "24h")))
+    assert s.this(*[(k, f"B{k}", 1000 + k) for k in KEYS]) == []
+    assert s.other(*[(k, f"g{k}", 899) for k in KEYS]) == []
+    assert s.other(*[(k, f"h{k}", 900) for k in KEYS]) == [(0, "B0+h0", 1000)]
+    assert s.other(*[(k, f"i{k}", 901) for k in KEYS]) == [(0, "B0+i0", 1000), (1, "B1+i1", 1001)]
+    assert s.other(*[(k, f"j{k}", 902) for k in KEYS]) == [(0, "B0+j0", 1000), (1, "B1+j1", 1001),
                                                           (2, "B2+j2", 1002)]
-    assert s.right(*[(k, f"k{k}", 903) for k in KEYS]) == [(0, "B0+k0", 1000), (1, "B1+k1", 1001),
+    assert s.other(*[(k, f"k{k}", 903) for k in KEYS]) == [(0, "B0+k0", 1000), (1, "B1+k1", 1001),
                                                           (2, "B2+k2", 1002), (3, "B3+k3", 1003)]
 
 
-def test_windowing_as_kafka_streams_test_from_l(streams):
-    s = streams(join_windows(100, "24h"))
-    assert s.right(*[(k, f"l{k}", 2000 + k) for k in KEYS]) == []
-    assert s.left(*[(k, f"C{k}", 2100) for k in KEYS]) == [(k, f"C{k}+l{k}", 2100) for k in KEYS]
-    assert s.left(*[(k, f"D{k}", 2101) for k in KEYS]) == [(k, f"D{k}+l{k}", 2101) for k in (1, 2, 3)]
-    assert s.left(*[(k, f"E{k}", 2102) for k in KEYS]) == [(k, f"E{k}+l{k}", 2102) for k in (2, 3)]
-    assert s.left(*[(k, f"F{k}", 2103) for k in KEYS]) == [(3, "F3+l3", 2103)]
-    assert s.left(*[(k, f"G{k}", 2104) for k in KEYS]) == []
+def test_windowing_as_kafka_streams_test_from_l(joined):
+    s = joined(_sub(join_windows(100, "24h")))
+    assert s.other(*[(k, f"l{k}", 2000 + k) for k in KEYS]) == []
+    assert s.this(*[(k, f"C{k}", 2100) for k in KEYS]) == [(k, f"C{k}+l{k}", 2100) for k in KEYS]
+    assert s.this(*[(k, f"D{k}", 2101) for k in KEYS]) == [(k, f"D{k}+l{k}", 2101) for k in (1, 2, 3)]
+    assert s.this(*[(k, f"E{k}", 2102) for k in KEYS]) == [(k, f"E{k}+l{k}", 2102) for k in (2, 3)]
+    assert s.this(*[(k, f"F{k}", 2103) for k in KEYS]) == [(3, "F3+l3", 2103)]
+    assert s.this(*[(k, f"G{k}", 2104) for k in KEYS]) == []
 
 
-def test_a_record_later_than_its_window_and_grace_is_dropped(streams):
-    s = streams(join_windows(100, 50))
-    assert s.left((0, "A", 1000)) == []
-    assert s.right((0, "x", 1200)) == []  # stream time 1200
+def test_a_record_later_than_its_window_and_grace_is_dropped(joined):
+    s = joined(_sub(join_windows(100, 50)))
+    assert s.this((0, "A", 1000)) == []
+    assert s.other((0, "x", 1200)) == []  # stream time 1200
     # "a" at 1040: its window ends at 1140, + grace 50 = 1190 < 1200: too late, even though A fits
-    assert s.right((0, "a", 1040)) == [] and s.dropped == 1
-    assert s.right((0, "b", 1060)) == [(0, "A+b", 1060)]  # closes at 1210: in time
+    assert s.other((0, "a", 1040)) == [] and s.dropped == 1
+    assert s.other((0, "b", 1060)) == [(0, "A+b", 1060)]  # closes at 1210: in time
 
 
-def test_both_sides_in_one_batch_join_in_timestamp_order_and_survive_a_restart_of_the_stores(streams, tmp_path):
-    s = streams(join_windows(100, "1h"))
-    out = s._batch(rows(["0", "0"], [1000, 1300], value=["A", "B"]),
+def test_both_sides_in_one_batch_join_in_timestamp_order_and_survive_a_restart_of_the_stores(joined, tmp_path):
+    s = joined(_sub(join_windows(100, "1h")))
+    out = s.batch(rows(["0", "0"], [1000, 1300], value=["A", "B"]),
                    TableUpdates([b"0", b"0"], [b"a", b"b"], [1050, 1250]))
     assert out == [(0, "A+a", 1050), (0, "B+b", 1300)]
     s.tx.close()
-    s.tx = StoreTransactions(tmp_path / "s0", s.sub.stores)  # the same stores, opened again
-    assert s.right((0, "c", 1280)) == [(0, "B+c", 1300)]
+    s.tx = StoreTransactions(tmp_path / "stores-0", s.sub.stores)  # the same stores, opened again
+    assert s.other((0, "c", 1280)) == [(0, "B+c", 1300)]
 
 
 def test_a_windowed_join_is_checked_when_it_is_written():

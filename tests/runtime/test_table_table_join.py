@@ -13,9 +13,8 @@ from __future__ import annotations
 import pytest
 
 from eddy_runtime.joins import TableUpdates
-from eddy_runtime.operators import TaskState, process_batch
 from eddy_runtime.pipeline import PipelineError, Topology
-from tests.runtime.test_operators import StoreTransactions, rows, sub_of
+from tests.runtime.test_operators import rows, sub_of
 
 pytestmark = pytest.mark.unit
 
@@ -30,75 +29,41 @@ def _sub(how):
     return sub_of(build)
 
 
-class Tables:
-    def __init__(self, sub, path):
-        self.sub = sub
-        self.tx = StoreTransactions(path, sub.stores)
-
-    def left(self, *records):
-        """(key, value, ts) records of the left table, one batch."""
-        return self._batch(rows([str(k) for k, _, _ in records], [ts for _, _, ts in records],
-                                value=[v for _, v, _ in records]), None)
-
-    def right(self, *records):
-        updates = TableUpdates([str(k).encode() for k, _, _ in records],
-                               [None if v is None else v.encode() for _, v, _ in records], [ts for _, _, ts in records])
-        return self._batch(rows([], [], value=[]), updates)
-
-    def _batch(self, batch, updates):
-        out = process_batch(self.sub, batch, self.tx, TaskState(), updates)
-        self.tx.commit()
-        return [(int(r.key.decode()), None if r.value is None else r.value.decode(), r.timestamp) for r in out.outputs]
-
-
-@pytest.fixture
-def tables(tmp_path):
-    made = []
-
-    def make(how):
-        made.append(Tables(_sub(how), tmp_path / f"t{len(made)}"))
-        return made[-1]
-
-    yield make
-    for t in made:
-        t.tx.close()
-
-
-def test_inner_join_as_kafka_streams_test(tables):
+def test_inner_join_as_kafka_streams_test(joined):
     """KTableKTableInnerJoinTest.doTestJoin, step by step."""
-    t = tables("inner")
-    assert t.left((0, "X0", 5), (1, "X1", 6)) == []
-    assert t.right((0, "Y0", 0), (1, "Y1", 10)) == [(0, "X0+Y0", 5), (1, "X1+Y1", 10)]
-    assert t.left(*[(k, f"XX{k}", 7) for k in range(4)]) == [(0, "XX0+Y0", 7), (1, "XX1+Y1", 10)]
-    assert t.right(*[(k, f"YY{k}", k * 5) for k in range(4)]) == [
+    t = joined(_sub("inner"))
+    assert t.this((0, "X0", 5), (1, "X1", 6)) == []
+    assert t.other((0, "Y0", 0), (1, "Y1", 10)) == [(0, "X0+Y0", 5), (1, "X1+Y1", 10)]
+    assert t.this(*[(k, f"XX{k}", 7) for k in range(4)]) == [(0, "XX0+Y0", 7), (1, "XX1+Y1", 10)]
+    assert t.other(*[(k, f"YY{k}", k * 5) for k in range(4)]) == [
         (0, "XX0+YY0", 7), (1, "XX1+YY1", 7), (2, "XX2+YY2", 10), (3, "XX3+YY3", 15)]
-    assert t.left(*[(k, f"XXX{k}", 6) for k in range(4)]) == [
+    assert t.this(*[(k, f"XXX{k}", 6) for k in range(4)]) == [
         (0, "XXX0+YY0", 6), (1, "XXX1+YY1", 6), (2, "XXX2+YY2", 10), (3, "XXX3+YY3", 15)]
-    assert t.right((0, None, 5), (1, None, 7)) == [(0, None, 6), (1, None, 7)]
-    assert t.left(*[(k, f"XXXX{k}", 13) for k in range(4)]) == [(2, "XXXX2+YY2", 13), (3, "XXXX3+YY3", 15)]
-    assert t.left((0, None, 0), (1, None, 42), (2, None, 5), (3, None, 20)) == [(2, None, 10), (3, None, 20)]
+    assert t.other((0, None, 5), (1, None, 7)) == [(0, None, 6), (1, None, 7)]
+    assert t.this(*[(k, f"XXXX{k}", 13) for k in range(4)]) == [(2, "XXXX2+YY2", 13), (3, "XXXX3+YY3", 15)]
+    assert t.this((0, None, 0), (1, None, 42), (2, None, 5), (3, None, 20)) == [(2, None, 10), (3, None, 20)]
 
 
-def test_left_join_emits_every_left_update_and_right_updates_of_keys_with_a_left_value(tables):
-    t = tables("left")
-    assert t.left((0, "X0", 5), (1, "X1", 6)) == [(0, "X0+None", 5), (1, "X1+None", 6)]
-    assert t.right((0, "Y0", 0), (2, "Y2", 10)) == [(0, "X0+Y0", 5)]  # key 2 has no left value
-    assert t.right((0, None, 8)) == [(0, "X0+None", 8)]
-    assert t.left((1, None, 9), (3, None, 9)) == [(1, None, 9)]  # key 3 had no left value: nothing
+def test_left_join_emits_every_left_update_and_right_updates_of_keys_with_a_left_value(joined):
+    t = joined(_sub("left"))
+    assert t.this((0, "X0", 5), (1, "X1", 6)) == [(0, "X0+None", 5), (1, "X1+None", 6)]
+    assert t.other((0, "Y0", 0), (2, "Y2", 10)) == [(0, "X0+Y0", 5)]  # key 2 has no left value
+    assert t.other((0, None, 8)) == [(0, "X0+None", 8)]
+    assert t.this((1, None, 9), (3, None, 9)) == [(1, None, 9)]  # key 3 had no left value: nothing
 
 
-def test_outer_join_emits_while_either_side_has_a_value(tables):
-    t = tables("outer")
-    assert t.left((0, "X0", 5)) == [(0, "X0+None", 5)]
-    assert t.right((0, "Y0", 7), (1, "Y1", 3)) == [(0, "X0+Y0", 7), (1, "None+Y1", 3)]
-    assert t.left((0, None, 8)) == [(0, "None+Y0", 8)]
-    assert t.right((0, None, 9)) == [(0, None, 9)]
-    assert t.right((0, None, 10)) == []  # both were empty already
+def test_outer_join_emits_while_either_side_has_a_value(joined):
+    t = joined(_sub("outer"))
+    assert t.this((0, "X0", 5)) == [(0, "X0+None", 5)]
+    assert t.other((0, "Y0", 7), (1, "Y1", 3)) == [(0, "X0+Y0", 7), (1, "None+Y1", 3)]
+    assert t.this((0, None, 8)) == [(0, "None+Y0", 8)]
+    assert t.other((0, None, 9)) == [(0, None, 9)]
+    assert t.other((0, None, 10)) == []  # both were empty already
 
 
-def test_one_batch_takes_both_tables_records_in_timestamp_order(tables):
-    t = tables("inner")
-    out = t._batch(rows(["0", "0"], [5, 20], value=["X0", "X0b"]),
+def test_one_batch_takes_both_tables_records_in_timestamp_order(joined):
+    t = joined(_sub("inner"))
+    out = t.batch(rows(["0", "0"], [5, 20], value=["X0", "X0b"]),
                    TableUpdates([b"0", b"0"], [b"Y0", b"Y0b"], [10, 30]))
     # X0@5 (no right yet), Y0@10 -> X0+Y0, X0b@20 -> X0b+Y0, Y0b@30 -> X0b+Y0b
     assert out == [(0, "X0+Y0", 10), (0, "X0b+Y0", 20), (0, "X0b+Y0b", 30)]
