@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import throughput as tp
+from sss import peer as sss
 
 REPO = tp.REPO
 PROBE = tp.WARMUP_WORD
@@ -82,8 +83,8 @@ class Scenario:
     standbys: int
 
 
-#: Spark Structured Streaming (bench/sss/wordcount.py) goes here once it runs as two instances.
-SCENARIOS = (Scenario("kstreams", "kstreams", 1), Scenario("eddy-sb1", "eddy", 1), Scenario("eddy-sb0", "eddy", 0))
+SCENARIOS = (Scenario("kstreams", "kstreams", 1), Scenario("sss", "sss", 0), Scenario("eddy-sb1", "eddy", 1),
+             Scenario("eddy-sb0", "eddy", 0))
 
 
 # -- processes ------------------------------------------------------------------------------------------
@@ -337,12 +338,78 @@ class EddyOnTwoExecutors:
             self.proc.wait(30)
 
 
+class SssOnTwoExecutors:
+    """Spark Structured Streaming's word count (bench/sss/wordcount.py, micro-batch) on
+    local-cluster[2,1,1024]: its state (RocksDB state store provider) lives in the checkpoint, so
+    either executor can run any state partition; the killed one is executor "0" (Spark spreads
+    each batch's tasks over both, no executor owns a partition)."""
+
+    def __init__(self, s: Settings, sc: Scenario, input_topic: str, output: str, app_id: str) -> None:
+        self.app_id = app_id
+        self.log = s.work_dir / f"{app_id}.log"
+        argv = [*sss.command("sss", bootstrap=s.bootstrap, input_topic=input_topic, output=output,
+                             state_dir=s.work_dir / "state" / app_id, expected=0, timeout_s=3600,
+                             partitions=s.partitions, commit_interval_ms=s.commit_interval_ms, realtime_batch_ms=0),
+                "--master", "local-cluster[2,1,1024]"]
+        with self.log.open("w") as err:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                                         cwd=REPO, start_new_session=True)
+        self.before: set[str] = set()
+        self.events: dict[str, float] = {}
+        self.killed_at = math.nan
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def executor_pids(self) -> dict[str, int]:
+        table = process_table()
+        return {ex: pid for pid in descendants(self.proc.pid, table)
+                if any("CoarseGrainedExecutorBackend" in c for c in table[pid][1])
+                and (ex := option(table[pid][1], "--executor-id"))}
+
+    def ready(self) -> bool:
+        return len(self.executor_pids()) == 2 and "query started" in self.log.read_text(errors="replace")
+
+    def kill_busiest(self) -> Victim:
+        pids = self.executor_pids()
+        name = min(pids)
+        self.before, self.killed_at = set(pids), time.time()
+        os.kill(pids[name], signal.SIGKILL)
+        return Victim(name, pids[name], [])
+
+    def reassigned(self, victim: Victim) -> bool:
+        """Not observable from outside (Spark reschedules the failed batch's tasks by itself);
+        notes when the replacement executor JVM started."""
+        if "replacement executor JVM started" not in self.events and set(self.executor_pids()) - self.before:
+            self.events["replacement executor JVM started"] = time.time() - self.killed_at
+        return False
+
+    def notes(self) -> list[str]:
+        return [f"{what} after {at:.1f} s" for what, at in self.events.items()]
+
+    def stop(self) -> dict[str, Any]:
+        try:
+            out, _ = self.proc.communicate(input="", timeout=240)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            out = ""
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        return {"spark": json.loads(lines[-1]) if lines else {"error": f"exit code {self.proc.returncode}"}}
+
+    def kill_all(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(30)
+
+
 def start_system(s: Settings, sc: Scenario, input_topic: str, output: str, app_id: str) -> System:
     if sc.system == "kstreams":
         return KafkaStreamsPair(s, sc, input_topic, output, app_id)
     if sc.system == "eddy":
         return EddyOnTwoExecutors(s, sc, input_topic, output, app_id)
-    # "sss": Spark Structured Streaming (bench/sss/wordcount.py), to come.
+    if sc.system == "sss":
+        return SssOnTwoExecutors(s, sc, input_topic, output, app_id)
     raise ValueError(sc.system)
 
 
@@ -476,6 +543,28 @@ def drained(bootstrap: str, group: str, topics: Sequence[str]) -> bool:
         c.close()
 
 
+def output_settled(bootstrap: str, topic: str, probes_counted: int, probes_sent: int, quiet_s: float = 3.0) -> bool:
+    """A system that commits no consumer-group offsets (Spark Structured Streaming keeps them in
+    its checkpoint) is drained once every probe was counted and its output topic stopped growing
+    for `quiet_s`."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    if probes_counted < probes_sent:
+        return False
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-settled-{uuid.uuid4().hex[:6]}"})
+    try:
+        parts = [TopicPartition(topic, p) for p in c.list_topics(topic, timeout=30).topics[topic].partitions]
+
+        def ends() -> list[int]:
+            return [c.get_watermark_offsets(tp_, timeout=10)[1] for tp_ in parts]
+
+        before = ends()
+        time.sleep(quiet_s)
+        return ends() == before
+    finally:
+        c.close()
+
+
 def repartition_topic(bootstrap: str, app_id: str) -> str | None:
     names = tp.admin_client(bootstrap).list_topics(timeout=30).topics
     found = sorted(t for t in names if t.startswith(app_id) and t.endswith("-repartition"))
@@ -570,7 +659,8 @@ def run_scenario(s: Settings, sc: Scenario, words: Sequence[bytes]) -> Failover:
         tp.say(f"{sc.name}: sent {len(sent)} records; waiting for the input to be drained")
         rep = repartition_topic(s.bootstrap, app_id)
         deadline = time.monotonic() + 180
-        while not drained(s.bootstrap, app_id, [input_topic, *([rep] if rep else [])]):
+        while not (output_settled(s.bootstrap, out, warm.value, len(probes)) if sc.system == "sss"
+                   else drained(s.bootstrap, app_id, [input_topic, *([rep] if rep else [])])):
             if time.monotonic() > deadline or not system.alive():
                 raise RuntimeError("the input was not drained within 180 s")
             time.sleep(1)
@@ -615,9 +705,12 @@ def run_scenario(s: Settings, sc: Scenario, words: Sequence[bytes]) -> Failover:
     for w, _ in sent:
         expected[w] = expected.get(w, 0) + 1
     latest: dict[bytes, int] = {}
+    repeats_allowed, _ = sss.allowed_reemissions(sc.system)
     for word, count, _ in seen:
-        if count <= latest.get(word, 0):
+        if count < latest.get(word, 0) or (count == latest.get(word, 0) and not repeats_allowed):
             result.visible_duplicates += 1
+        elif count == latest.get(word, 0):
+            result.reprocessed += 1  # at-least-once: a re-run batch wrote this count again
         latest[word] = count
     result.wrong = tp.count_errors(expected, latest)
     missing = sum(1 for x in lat if math.isnan(x))
@@ -626,7 +719,9 @@ def run_scenario(s: Settings, sc: Scenario, words: Sequence[bytes]) -> Failover:
     if result.visible_duplicates:
         result.wrong.append(f"{result.visible_duplicates} updates repeated or lowered a count")
     rep = repartition_topic(s.bootstrap, app_id)
-    if rep is None:
+    if sc.system == "sss":
+        result.notes.append("re-processed: count updates written again by a re-run batch (at-least-once sink)")
+    elif rep is None:
         result.notes.append("no repartition topic found: re-processing not measured")
     else:
         partial = sc.system == "eddy"
@@ -762,13 +857,14 @@ def report(results: Sequence[Failover], args: argparse.Namespace) -> str:
     lines = ["  ".join(c.rjust(n) if i else c.ljust(n) for i, (c, n) in enumerate(zip(row, widths, strict=True)))
              for row in rows]
     by = {r.scenario: r for r in results if r.error is None}
-    peer = by.get("kstreams")
-    for r in results:
-        if r.scenario != "kstreams" and peer and r.scenario in by and peer.recovered and r.recovered:
-            ratio = (f"{r.recovery_s / peer.recovery_s:.2f}x" if peer.recovery_s > 0 else "-")
-            lines.append(f"{r.scenario} / kstreams: recovery {ratio}, outage max "
-                         f"{r.outage_max_ms / peer.outage_max_ms:.2f}x, steady p99 "
-                         f"{r.steady_p99_ms / peer.steady_p99_ms:.2f}x")
+    for name in ("kstreams", "sss"):
+        peer = by.get(name)
+        for r in results:
+            if r.scenario.startswith("eddy") and peer and r.scenario in by and peer.recovered and r.recovered:
+                ratio = (f"{r.recovery_s / peer.recovery_s:.2f}x" if peer.recovery_s > 0 else "-")
+                lines.append(f"{r.scenario} / {name}: recovery {ratio}, outage max "
+                             f"{r.outage_max_ms / peer.outage_max_ms:.2f}x, steady p99 "
+                             f"{r.steady_p99_ms / peer.steady_p99_ms:.2f}x")
     for r in results:
         if not r.warmup_met and r.killed:
             lines.append(f"{r.scenario}: the warm-up never had every probe within {w:g} s for {args.steady_s:g} s; "
@@ -782,7 +878,8 @@ def report(results: Sequence[Failover], args: argparse.Namespace) -> str:
     lines.append("load average (1 min) at start -> kill -> end: "
                  + ", ".join(f"{r.scenario} {r.load[0]:.1f}->{r.load[1]:.1f}->{r.load[2]:.1f}" for r in results))
     lines.append(f"{args.rate:g} records/s over {args.distinct} distinct words (Zipf {args.zipf}), {args.partitions} "
-                 f"partitions, exactly-once, commit interval / trigger {args.commit_interval_ms} ms, "
+                 f"partitions, exactly-once (sss: at-least-once sink), commit interval / trigger "
+                 f"{args.commit_interval_ms} ms, "
                  f"{args.duration:g} s after the kill; Kafka Streams session.timeout.ms "
                  f"{args.kstreams_session_timeout_ms}; "
                  f"{os.cpu_count()} CPUs on this machine")
@@ -821,6 +918,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     tp.say(f"machine: {os.cpu_count()} CPUs, load average {tp.loadavg():.2f}")
     if any(known[n].system == "kstreams" for n in names):
         subprocess.run([str(tp.KSTREAMS_SH), "build"], check=True, stdout=subprocess.DEVNULL)
+    if any(known[n].system == "sss" for n in names):
+        subprocess.run([str(sss.CONNECTOR_SH), "fetch"], check=True, stdout=subprocess.DEVNULL)
     total = int(args.rate * (args.warmup_max_s + args.duration + 10))
     words = tp.zipf_words(total, args.distinct, args.zipf, args.seed).words
     tp.CACHE.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@
     python bench/sss/wordcount.py --bootstrap H:P --input T --output T --checkpoint DIR
                                   --expected-records N [--mode microbatch|realtime]
                                   [--trigger-ms 100] [--cores N] [--shuffle-partitions P]
-                                  [--timeout-s 1800]
+                                  [--master local-cluster[2,1,1024]] [--timeout-s 1800]
 
 Runs with the project's pyspark (4.3) in a local Spark (``local[N]``, N = ``--cores``) and Spark's
 Kafka connector 4.2.0 (``infra/spark/connector.sh jars``, handed to Spark through spark.jars).
@@ -34,6 +34,11 @@ record that completed the N (output topics created by the bench stamp LogAppendT
 are NaN: the program has no own latency figure (the bench measures latency at its consumer).
 Progress on stderr. Exit codes: 0 done, 1 failure, 2 timeout. Stopping it with SIGTERM stops
 Spark (its executor threads live in the program's JVM child).
+
+``--expected-records 0`` (bench/failover.py): run until stdin closes, then print one JSON line
+``{"batches", "max_batch_ms"}`` (from Spark's progress reports: batches run, the longest).
+``--master local-cluster[2,1,1024]`` runs the query on two executor JVMs (Spark's standalone
+worker processes; pip's pyspark is enough), which bench/failover.py kills one of.
 """
 
 from __future__ import annotations
@@ -148,7 +153,10 @@ def spark_session(args: argparse.Namespace, shuffle_partitions: int) -> Any:
     if args.mode == "realtime":
         # Real-time mode refuses state store checkpoint format v1 (the default for a new query).
         conf["spark.sql.streaming.stateStore.checkpointFormatVersion"] = "2"
-    builder = SparkSession.builder.master(f"local[{args.cores}]").appName(f"{PROGRAM}-{args.mode}")
+    if args.master.startswith("local-cluster"):
+        conf["spark.executor.memory"] = "1g"
+        conf["spark.executor.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+    builder = SparkSession.builder.master(args.master or f"local[{args.cores}]").appName(f"{PROGRAM}-{args.mode}")
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
@@ -196,6 +204,27 @@ def first_input_ms(query: Any) -> float:
     return t.timestamp() * 1000
 
 
+def until_stdin_closes(spark: Any, args: argparse.Namespace) -> int:
+    """bench/failover.py's mode: run the query until stdin closes; one JSON line at the end."""
+    query = start_query(spark, args)
+    log(f"query started ({args.mode}, trigger {args.trigger_ms} ms, {args.master}, {args.shuffle_partitions} state "
+        "partitions)")
+    closed = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), closed.set()), daemon=True).start()
+    try:
+        while not closed.wait(0.5):
+            if query.exception() is not None:
+                print(json.dumps({"error": f"query failed: {query.exception()}"}), flush=True)
+                return 1
+        progress = list(query.recentProgress)
+    finally:
+        query.stop()
+        spark.stop()
+    durations = [p.get("durationMs", {}).get("triggerExecution", 0) for p in progress]
+    print(json.dumps({"batches": len(progress), "max_batch_ms": max(durations, default=0)}), flush=True)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", required=True)
@@ -207,6 +236,7 @@ def main() -> int:
     ap.add_argument("--trigger-ms", type=int, default=100,
                     help="processingTime interval (microbatch) or real-time batch duration (realtime)")
     ap.add_argument("--cores", type=int, default=1, help="local[N]")
+    ap.add_argument("--master", default="", help="default local[--cores]; e.g. local-cluster[2,1,1024]")
     ap.add_argument("--shuffle-partitions", type=int, default=0, help="default: the input's partition count")
     ap.add_argument("--timeout-s", type=float, default=1800)
     args = ap.parse_args()
@@ -215,6 +245,8 @@ def main() -> int:
     shuffle = args.shuffle_partitions or input_partitions(args.bootstrap, args.input)
     watch = OutputWatch(args.bootstrap, args.output, args.expected_records)
     spark = spark_session(args, shuffle)
+    if args.expected_records == 0:
+        return until_stdin_closes(spark, args)
     query = None
     try:
         query = start_query(spark, args)
