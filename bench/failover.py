@@ -12,6 +12,9 @@ broker, run by each system with two instances:
   and 0, its driver on Spark ``local-cluster[2,1,1024]`` (two executor JVMs) in a child process
   (``failover.py _eddy ...``); the executor JVM holding the most active tasks (from the driver's
   assignment) is killed; its task runner (``python -m eddy_runtime.runner``) notices and exits.
+- ``sss``: Spark Structured Streaming's word count (bench/sss/wordcount.py, micro-batch) on
+  ``local-cluster[2,1,1024]``; executor ``0`` is killed (no executor owns a state partition); its
+  sink is at-least-once, so re-processing is counted as count updates written again.
 
 Once both instances hold active tasks (and standbys, if any, are placed), a producer sends
 ``--rate`` records/s (Zipf words), each stamped with its send time, and every 0.2 s a probe word
