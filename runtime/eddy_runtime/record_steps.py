@@ -29,7 +29,7 @@ __all__ = ["GROUP_KEY_COLUMN", "RecordStep", "RecordSteps", "StepsResult", "appl
 #: the column a group_by key (an expression or a key selector) is computed into before the repartition
 GROUP_KEY_COLUMN = "__eddy_group_key"
 
-StepKind = Literal["flat_map_values", "map_values", "filter", "filter_not", "flat_map", "map", "select_key"]
+StepKind = Literal["flat_map_values", "map_values", "filter", "filter_not", "flat_map", "map", "select_key", "peek"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,29 @@ class RecordSteps:
     def map(self, fn: Callable[[Any, Any], tuple[Any, Any]]) -> Self:
         """Each record becomes the ``(key, value)`` pair ``fn(key, value)``, with its timestamp."""
         return self._step("map", fn)
+
+    def select_key(self, fn: Callable[[Any, Any], Any]) -> Self:
+        """Each record's key becomes ``fn(key, value)`` (Kafka Streams' ``selectKey``): a key change,
+        so ``group_by_key`` or a join after it needs ``group_by(...)`` to repartition first."""
+        if not callable(fn):
+            raise PipelineError(f"select_key needs a function, got {fn!r}")
+        return self._record(RecordStep("map", _KeySelector(fn)))
+
+    def peek(self, fn: Callable[[Any, Any], Any]) -> Self:
+        """Call ``fn(key, value)`` on each record for its side effects (logging, metrics); the
+        record goes on unchanged. It runs again if the batch or step is retried, as in Kafka Streams."""
+        return self._step("peek", fn)
+
+
+class _KeySelector:
+    """``select_key``'s function as a ``map``: (key, value) -> (fn(key, value), value)."""
+
+    def __init__(self, fn: Callable[[Any, Any], Any]) -> None:
+        self.fn = fn
+        self.__name__ = f"select_key {getattr(fn, '__name__', type(fn).__name__)}"
+
+    def __call__(self, key: Any, value: Any) -> tuple[Any, Any]:
+        return self.fn(key, value), value
 
 
 # -- running them ---------------------------------------------------------------------------------
@@ -228,6 +251,9 @@ def _run(step: RecordStep, b: _Batch) -> None:
     elif kind == "select_key":
         group_keys, idx = _call_all(step, b, b.keys(step), b.values(step))
         b.replace(idx, group_keys=group_keys)
+    elif kind == "peek":
+        _, idx = _call_all(step, b, b.keys(step), b.values(step))
+        b.keep(idx)  # None (every record) unless the function raised on some
     elif kind in ("filter", "filter_not"):
         flags, idx = _call_all(step, b, b.keys(step), b.values(step))
         rows = range(len(flags)) if idx is None else idx

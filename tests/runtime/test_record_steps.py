@@ -319,3 +319,27 @@ def test_every_record_filtered_out_leaves_an_empty_batch(stores):
                       .to("out")).subtopologies
     out = process_batch(sub, source_rows(("a", "1")), stores(sub), TaskState())
     assert out.outputs == [] and out.failed_rows == {}
+
+
+def test_peek_sees_every_record_and_passes_it_on_and_a_raising_peek_is_a_bad_record():
+    seen = []
+
+    def look(k, v):
+        if v == "boom":
+            raise ValueError("cannot look at boom")
+        seen.append((k, v))
+
+    result = run(source_rows(("a", "1"), ("b", "boom"), ("c", "3")), ("peek", look))
+    assert seen == [("a", "1"), ("c", "3")]
+    assert records(result) == [("a", "1", 100, 1000), ("c", "3", 102, 3000)]
+    assert list(result.failed) == [1] and "peek(look) failed: ValueError" in result.failed[1]
+
+
+def test_select_key_changes_the_key_and_counts_as_a_key_change():
+    t = Topology()
+    s = t.stream("in").select_key(lambda k, v: v.upper())
+    (step,) = [s.node.step]
+    assert step.changes_key and step.label == "map(select_key <lambda>)"
+    assert records(run(source_rows(("k", "a")), (step.kind, step.fn))) == [("A", "a", 100, 1000)]
+    with pytest.raises(PipelineError, match=r"group_by_key\(\) after map\(select_key <lambda>\): the key changed"):
+        compiled(lambda t: t.stream("in").select_key(lambda k, v: v).group_by_key().count().to("out"))
