@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from eddy_runtime.branches import BranchedStream
 from eddy_runtime.pipeline_errors import PipelineError
-from eddy_runtime.record_steps import RecordStep, RecordSteps, is_key_selector
+from eddy_runtime.record_steps import RecordStep, RecordSteps, TableValues, is_key_selector
 from eddy_runtime.time_windows import JoinWindows, TimeWindows, duration_ms, hopping, join_windows, tumbling
 
 __all__ = [
@@ -419,6 +419,26 @@ class Table:
             raise PipelineError(f"a table joined with itself ({self.node.topic!r})")
         node = TableJoin(self.node, other.node, joiner, how)
         return Table(self.topology, node, self.key_serde, _check_serde(value_serde, VALUE_SERDES, "value serde"))
+
+    def filter(self, fn: Callable[[Any, Any], Any]) -> Table:
+        """The table of the keys for which ``fn(key, value)`` holds; a key that stops holding is
+        deleted (a tombstone), as Kafka Streams' ``KTable.filter``."""
+        return self._values(TableValues(fn, "filter"), self.value_serde)
+
+    def filter_not(self, fn: Callable[[Any, Any], Any]) -> Table:
+        """The table without the keys for which ``fn(key, value)`` holds (deleted when they start to)."""
+        return self._values(TableValues(fn, "filter_not"), self.value_serde)
+
+    def map_values(self, fn: Callable[[Any], Any], *, value_serde: str | None = None) -> Table:
+        """The table of ``fn(value)`` per key; deletes stay deletes (Kafka Streams' ``KTable.mapValues``)."""
+        return self._values(TableValues(fn, "map_values"), value_serde or self.value_serde)
+
+    def _values(self, step: TableValues, value_serde: str) -> Table:
+        if not callable(step.fn):
+            raise PipelineError(f"{step.what} needs a function, got {step.fn!r}")
+        node = Record(self.to_stream().node, RecordStep("table_values", step))
+        return Table(self.topology, node, self.key_serde, _check_serde(value_serde, VALUE_SERDES, "value serde"),
+                     self.windowed)
 
     def to_stream(self) -> Stream:
         """The table's updates as a stream of (key, value) records (then `to` or `group_by`)."""

@@ -24,12 +24,14 @@ import pyarrow as pa
 
 from eddy_runtime.pipeline_errors import PipelineError, PipelineRuntimeError
 
-__all__ = ["GROUP_KEY_COLUMN", "RecordStep", "RecordSteps", "StepsResult", "apply_record_steps", "is_key_selector"]
+__all__ = ["GROUP_KEY_COLUMN", "RecordStep", "RecordSteps", "StepsResult", "TableValues", "apply_record_steps",
+           "is_key_selector"]
 
 #: the column a group_by key (an expression or a key selector) is computed into before the repartition
 GROUP_KEY_COLUMN = "__eddy_group_key"
 
-StepKind = Literal["flat_map_values", "map_values", "filter", "filter_not", "flat_map", "map", "select_key", "peek"]
+StepKind = Literal["flat_map_values", "map_values", "filter", "filter_not", "flat_map", "map", "select_key", "peek",
+                   "table_values"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,24 @@ class RecordSteps:
         """Call ``fn(key, value)`` on each record for its side effects (logging, metrics); the
         record goes on unchanged. It runs again if the batch or step is retried, as in Kafka Streams."""
         return self._step("peek", fn)
+
+
+class TableValues:
+    """A table's `filter` / `filter_not` / `map_values` as a ``table_values`` step: fn(key, value)
+    -> the new value, a None value (a tombstone) staying None, as Kafka Streams' KTable
+    operations keep deletes and turn filtered-out keys into deletes."""
+
+    def __init__(self, fn: Callable[..., Any], what: Literal["filter", "filter_not", "map_values"]) -> None:
+        self.fn = fn
+        self.what = what
+        self.__name__ = f"table {what} {getattr(fn, '__name__', type(fn).__name__)}"
+
+    def __call__(self, key: Any, value: Any) -> Any:
+        if value is None:
+            return None
+        if self.what == "map_values":
+            return self.fn(value)
+        return value if bool(self.fn(key, value)) is (self.what == "filter") else None
 
 
 class _KeySelector:
@@ -251,6 +271,9 @@ def _run(step: RecordStep, b: _Batch) -> None:
     elif kind == "select_key":
         group_keys, idx = _call_all(step, b, b.keys(step), b.values(step))
         b.replace(idx, group_keys=group_keys)
+    elif kind == "table_values":
+        values, idx = _call_all(step, b, b.keys(step), b.values(step))
+        b.replace(idx, values=values)
     elif kind == "peek":
         _, idx = _call_all(step, b, b.keys(step), b.values(step))
         b.keep(idx)  # None (every record) unless the function raised on some
@@ -335,5 +358,6 @@ def apply_record_steps(steps: tuple[RecordStep, ...], rows: pa.Table) -> StepsRe
 
 
 def _writes(step: RecordStep) -> tuple[str, ...]:
-    return {"select_key": (GROUP_KEY_COLUMN,), "map": ("key", "value"), "flat_map": ("key", "value")}.get(
+    return {"select_key": (GROUP_KEY_COLUMN,), "map": ("key", "value"), "flat_map": ("key", "value"),
+            "table_values": ("value",)}.get(
         step.kind, ("value",) if step.kind.endswith("_values") else ())

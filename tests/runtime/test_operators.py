@@ -266,3 +266,13 @@ def test_a_windowed_count_resumes_with_its_stream_time_after_the_stores_reopen(t
     out = process_batch(sub, rows(["a"], [9_000]), tx, state)  # window [0, 10s) closed at 25 s: late
     assert updates(out) == set() and out.dropped == 1
     tx.close()
+
+
+def test_table_filter_turns_the_keys_it_leaves_out_into_deletes_and_map_values_keeps_deletes(stores):
+    """Kafka Streams' KTable.filter / mapValues: a key that does not (or no longer does) pass is
+    written as a tombstone; a tombstone stays one through mapValues."""
+    sub = sub_of(lambda t: t.stream("in").group_by_key().count(name="c").filter(lambda k, n: n > 1)
+                 .map_values(lambda n: f"{n} clicks").to("out", value_serde="string"))
+    tx = stores(sub)
+    out = process_batch(sub, rows(["a", "b", "b"]), tx, TaskState())
+    assert updates(out) == {(b"a", None), (b"b", b"2 clicks")}
