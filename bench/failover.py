@@ -249,8 +249,47 @@ class KafkaStreamsPair:
                 p.wait(30)
 
 
-class EddyOnTwoExecutors:
+class _OnTwoExecutors:
+    """A Spark application on local-cluster[2,1,1024] in a child process of this script: its
+    executor JVMs, the events noted after the kill, and its one JSON line at the end (`label`)."""
+
+    label = ""
+    proc: subprocess.Popen[str]
+    events: dict[str, float]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def executor_pids(self) -> dict[str, int]:
+        """Executor id -> pid of its JVM (CoarseGrainedExecutorBackend) under the child process."""
+        table = process_table()
+        return {ex: pid for pid in descendants(self.proc.pid, table)
+                if any("CoarseGrainedExecutorBackend" in c for c in table[pid][1])
+                and (ex := option(table[pid][1], "--executor-id"))}
+
+    def notes(self) -> list[str]:
+        return [f"{what} after {at:.1f} s" for what, at in self.events.items()]
+
+    def stop(self) -> dict[str, Any]:
+        try:
+            out, _ = self.proc.communicate(input="", timeout=240)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            out = ""
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        return {self.label: json.loads(lines[-1]) if lines else {"error": f"exit code {self.proc.returncode}"}}
+
+    def kill_all(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(30)
+
+
+class EddyOnTwoExecutors(_OnTwoExecutors):
     """Eddy's driver on local-cluster[2,1,1024] in a child process (`eddy_program`)."""
+
+    label = "driver"
 
     def __init__(self, s: Settings, sc: Scenario, input_topic: str, output: str, app_id: str) -> None:
         self.app_id, self.standbys = app_id, sc.standbys
@@ -268,9 +307,6 @@ class EddyOnTwoExecutors:
         self.events: dict[str, float] = {}
         self._next_scan = 0.0
 
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
     def _executors(self) -> dict[str, dict[str, list[str]]]:
         return dict(read_status(self.status_file).get("executors", {}))
 
@@ -278,16 +314,6 @@ class EddyOnTwoExecutors:
         ex = self._executors()
         return (len(ex) == 2 and all(x["active"] for x in ex.values())
                 and (self.standbys == 0 or any(x["standby"] for x in ex.values())))
-
-    def executor_pids(self) -> dict[str, int]:
-        """Executor id -> pid of its JVM (CoarseGrainedExecutorBackend) under the driver process."""
-        table = process_table()
-        out = {}
-        for pid in descendants(self.proc.pid, table):
-            cmd = table[pid][1]
-            if any("CoarseGrainedExecutorBackend" in c for c in cmd) and (ex := option(cmd, "--executor-id")):
-                out[ex] = pid
-        return out
 
     def kill_busiest(self) -> Victim:
         ex = self._executors()
@@ -322,30 +348,14 @@ class EddyOnTwoExecutors:
             self.events["tasks moved to it"] = now
         return victim.instance not in ex
 
-    def notes(self) -> list[str]:
-        return [f"{what} after {at:.1f} s" for what, at in self.events.items()]
 
-    def stop(self) -> dict[str, Any]:
-        try:
-            out, _ = self.proc.communicate(input="", timeout=240)
-        except subprocess.TimeoutExpired:
-            self.kill_all()
-            out = ""
-        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-        return {"driver": json.loads(lines[-1]) if lines else {"error": f"exit code {self.proc.returncode}"}}
-
-    def kill_all(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(30)
-
-
-class SssOnTwoExecutors:
+class SssOnTwoExecutors(_OnTwoExecutors):
     """Spark Structured Streaming's word count (bench/sss/wordcount.py, micro-batch) on
     local-cluster[2,1,1024]: its state (RocksDB state store provider) lives in the checkpoint, so
     either executor can run any state partition; the killed one is executor "0" (Spark spreads
     each batch's tasks over both, no executor owns a partition)."""
+
+    label = "spark"
 
     def __init__(self, s: Settings, sc: Scenario, input_topic: str, output: str, app_id: str) -> None:
         self.app_id = app_id
@@ -360,15 +370,6 @@ class SssOnTwoExecutors:
         self.before: set[str] = set()
         self.events: dict[str, float] = {}
         self.killed_at = math.nan
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def executor_pids(self) -> dict[str, int]:
-        table = process_table()
-        return {ex: pid for pid in descendants(self.proc.pid, table)
-                if any("CoarseGrainedExecutorBackend" in c for c in table[pid][1])
-                and (ex := option(table[pid][1], "--executor-id"))}
 
     def ready(self) -> bool:
         return len(self.executor_pids()) == 2 and "query started" in self.log.read_text(errors="replace")
@@ -386,24 +387,6 @@ class SssOnTwoExecutors:
         if "replacement executor JVM started" not in self.events and set(self.executor_pids()) - self.before:
             self.events["replacement executor JVM started"] = time.time() - self.killed_at
         return False
-
-    def notes(self) -> list[str]:
-        return [f"{what} after {at:.1f} s" for what, at in self.events.items()]
-
-    def stop(self) -> dict[str, Any]:
-        try:
-            out, _ = self.proc.communicate(input="", timeout=240)
-        except subprocess.TimeoutExpired:
-            self.kill_all()
-            out = ""
-        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-        return {"spark": json.loads(lines[-1]) if lines else {"error": f"exit code {self.proc.returncode}"}}
-
-    def kill_all(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(30)
 
 
 def start_system(s: Settings, sc: Scenario, input_topic: str, output: str, app_id: str) -> System:
