@@ -14,7 +14,7 @@ import bisect
 import json
 import logging
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +73,31 @@ def apply_table_updates(table: TableSpec, raw: RawRecords, tx: Any) -> list[tupl
     updates, bad = table_updates(table, raw)
     write_table_updates(table, updates, tx)
     return bad
+
+
+def _merge_order(this_ts: Sequence[int], other_ts: Sequence[int]) -> Iterator[tuple[bool, int]]:
+    """(from this input, index) of two inputs' records (each in offset order) in the order a task
+    takes them: the one whose next record is oldest, the other input's first on a tie."""
+    i = j = 0
+    while i < len(this_ts) or j < len(other_ts):
+        if j < len(other_ts) and (i >= len(this_ts) or other_ts[j] <= this_ts[i]):
+            yield False, j
+            j += 1
+        else:
+            yield True, i
+            i += 1
+
+
+def _joined(spec: StatefulSpec, pair: tuple[Any, Any], key: bytes, what: str, out_dropped: list[int]
+            ) -> tuple[bool, Any]:
+    """(True, joiner(*pair)), or (False, None) when the user's joiner raised: logged and counted."""
+    assert spec.joiner is not None
+    try:
+        return True, spec.joiner(*pair)
+    except Exception as e:  # noqa: BLE001 - a user function: log, count, go on
+        log.warning("%s: joiner failed for key %r: %s: %s", what, key, type(e).__name__, e)
+        out_dropped[0] += 1
+        return False, None
 
 
 def _as_of(updates: TableUpdates, raw_keys: Sequence[bytes | None], stamps: np.ndarray | None,
@@ -200,19 +225,14 @@ def table_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys:
     out_keys: list[bytes] = []
     out_values: list[Any] = []
     out_ts: list[int] = []
-    i = j = 0
     key: bytes | None
     raw: bytes | None
-    while i < rows.num_rows or j < len(upd.keys):
-        take_right = j < len(upd.keys) and (i >= rows.num_rows or upd.timestamps[j] <= left_ts[i])
-        if take_right:
-            key, raw, value, ts, mine, theirs, is_left = (upd.keys[j], upd.values[j], right_values[j],
-                                                          upd.timestamps[j], right, left, False)
-            j += 1
+    for is_left, n in _merge_order(left_ts, upd.timestamps):
+        if is_left:
+            key, raw, value, ts, mine, theirs = left_keys[n], left_raw[n], left_values[n], left_ts[n], left, right
         else:
-            key, raw, value, ts, mine, theirs, is_left = (left_keys[i], left_raw[i], left_values[i], left_ts[i],
-                                                          left, right, True)
-            i += 1
+            key, raw, value, ts = upd.keys[n], upd.values[n], right_values[n], upd.timestamps[n]
+            mine, theirs = right, left
         if key is None:
             out_dropped[0] += 1
             continue
@@ -227,11 +247,8 @@ def table_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys:
             mine_value = value if raw is not None else None
             other_value = other[2] if other is not None else None
             pair = (mine_value, other_value) if is_left else (other_value, mine_value)
-            try:
-                result = spec.joiner(*pair)
-            except Exception as e:  # noqa: BLE001 - a user function: log, count, go on
-                log.warning("table join: joiner failed for key %r: %s: %s", key, type(e).__name__, e)
-                out_dropped[0] += 1
+            ok, result = _joined(spec, pair, key, "table join", out_dropped)
+            if not ok:
                 continue
         out_keys.append(key)
         out_values.append(result)
@@ -298,21 +315,17 @@ def stream_stream_join(spec: StatefulSpec, other: TableSpec, rows: pa.Table, key
     out_keys: list[bytes] = []
     out_values: list[Any] = []
     out_ts: list[int] = []
-    i = j = 0
-    while i < rows.num_rows or j < len(upd.keys):
-        is_this = not (j < len(upd.keys) and (i >= rows.num_rows or upd.timestamps[j] <= this_ts[i]))
+    for is_this, n in _merge_order(this_ts, upd.timestamps):
         if is_this:
-            key, ts, stored = this_keys[i], this_ts[i], None
+            key, ts, stored = this_keys[n], this_ts[n], None
             try:
-                stored = json.dumps(this_values[i]).encode()
+                stored = json.dumps(this_values[n]).encode()
             except (TypeError, ValueError) as e:
                 log.warning("stream join: value of key %r is not JSON (%s): dropped", key, e)
-            value: Any = this_values[i]
-            i += 1
+            value: Any = this_values[n]
         else:
-            key, ts, stored = upd.keys[j], upd.timestamps[j], upd.values[j]
+            key, ts, stored = upd.keys[n], upd.timestamps[n], upd.values[n]
             value = None if stored is None else decode_column([stored], other.value_serde)[0][0].as_py()
-            j += 1
         closes = ts + (w.after_ms if is_this else w.before_ms) + w.grace_ms
         stream_time = ts if stream_time is None else max(stream_time, ts)
         if key is None or stored is None or value is None or closes < stream_time:
@@ -324,11 +337,8 @@ def stream_stream_join(spec: StatefulSpec, other: TableSpec, rows: pa.Table, key
             for raw in _unpack(packed):
                 pair = ((value, decode_column([raw], other.value_serde)[0][0].as_py()) if is_this
                         else (json.loads(raw), value))
-                try:
-                    result = spec.joiner(*pair)
-                except Exception as e:  # noqa: BLE001 - a user function: log, count, go on
-                    log.warning("stream join: joiner failed for key %r: %s: %s", key, type(e).__name__, e)
-                    out_dropped[0] += 1
+                ok, result = _joined(spec, pair, key, "stream join", out_dropped)
+                if not ok:
                     continue
                 out_keys.append(key)
                 out_values.append(result)
