@@ -1,4 +1,5 @@
-"""The ``eddy`` command: ``eddy run <streamapp.yaml>`` (local) and ``eddy driver`` (in the driver pod).
+"""The ``eddy`` command: ``eddy run <streamapp.yaml>`` (local), ``eddy driver`` (in the driver pod)
+and ``eddy query APP STORE KEY`` (interactive queries, query_client.py).
 
 ``eddy run`` sets up everything on this machine (local.py). ``eddy driver`` is what the
 operator's driver StatefulSet runs: it reads the StreamApp manifest (``--streamapp`` or
@@ -102,6 +103,35 @@ def _driver(args: argparse.Namespace) -> int:
     return 0
 
 
+def _query(args: argparse.Namespace) -> int:
+    import json
+
+    from eddy_runtime.query_client import QueryClient, QueryFailed
+
+    client = QueryClient(args.at)
+    try:
+        served = client.metadata()
+        if served.get("app") != args.app:
+            print(f"eddy query: {', '.join(args.at)} serves app {served.get('app')!r}, not {args.app!r}",
+                  file=sys.stderr)
+            return 2
+        if args.prefix is not None:
+            out: object = client.prefix(args.store, args.prefix, max_lag=args.max_lag)
+        elif args.key is None:
+            out = client.all(args.store, max_lag=args.max_lag)
+        elif args.windows:
+            out = client.windows(args.store, args.key, args.time_from, args.time_to, max_lag=args.max_lag)
+        else:
+            reply = client.get(args.store, args.key, max_lag=args.max_lag)
+            out = {"key": reply.key, "found": reply.found, "value": reply.value, "task": reply.task,
+                   "served_by": reply.served_by, "role": reply.role, "lag": reply.lag}
+    except QueryFailed as e:
+        print(f"eddy query: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(out, indent=1))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
     parser = argparse.ArgumentParser(prog="eddy", description="Stateful PySpark stream apps with Kafka Streams-style "
@@ -133,7 +163,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     drv.add_argument("--runtime-state-file", help="write the runtime state to this file instead of the ConfigMap")
     drv.set_defaults(fn=_driver)
 
+    query = sub.add_parser("query", help="read a store of a running app (interactive queries)")
+    query.add_argument("app", help="the StreamApp's name")
+    query.add_argument("store", help="the store, e.g. counts")
+    query.add_argument("key", nargs="?", help="the key (without it: every entry, see --prefix)")
+    query.add_argument("--at", action="append", metavar="HOST:PORT",
+                       help="a query endpoint: the driver's or an executor's metrics port; repeat to "
+                            "fall back (default 127.0.0.1:9108, e.g. a port-forward of the <app>-driver Service)")
+    query.add_argument("--max-lag", type=int, help="a standby this many changelog records behind may answer")
+    query.add_argument("--prefix", help="entries whose (string) key starts with this")
+    query.add_argument("--windows", action="store_true", help="a window store: the key's windows")
+    query.add_argument("--from", dest="time_from", type=int, default=0, help="--windows: start time (ms)")
+    query.add_argument("--to", dest="time_to", type=int, default=2**63 - 1, help="--windows: end time (ms)")
+    query.set_defaults(fn=_query)
+
     args = parser.parse_args(argv)
+    if args.command == "query" and not args.at:
+        args.at = ["127.0.0.1:9108"]
     return int(args.fn(args))
 
 

@@ -47,6 +47,8 @@ from eddy_runtime.pipeline import Topology
 from eddy_runtime.placement import BatchWatch, ExecutorRef, executor_hosts, live_executors
 from eddy_runtime.poison import PoisonIsolation
 from eddy_runtime.progress import CopyProgressTracker
+from eddy_runtime.queries import StoreQueries
+from eddy_runtime.query_routing import QueryRouting, query_routing
 from eddy_runtime.runtime_state import Volumes, probe_inventories, runtime_state
 from eddy_runtime.spark_plan import BatchJob, SlotLayout, batch_job, close_runners, dataframe_item_slots, slot_layout
 from eddy_runtime.startup import PreparedApp, load_pipeline, prepare_app, ship_by_value
@@ -141,6 +143,9 @@ class Driver:
         self._last_batch_end = time.monotonic()
         #: the sub-topologies whose tasks the executors run continuously (continuous.py)
         self._continuous: frozenset[int] = frozenset()
+        #: executor -> where its runner serves interactive queries; and the routing built from them
+        self._query_addresses: dict[str, str] = {}
+        self.routing: QueryRouting | None = None
 
     def prepare(self) -> CompiledApp:
         """Compile the pipeline against the topics and create the topics the app needs."""
@@ -168,7 +173,18 @@ class Driver:
             state_dir=self.options.state_dir,
             per_executor_state_dirs=self.options.per_executor_state_dirs,
             executor_hosts=executor_hosts(live),
+            routing=self._query_routing(live),
         )
+
+    def _query_routing(self, live: Sequence[ExecutorRef]) -> QueryRouting | None:
+        """Where the queryable stores' keys live now (queries.py); also what the driver's endpoint routes by."""
+        if self.compiled is None or self.assignment is None:
+            return None
+        alive = {e.id for e in live}
+        for e in [e for e in self._query_addresses if e not in alive]:
+            del self._query_addresses[e]
+        self.routing = query_routing(self.compiled, self.assignment, self._query_addresses)
+        return self.routing
 
     # -- executors and assignment ---------------------------------------------------------------
 
@@ -332,6 +348,7 @@ class Driver:
         assert self.compiled is not None
         live_ids = {e.id for e in live}
         self._volumes.record_results(report.results, live_ids)
+        self._query_addresses.update((r.executor, r.query_address) for r in report.results if r.query_address)
         self._progress.update(report.results, assignment, live_ids, complete=report.outcome == "ok")
         restoring = sum(1 for r in report.results if r.role == "active" and r.status == "restoring")
         standbys = sum(len(a.standbys) + len(a.warmups) for t, a in assignment.tasks.items()
@@ -389,8 +406,10 @@ class Driver:
         self.progress = BatchProgress(interval)
         if self.options.metrics_port:  # /metrics and the liveness probe's /healthz
             self._health = HealthAndMetricsServer(
-                self.options.metrics_port, self.options.metrics_addr, self.metrics.registry, self.progress)
-            log.info("metrics and /healthz on http://%s:%d", self.options.metrics_addr, self.options.metrics_port)
+                self.options.metrics_port, self.options.metrics_addr, self.metrics.registry, self.progress,
+                StoreQueries(lambda: self.routing).wsgi)
+            log.info("metrics, /healthz and interactive queries on http://%s:%d", self.options.metrics_addr,
+                     self.options.metrics_port)
         if self.options.assignment_source is not None:
             self._assignment_watch = AssignmentWatch(self.options.assignment_source)
         n = 0
@@ -437,7 +456,6 @@ class Driver:
             if live:
                 close_runners(self.sc, live, self._settings(live))
         finally:
-            self.metrics.close()
             if self._assignment_watch is not None:
                 self._assignment_watch.close()
                 self._assignment_watch = None

@@ -75,23 +75,34 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-class HealthAndMetricsServer:
-    """`/healthz` from `progress`, everything else Prometheus' exposition of `registry`."""
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
-    def __init__(self, port: int, addr: str, registry: Any, progress: BatchProgress) -> None:
+#: the paths the interactive-query app answers (queries.py)
+QUERY_PATHS = ("/metadata", "/stores/")
+
+
+class HealthAndMetricsServer:
+    """`/healthz` from `progress` (always ok without one), the interactive queries' paths from
+    `queries`, everything else Prometheus' exposition of `registry`."""
+
+    def __init__(self, port: int, addr: str, registry: Any, progress: BatchProgress | None,
+                 queries: WsgiApp | None = None) -> None:
         from prometheus_client import make_wsgi_app
 
         metrics_app = make_wsgi_app(registry)
 
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-            if environ.get("PATH_INFO") == "/healthz":
-                problem = progress.problem()
+            path = environ.get("PATH_INFO") or ""
+            if path == "/healthz":
+                problem = progress.problem() if progress is not None else None
                 body = (problem or "ok").encode() + b"\n"
                 start_response(
                     "200 OK" if problem is None else "503 Service Unavailable",
                     [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))],
                 )
                 return [body]
+            if queries is not None and (path == QUERY_PATHS[0] or path.startswith(QUERY_PATHS[1])):
+                return queries(environ, start_response)
             return metrics_app(environ, start_response)  # type: ignore[no-any-return]
 
         self.server = make_server(addr, port, app, server_class=_Server, handler_class=_QuietHandler)

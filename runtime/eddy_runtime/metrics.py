@@ -76,23 +76,10 @@ class _LatencyCollector:
 
 
 class _Served:
-    """A registry of its own, served over HTTP on demand."""
+    """A registry of its own (health.py's `HealthAndMetricsServer` serves it)."""
 
     def __init__(self, registry: CollectorRegistry | None) -> None:
         self.registry = registry or CollectorRegistry()
-        self._server: Any = None
-
-    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
-        """Serve on `addr`:`port` (0: a port the kernel picks); returns the bound port."""
-        from prometheus_client import start_http_server
-
-        self._server, _ = start_http_server(port, addr=addr, registry=self.registry)
-        return int(self._server.server_port)
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server = None
 
 
 class DriverMetrics(_Served):

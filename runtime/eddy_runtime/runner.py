@@ -39,7 +39,9 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
+from eddy_runtime.health import HealthAndMetricsServer
 from eddy_runtime.metrics import ExecutorMetrics
+from eddy_runtime.queries import StoreQueries
 from eddy_runtime.runner_client import PROTOCOL
 from eddy_runtime.task_runner import TaskRunner
 
@@ -55,7 +57,8 @@ def serve(address: str, executor_id: str, state_dir: str, executor_pid: int | No
     except OSError as e:  # another runner serves this state directory already
         log.info("runner for %s already running (%s); exiting", state_dir, e)
         return
-    runner = TaskRunner(executor_id, state_dir, _served_metrics(state_dir))
+    runner = TaskRunner(executor_id, state_dir, ExecutorMetrics())
+    endpoint = _serve_endpoint(state_dir, runner)
     stop = threading.Event()
     log.info("runner pid %d for executor %s serving %s (executor pid %s)", os.getpid(), executor_id, state_dir,
              executor_pid)
@@ -105,6 +108,8 @@ def serve(address: str, executor_id: str, state_dir: str, executor_pid: int | No
                 break
             threading.Thread(target=connection, args=(conn,), daemon=True).start()
     runner.close_all()
+    if endpoint is not None:
+        endpoint.close()
     log.info("runner for executor %s stopped", executor_id)
 
 
@@ -112,28 +117,34 @@ def serve(address: str, executor_id: str, state_dir: str, executor_pid: int | No
 METRICS_ADDRESS_FILE = "eddy-runner-metrics"
 
 
-def _served_metrics(state_dir: str) -> ExecutorMetrics | None:
-    """The executor's metrics, served over HTTP. On a Kubernetes pod: on the pod's metrics port
-    (``EDDY_METRICS_PORT``, set by the executor pod template). Elsewhere (local-cluster, where
-    several executors share one host and the driver serves that port): on 127.0.0.1, with a port
-    the kernel picks. Either way the address goes to `METRICS_ADDRESS_FILE` and the log."""
+def _serve_endpoint(state_dir: str, runner: TaskRunner) -> HealthAndMetricsServer | None:
+    """The executor's metrics and interactive queries (queries.py), served over HTTP. On a
+    Kubernetes pod: on the pod's metrics port (``EDDY_METRICS_PORT``, set by the executor pod
+    template) and its IP. Elsewhere (local-cluster, where several executors share one host and the
+    driver serves that port): on 127.0.0.1, with a port the kernel picks. Either way the address
+    goes to `METRICS_ADDRESS_FILE`, the log, and (for query routing) the runner's results."""
     port = os.environ.get("EDDY_METRICS_PORT")
-    on_pod = bool(port and os.environ.get("SPARK_EXECUTOR_POD_IP"))
+    pod_ip = os.environ.get("SPARK_EXECUTOR_POD_IP")
+    on_pod = bool(port and pod_ip)
     addr = "0.0.0.0" if on_pod else "127.0.0.1"
-    metrics = ExecutorMetrics()
+    assert runner.metrics is not None
+    queries = StoreQueries(lambda: runner.routing, runner, lambda: runner.query_address)
     try:
-        bound = metrics.serve(int(port) if on_pod and port else 0, addr)
+        server = HealthAndMetricsServer(int(port) if on_pod and port else 0, addr, runner.metrics.registry, None,
+                                        queries.wsgi)
     except (OSError, ValueError) as e:
-        log.warning("cannot serve executor metrics on %s:%s: %s", addr, port, e)
+        log.warning("cannot serve executor metrics and queries on %s:%s: %s", addr, port, e)
         return None
+    runner.query_address = f"{pod_ip if on_pod else addr}:{server.port}"
     target = Path(state_dir) / METRICS_ADDRESS_FILE
     with contextlib.suppress(OSError):
         Path(state_dir).mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".tmp")
-        tmp.write_text(f"{addr}:{bound}\n")
+        tmp.write_text(f"{addr}:{server.port}\n")
         tmp.replace(target)
-    log.info("executor metrics on http://%s:%d/metrics", addr, bound)
-    return metrics
+    log.info("executor metrics on http://%s:%d/metrics, interactive queries on http://%s/stores/",
+             addr, server.port, runner.query_address)
+    return server
 
 
 def _alive(pid: int) -> bool:

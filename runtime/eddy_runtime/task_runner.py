@@ -12,7 +12,8 @@ import pickle
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +29,8 @@ from eddy_runtime.joins import TableUpdates, table_updates, write_table_updates
 from eddy_runtime.metrics import ExecutorMetrics
 from eddy_runtime.operators import BatchOutput, PipelineRuntimeError, TaskState, process_batch
 from eddy_runtime.placement import MisplacedTask, ensure_on_executor
+from eddy_runtime.queries import LocalCopy
+from eddy_runtime.query_routing import QueryRouting
 from eddy_runtime.records import BadRecord, RawRecords, decode_repartition, decode_source, range_reader
 from eddy_runtime.state import ProcessorStateManager, TaskDirectoryLocked
 from eddy_runtime.work import (
@@ -62,6 +65,9 @@ class _Task:
         self.manager = manager
         self.state = TaskState()
         self.lock = threading.Lock()
+        #: held by interactive queries while they read the stores, and by `close`
+        self.read_lock = threading.Lock()
+        self.closed = False
         #: input positions this runner committed (or found committed when it opened the task)
         self.positions: dict[tuple[str, int], int] | None = None
 
@@ -80,6 +86,10 @@ class TaskRunner:
         self._stash: dict[tuple[int, str], tuple[list[BadRecord], int]] = {}
         #: the tasks of sub-topologies that run continuously (continuous.py)
         self.continuous = ContinuousLoop(self)
+        #: where this runner serves interactive queries (host:port; "" if it does not), reported
+        #: with every result; and the newest routing the driver sent (queries.py)
+        self.query_address = ""
+        self.routing: QueryRouting | None = None
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -108,6 +118,9 @@ class TaskRunner:
 
     def run(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork,
             data: pa.Table | BatchOutput | None) -> list[ItemResult]:
+        if settings.routing is not None and (self.routing is None
+                                             or settings.routing.generation >= self.routing.generation):
+            self.routing = settings.routing
         continuous = self.continuous.sync(subs, settings, slot.continuous) if slot.continuous is not None else []
         if slot.held is not None:
             self._release_unheld(dict(slot.held))
@@ -118,7 +131,10 @@ class TaskRunner:
             results.append(_with_duration(result, time.monotonic() - started))
         if self.metrics is not None:
             self.metrics.observe(settings.app, results)
-        return results + continuous
+        out = results + continuous
+        if self.query_address and out:
+            out[0] = replace(out[0], query_address=self.query_address)
+        return out
 
     # -- tasks --------------------------------------------------------------------------------
 
@@ -133,7 +149,8 @@ class TaskRunner:
             t = self._tasks.pop(task_id, None)
         if t is None:
             return
-        with t.lock:
+        with t.lock, t.read_lock:
+            t.closed = True
             log.info("closing task %s (%s): %s", task_id, t.manager.role, why)
             if self.metrics is not None:
                 self.metrics.forget(t.manager.app, task_id, list(t.manager.stores))
@@ -146,6 +163,26 @@ class TaskRunner:
         self.continuous.close()
         for task in list(self._tasks):
             self._close(task, "runner closing")
+
+    @contextmanager
+    def reading(self, task_id: str, store: str) -> Iterator[LocalCopy | None]:
+        """A held copy of `task_id`'s `store` for an interactive query, kept open while it reads."""
+        with self._tasks_lock:
+            t = self._tasks.get(task_id)
+        if t is None:
+            yield None
+            return
+        with t.read_lock:
+            m = t.manager
+            if t.closed or store not in m.stores:
+                yield None
+                return
+            if m.role == "active":
+                lag = 0 if m.restored else m.progress.remaining
+                copy = LocalCopy(task_id, self.executor_id, "active", lag, m.restored, m.store(store))
+            else:
+                copy = LocalCopy(task_id, self.executor_id, "standby", m.standby_lag or 0, True, m.store(store))
+            yield copy
 
     def positions(self, task_id: str) -> dict[tuple[str, int], int] | None:
         """A running active's input positions: None unless held open as an active, restored, with

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from eddy_runtime.kafka_client import KafkaClientConfig
+from eddy_runtime.query_routing import QueryRouting
 from eddy_runtime.state import TaskFigures, TaskInventory
 
 __all__ = [
@@ -83,6 +84,8 @@ class BatchSettings:
     restore_chunk_seconds: float = 2.0
     standby_chunk_seconds: float = 1.0
     read_timeout_s: float = 30.0
+    #: where each queryable store's keys live, for the runners' query endpoints (queries.py)
+    routing: QueryRouting | None = None
 
     def state_dir_for(self, executor: str) -> str:
         return f"{self.state_dir}/executor-{executor}" if self.per_executor_state_dirs else self.state_dir
@@ -173,3 +176,5 @@ class ItemResult:
     restore_remaining: int = 0
     #: executor slots only: the volume's inventory after this batch
     inventory: tuple[TaskInventory, ...] | None = None
+    #: host:port of the executor's query endpoint (on one result of each reply)
+    query_address: str = ""
