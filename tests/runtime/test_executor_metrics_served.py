@@ -45,7 +45,8 @@ def test_executors_serve_per_task_records_latencies_store_and_standby_figures(ka
     out = f"{app}-counts"
     rnd = random.Random(3)
     fed = [" ".join(rnd.sample(VOCABULARY, 4)) for _ in range(2000)]
-    produce(kafka.bootstrap, source, ((None, line.encode()) for line in fed))
+    # Keyed, so that every partition gets lines (null keys stick to one partition per producer batch).
+    produce(kafka.bootstrap, source, ((str(i).encode(), line.encode()) for i, line in enumerate(fed)))
     spec = streamapp(app, kafka.bootstrap, "examples.wordcount.app", {"input_topic": source, "output_topic": out},
                      processingGuarantee="exactly_once", state={"standbyReplicas": 1})
     state = tmp_path / "state"
@@ -95,6 +96,7 @@ def test_executors_serve_per_task_records_latencies_store_and_standby_figures(ka
     assert repartitioned == sum(did[f"0_{p}"]["out"] for p in range(4)) > 0
     assert sum(metric_sum(s, "eddy_executor_records_in_total", app=app, task=f"1_{p}")
                for s in scraped.values() for p in range(4)) == repartitioned
+    assert all(did[f"0_{p}"]["items"] for p in range(4)), did
     for task, figures in did.items():
         for e, samples in scraped.items():
             items_here = figures["where:" + e]
