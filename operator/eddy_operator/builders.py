@@ -20,7 +20,7 @@ What a StreamApp `<app>` becomes (all owned by the StreamApp):
 - `<app>-spark-conf` ConfigMap: `spark-defaults.conf` (read by spark-submit through
   `SPARK_CONF_DIR`), the executor pod template, and the StreamApp manifest itself
   (`streamapp.yaml`, read by the driver with `eddy_contract.spec.load_streamapp_file`).
-- `<app>-executors` headless Service (metrics) and PodDisruptionBudget (one executor at a time).
+- `<app>-executors` headless Service (metrics and interactive queries) and PodDisruptionBudget (one executor at a time).
 - `<app>-assignment` and `<app>-runtime-state` ConfigMaps: the channel (`eddy_contract.channel`).
 """
 
