@@ -129,6 +129,8 @@ class StoreQueries:
         what, rest = parts[2], "/".join(parts[3:])
         max_lag = _int_param(params, "max_lag")
         if what == "keys" and rest:
+            if route.kind == "window":
+                raise QueryError(400, f"store {route.store} is a window store: use /windows/<key>?from=&to=")
             key = parse_key(rest, route.key_serde)
             return self._on_task(routing, route, route.task_for(key), max_lag, forwarded, path, params,
                                  lambda copy: {"key": key, **_get(route, copy.store, key)})

@@ -154,3 +154,23 @@ def test_endpoints_forward_to_the_holder_and_the_client_falls_back(tmp_path):
     finally:
         for s in servers[1:]:
             s.close()
+
+
+def test_a_window_store_answers_a_keys_windows_in_a_time_range(tmp_path):
+    store = open_store(StoreSpec.window("per-minute", 60_000, 600_000, "string", "int64"), tmp_path / "w")
+    tx = store.begin()
+    for start, n in ((0, 3), (60_000, 5), (120_000, 7)):
+        tx.put("alice", start, n)
+    tx.put("bob", 60_000, 1)
+    tx.apply(changelog_offset=3)
+    route = StoreRoute("per-minute", "window", 0, 1, "string")
+    held = Held("a")
+    held.copies["0_0"] = ("active", 0, True, store)
+    queries = StoreQueries(lambda: QueryRouting("w", 1, {"per-minute": route}, {"0_0": ("a", ())}, {}), held)
+    status, body = queries.answer("/stores/per-minute/windows/alice", {"from": "60000", "to": "120000"})
+    assert status == 200
+    assert body["windows"] == [{"start": 60_000, "end": 120_000, "value": 5},
+                               {"start": 120_000, "end": 180_000, "value": 7}]
+    assert queries.answer("/stores/per-minute/windows/carol", {})[1]["windows"] == []
+    status, body = queries.answer("/stores/per-minute/keys/alice", {})
+    assert status == 400 and "window store" in body["error"]
