@@ -49,11 +49,12 @@ def input_ranges(sub: SubTopology, task: str, committed: Offsets, ends: Offsets,
 
 
 def task_lags(compiled: CompiledApp, committed: Offsets, ends: Offsets) -> dict[str, int]:
-    """Per task, records of its source partition not committed yet."""
+    """Per task, records of its input partitions (the source, and a join's other input) not
+    committed yet."""
     lag: dict[str, int] = {}
     for sub in compiled.subtopologies:
         for p, task in enumerate(sub.task_ids):
-            lag[task] = max(ends[(sub.source.topic, p)] - committed[(sub.source.topic, p)], 0)
+            lag[task] = sum(max(ends[(t, p)] - committed[(t, p)], 0) for t in sub.input_topics)
     return lag
 
 

@@ -12,7 +12,7 @@ from eddy_contract.assignor import Assignment, TaskAssignment
 from eddy_runtime.batch_plan import input_ranges, plan_batch, task_lags
 from eddy_runtime.compiler import CompiledApp, compile_topology
 from eddy_runtime.outcomes import BatchReport, stop_error
-from eddy_runtime.pipeline import Topology
+from eddy_runtime.pipeline import Topology, join_windows
 from eddy_runtime.poison import first_failing
 from eddy_runtime.runtime_state import Volumes
 from eddy_runtime.work import InputRange, ItemResult, WorkItem
@@ -97,6 +97,17 @@ def test_input_ranges_never_end_before_they_start_and_lags_count_uncommitted_rec
         InputRange("lines", 1, 12, 12),)
     assert task_lags(compiled, offsets((5, 12), (1, 0)), offsets((9, 10), (4, 0))) == {
         "0_0": 4, "0_1": 0, "1_0": 3, "1_1": 0}
+
+
+
+def test_a_joins_lag_counts_both_of_its_inputs():
+    # An order-only or payment-only backlog both leave the join's task behind.
+    t = Topology()
+    t.stream("orders").join(t.stream("payments"), lambda o, p: o, windows=join_windows(10)).to("paid")
+    compiled = compile_topology(t, "j", {"orders": 1, "payments": 1})
+    committed = {("orders", 0): 5, ("payments", 0): 7}
+    assert task_lags(compiled, committed, {("orders", 0): 5, ("payments", 0): 9}) == {"0_0": 2}
+    assert task_lags(compiled, committed, {("orders", 0): 8, ("payments", 0): 9}) == {"0_0": 5}
 
 
 @pytest.mark.parametrize(("bad", "expected"), [({7}, 7), ({3, 12}, 3), ({0}, 0), ({19}, 19)])
