@@ -234,7 +234,8 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
         b.table = TableSpec(other.topic, other.key_serde, other.value_serde,
                             StoreSpec.window(node.right_store, 1, w.retention_ms))
         b.stateful = StatefulSpec("stream_join", StoreSpec.window(node.left_store, 1, w.retention_ms),
-                                  b.source.key_serde, joiner=node.joiner, join_windows=w)
+                                  b.source.key_serde, joiner=node.joiner, join_windows=w, how=node.how,
+                                  outer_store=StoreSpec.key_value(node.outer_store) if node.outer_store else None)
     elif isinstance(node, TableJoin):
         left, right = node.parent, node.other
         assert isinstance(left, TableSource)

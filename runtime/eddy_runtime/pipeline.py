@@ -120,6 +120,9 @@ class StreamJoin(Node):
     windows: JoinWindows
     left_store: str
     right_store: str
+    how: Literal["inner", "left", "outer"] = "inner"
+    #: left and outer joins: the records still without a partner (Kafka Streams' outer join store)
+    outer_store: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -266,14 +269,16 @@ class Stream(RecordSteps):
         return GroupedStream(self.topology, node, key_serde)
 
     def join(self, table: Table | Stream, joiner: Callable[[Any, Any], Any] | None = None, *,
-             how: Literal["inner", "left"] = "inner", right_name: str = "table_value",
+             how: Literal["inner", "left", "outer"] = "inner", right_name: str = "table_value",
              windows: JoinWindows | None = None, name: str | None = None) -> Stream:
         """Join each record with the table's value for its ``key`` (column `right_name`).
 
         inner drops records whose key the table lacks; left keeps them with a null value.
-        With another stream and `windows` (`join_windows`): Kafka Streams' windowed inner join,
+        With another stream and `windows` (`join_windows`): Kafka Streams' windowed join,
         ``joiner(left value, right value)`` for every pair of records of one key whose
-        timestamps fit the windows (`StreamJoin`).
+        timestamps fit the windows (`StreamJoin`); `how` "left" also emits ``joiner(left, None)``
+        for a left record that found no right one by the time its window closed (grace
+        included), "outer" that and ``joiner(None, right)`` for such right records.
         """
         if isinstance(table, Stream):
             return self._join_stream(table, joiner, windows, how, name)
@@ -307,12 +312,13 @@ class Stream(RecordSteps):
             raise PipelineError("a join of two streams needs windows=join_windows(difference, grace)")
         if not callable(joiner):
             raise PipelineError(f"a join of two streams needs a joiner (left, right) -> value, got {joiner!r}")
-        if how != "inner":
-            raise PipelineError(f"a join of two streams is inner for now, got how={how!r}")
+        if how not in ("inner", "left", "outer"):
+            raise PipelineError(f"a join of two streams is inner, left or outer, got how={how!r}")
         if self._after_stateful():
             raise PipelineError("one stateful step per sub-topology: group_by before joining again")
         base = self.topology._name(name, "join")
-        node = StreamJoin(self.node, other.node, joiner, windows, f"{base}-this", f"{base}-other")
+        node = StreamJoin(self.node, other.node, joiner, windows, f"{base}-this", f"{base}-other", how,  # type: ignore[arg-type]
+                          f"{base}-outer" if how != "inner" else "")
         return Stream(self.topology, node)
 
     def to(self, topic: str, *, key_serde: str | None = "string", value_serde: str | None = "string",

@@ -79,8 +79,10 @@ class StatefulSpec:
     #: a table-table join: joiner(left, right) -> value, and the left table's value serde
     joiner: Callable[[Any, Any], Any] | None = None
     left_value_serde: str = "bytes"
-    #: a windowed stream-stream join's windows
+    #: a windowed stream-stream join's windows, and (left and outer joins) the store of its
+    #: records still without a partner
     join_windows: JoinWindows | None = None
+    outer_store: StoreSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,8 @@ class SubTopology:
             out.append(self.stateful.store)
         if self.table is not None:
             out.append(self.table.store)
+        if self.stateful is not None and self.stateful.outer_store is not None:
+            out.append(self.stateful.outer_store)
         return tuple(out)
 
     @property

@@ -55,3 +55,34 @@ def test_the_orders_example_matches_payments_within_the_window(kafka, spark, tmp
         "o1": ({"order": {"id": 1, "total": 10}, "payment": {"id": 1, "paid": 10}}, t0 + 5 * MINUTE),
         "o4": ({"order": {"id": 4, "total": 40}, "payment": {"id": 4, "paid": 40}}, t0 + 32 * MINUTE),
     }
+
+
+def test_with_how_left_an_unpaid_order_is_written_once_its_window_closed(kafka, spark, tmp_path):
+    body = yaml.safe_load(MANIFEST.read_text())
+    app = kafka.unique_name("orders-left")
+    orders = kafka.create_topic(f"{app}-orders", partitions=2)
+    payments = kafka.create_topic(f"{app}-payments", partitions=2)
+    out = f"{app}-paid"
+    body["metadata"]["name"] = app
+    body["spec"]["kafka"]["bootstrapServers"] = kafka.bootstrap
+    body["spec"]["pipeline"]["args"].update(orders_topic=orders, payments_topic=payments, output_topic=out,
+                                            how="left")
+    spec = StreamAppSpec.from_manifest(body)
+    t0 = int(time.time() * 1000) - 3_600_000
+    produce(kafka.bootstrap, orders, [(f"o{n}".encode(), json.dumps({"id": n}).encode()) for n in (1, 2, 3)],
+            timestamps=[t0, t0, t0 + 20 * MINUTE])
+    produce(kafka.bootstrap, payments, [(b"o1", json.dumps({"paid": 1}).encode())], timestamps=[t0 + 5 * MINUTE])
+    driver = driver_for(spark, spec, str(tmp_path / "state"))
+    run_until_idle(driver)
+    # Stream time is a task's own. o3's payment comes 20 minutes after it (outside the window):
+    # it moves stream time in o3's task past o3's window (its end, +1 minute of grace), and o3
+    # is written unpaid, having waited in the outer store across the restart. o2 (its window
+    # closed by o3 if they share a task, else by that payment) is written unpaid too.
+    produce(kafka.bootstrap, payments, [(b"o3", json.dumps({"paid": 3}).encode())], timestamps=[t0 + 40 * MINUTE])
+    run_until_idle(driver_for(spark, spec, str(tmp_path / "state")))
+    written = [(m.key().decode(), json.loads(m.value()), m.timestamp()[1]) for m in read_all(kafka.bootstrap, out)]
+    assert sorted(written, key=lambda w: w[0]) == [
+        ("o1", {"order": {"id": 1}, "payment": {"paid": 1}}, t0 + 5 * MINUTE),
+        ("o2", {"order": {"id": 2}, "payment": None}, t0),
+        ("o3", {"order": {"id": 3}, "payment": None}, t0 + 20 * MINUTE),
+    ]
