@@ -339,3 +339,25 @@ def test_tumbling_windows_still_count_as_before(stores):
     tx = stores(sub)
     out = process_batch(sub, rows(["a", "a"], [1, 2]), tx, TaskState())
     assert [(r.key, r.value) for r in out.outputs] == [(b"a" + INT64.pack(0), INT64.pack(2))]
+
+
+def test_a_record_inside_a_written_session_writes_its_new_value_without_a_tombstone_first(stores):
+    """Kafka Streams' uncached path removes and re-puts the same session (a tombstone, then the
+    value); Eddy writes the session once per batch, so only its new value."""
+    sub = session_count(gap=10)
+    tx = stores(sub)
+    out = run(sub, tx, ["a", "a", "a"], [0, 10, 5], one_batch=False)
+    assert decoded(out) == [(("a", 0, 0), 1, 0), (("a", 0, 0), None, 0), (("a", 0, 10), 2, 10),
+                            (("a", 0, 10), 3, 10)]
+
+
+def test_record_steps_after_a_session_count_see_tombstones_as_null_values(stores):
+    sub = sub_of(lambda t: t.stream("in").group_by_key().windowed_by(session_windows(10)).count(name="c")
+                 .to_stream().map_values(lambda n: "closed" if n is None else f"{n} views")
+                 .to("out", key="key", value=["value", "window_start", "window_end"], value_serde="json"))
+    tx = stores(sub)
+    run(sub, tx, ["a"], [0])
+    out = run(sub, tx, ["a"], [5])
+    assert [(r.key, r.value) for r in out.outputs] == [  # still Windowed<K> keys: key, end, start
+        (b"a" + INT64.pack(0) + INT64.pack(0), b'{"value":"closed","window_start":0,"window_end":0}'),
+        (b"a" + INT64.pack(5) + INT64.pack(0), b'{"value":"2 views","window_start":0,"window_end":5}')]
