@@ -9,8 +9,8 @@ A sub-topology is one chain, Kafka Streams' way::
     source topic (or repartition topic)
       -> record steps (flat_map_values, map_values, filter...; run in the executor's task runner)
          or DataFrame steps (transform; run in Spark, on the task's executor), not both
-      -> at most one stateful step (count / reduce / aggregate, windowed or not, or a
-         stream-table join), run vectorized in the executor's task runner
+      -> at most one stateful step (count / reduce / aggregate, windowed, sessionized or not, or
+         a join), run in the executor's task runner
       -> record steps over its results (``to_stream().map_values(...)``)
       -> sinks: output topics and repartition topics that feed the next sub-topologies; a stream
          that feeds several chains (``split()`` branches) ends in sinks with their own record
@@ -183,6 +183,7 @@ class _Sub:
     table: TableSpec | None = None
     sinks: list[Sink] = field(default_factory=list)
     windowed_output: bool = False
+    session_output: bool = False
 
 
 @dataclass
@@ -216,7 +217,8 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
         if b.stateful is not None:
             raise PipelineError("one stateful step per sub-topology: group_by between them")
         b.stateful = _stateful(node)
-        b.windowed_output = node.windows is not None
+        b.windowed_output = node.windows is not None or node.session_windows is not None
+        b.session_output = node.session_windows is not None
     elif isinstance(node, Join):
         if b.stateful is not None:
             raise PipelineError("one stateful step per sub-topology: group_by between them")
@@ -264,7 +266,8 @@ def _add_sink(walk: _Walk, b: _Sub, end: Node, own: list[RecordStep]) -> None:
     before = b.stateful is None
     if isinstance(end, ToTopic):
         b.sinks.append(TopicSink(end.topic, end.key_serde, end.value_serde, end.key, end.value,
-                                 windowed=b.windowed_output, steps=tuple(own), before_stateful=before))
+                                 windowed=b.windowed_output, session_windowed=b.session_output, steps=tuple(own),
+                                 before_stateful=before))
         walk.outputs.append(end.topic)
         return
     if isinstance(end, Merge):
@@ -360,10 +363,13 @@ def _stateful(node: Aggregate) -> StatefulSpec:
         w = node.windows
         store = StoreSpec.window(node.store, w.size_ms, w.retention_ms, key_serde=key_serde,
                                  value_serde=node.value_serde)
+    elif node.session_windows is not None:
+        store = StoreSpec.session(node.store, node.session_windows.retention_ms, key_serde=key_serde,
+                                  value_serde=node.value_serde)
     else:
         store = StoreSpec.key_value(node.store, key_serde=key_serde, value_serde=node.value_serde)
     return StatefulSpec(node.kind, store, key_serde, node.windows, node.reducer, node.column,
-                        node.initializer, node.adder)
+                        node.initializer, node.adder, session_windows=node.session_windows, merger=node.merger)
 
 
 def _combinable(after_group: list[Node]) -> tuple[Any, str | None]:
@@ -376,7 +382,7 @@ def _combinable(after_group: list[Node]) -> tuple[Any, str | None]:
     if len(after_group) != 1 or not isinstance(after_group[0], Aggregate):
         return None, None
     agg = after_group[0]
-    if agg.windows is not None:
+    if agg.windows is not None or agg.session_windows is not None:
         return None, None
     if agg.kind == "count":
         return "count", None

@@ -46,6 +46,7 @@ from eddy_runtime.records import (
     output_records,
     timestamps_ms,
 )
+from eddy_runtime.sessions import session_aggregate
 
 __all__ = ["BatchOutput", "PipelineRuntimeError", "TaskState", "process_batch"]
 
@@ -110,6 +111,8 @@ def process_batch(sub: SubTopology, rows: pa.Table, tx: Any, state: TaskState,
             result = two_sided(sub.stateful, sub.table, rows, _key_column(rows, sub.stateful.key_serde), tx, table,
                                dropped)
             out.dropped += dropped[0]
+        elif sub.stateful.session_windows is not None:
+            result = _sessions(sub.stateful, rows, tx, out)
         else:
             result = _aggregate(sub.stateful, rows, tx, state, out)
         if sub.post_steps:
@@ -346,6 +349,15 @@ def _fold_per_key(spec: StatefulSpec, table: pa.Table, group_cols: list[str], tx
                    None if spec.windows is None else good_starts, [new[i] for i in good], stamps, written)
 
 
+def _sessions(spec: StatefulSpec, rows: pa.Table, tx: Any, out: BatchOutput) -> pa.Table:
+    """Session windows: sessions.py, record by record."""
+    done = session_aggregate(spec, rows, _key_column(rows, spec.key_serde), tx)
+    out.dropped += done.dropped
+    for i, err in done.failed.items():
+        out.failed_rows.setdefault(i, err)
+    return done.rows
+
+
 # -- joins ----------------------------------------------------------------------------------------
 
 
@@ -373,7 +385,11 @@ def _to_topic(sink: TopicSink, rows: pa.Table, out: BatchOutput) -> None:
     if sink.windowed:
         starts = _column(rows, "window_start", f"to({sink.topic})").to_pylist()
         pack = _INT64.pack
-        keys = [None if k is None else k + pack(s) for k, s in zip(keys, starts, strict=True)]
+        if sink.session_windowed:  # Kafka Streams' SessionWindowedSerializer: key, end, start
+            ends = _column(rows, "window_end", f"to({sink.topic})").to_pylist()
+            keys = [None if k is None else k + pack(e) + pack(s) for k, s, e in zip(keys, starts, ends, strict=True)]
+        else:
+            keys = [None if k is None else k + pack(s) for k, s in zip(keys, starts, strict=True)]
     if isinstance(sink.value_columns, str):
         values = encode_column(_column(rows, sink.value_columns, f"to({sink.topic})"), sink.value_serde)
     else:

@@ -14,8 +14,9 @@ Kafka Streams' vocabulary; docs/pipelines.md is the reference. The word count::
   PySpark DataFrame -> DataFrame function instead (no shuffle); one sub-topology uses one kind.
 - `group_by` re-keys (a column name, a function (key, value) -> key, or a pyspark Column) through
   ``<app>-<name>-repartition``; `group_by_key` keeps the key. `count` / `reduce` / `aggregate`,
-  windowed with `windowed_by(tumbling(...))` or `hopping(...)`, keep their state in RocksDB stores
-  with changelogs and return a `Table` whose `to(topic)` writes each key's new value once per batch.
+  windowed with `windowed_by(tumbling(...))`, `hopping(...)` or `session_windows(...)`, keep their
+  state in RocksDB stores with changelogs and return a `Table` whose `to(topic)` writes each key's
+  new value once per batch.
 - `Stream.join(table)` joins a stream with a `Topology.table` from a co-partitioned compacted topic.
 
 This module only records what the user asked for (a graph of frozen nodes); compiler.py turns
@@ -32,12 +33,22 @@ from typing import Any, Literal
 from eddy_runtime.branches import BranchedStream
 from eddy_runtime.pipeline_errors import PipelineError
 from eddy_runtime.record_steps import RecordStep, RecordSteps, TableValues, is_key_selector
-from eddy_runtime.time_windows import JoinWindows, TimeWindows, duration_ms, hopping, join_windows, tumbling
+from eddy_runtime.time_windows import (
+    JoinWindows,
+    SessionWindows,
+    TimeWindows,
+    duration_ms,
+    hopping,
+    join_windows,
+    session_windows,
+    tumbling,
+)
 
 __all__ = [
     "Aggregate", "GroupBy", "GroupedStream", "Join", "PipelineError", "Record", "Source", "Stream", "Table",
     "TableSource", "TimeWindows", "ToStream", "ToTopic", "Topology", "Transform", "WindowedStream",
     "duration_ms", "hopping", "tumbling", "JoinWindows", "Merge", "StreamJoin", "TableJoin", "join_windows",
+    "SessionWindowedStream", "SessionWindows", "session_windows",
 ]
 
 KEY_SERDES = ("string", "bytes", "int64", "json")
@@ -102,6 +113,9 @@ class Aggregate(Node):
     column: str | None = None
     initializer: Callable[[], Any] | None = None
     adder: Callable[[Any, dict[str, list[Any]], Any], Any] | None = None
+    #: session windows (then `windows` is None), and an aggregate's merger (key, agg, agg) -> agg
+    session_windows: SessionWindows | None = None
+    merger: Callable[[Any, Any, Any], Any] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -343,16 +357,21 @@ class GroupedStream:
     node: Node
     key_serde: str
     windows: TimeWindows | None = None
+    session_windows: SessionWindows | None = None
 
-    def windowed_by(self, windows: TimeWindows) -> WindowedStream:
+    def windowed_by(self, windows: TimeWindows | SessionWindows) -> WindowedStream:
+        """Aggregate per key and time window (`tumbling`, `hopping`) or session (`session_windows`)."""
+        if isinstance(windows, SessionWindows):
+            return SessionWindowedStream(self.topology, self.node, self.key_serde, None, windows)
         if not isinstance(windows, TimeWindows):
-            raise PipelineError("windowed_by takes tumbling(...) or hopping(...)")
+            raise PipelineError("windowed_by takes tumbling(...), hopping(...) or session_windows(...)")
         return WindowedStream(self.topology, self.node, self.key_serde, windows)
 
     def _aggregate(self, **kw: Any) -> Table:
         store = self.topology._name(kw.pop("name"), kw["kind"])
-        node = Aggregate(self.node, store=store, windows=self.windows, **kw)
-        return Table(self.topology, node, self.key_serde, node.value_serde, windowed=self.windows is not None)
+        node = Aggregate(self.node, store=store, windows=self.windows, session_windows=self.session_windows, **kw)
+        windowed = self.windows is not None or self.session_windows is not None
+        return Table(self.topology, node, self.key_serde, node.value_serde, windowed=windowed)
 
     def count(self, *, name: str | None = None) -> Table:
         """Records per key (int64)."""
@@ -389,6 +408,31 @@ class WindowedStream(GroupedStream):
 
 
 @dataclass(frozen=True)
+class SessionWindowedStream(WindowedStream):
+    """A grouped stream with session windows (Kafka Streams' ``SessionWindowedKStream``): `count`,
+    `reduce` and `aggregate` per key and session. Records are taken one at a time, as sessions
+    merge: `reduce`'s function and `aggregate`'s adder run once per record."""
+
+    def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, dict[str, list[Any]], Any], Any],
+                  merger: Callable[[Any, Any, Any], Any] | None = None, *, name: str | None = None,
+                  value_serde: str = "json") -> Table:
+        """Fold each record into its session's aggregate: ``adder(key, values, aggregate)`` with
+        ``values`` mapping each column to a one-element list (the record's value), as the
+        unwindowed adder gets a batch's. When a record joins sessions, ``merger(key, agg, other)``
+        folds each of them, oldest first, into ``initializer()`` before the adder runs (Kafka
+        Streams' ``Merger``), so it is required."""
+        if merger is None:
+            raise PipelineError("aggregate over session windows needs a merger (key, agg1, agg2) -> agg: a record "
+                                "within the gap of two sessions merges them (Kafka Streams' Merger)")
+        if not callable(initializer) or not callable(adder) or not callable(merger):
+            raise PipelineError("aggregate takes initializer() -> agg, adder(key, values, agg) -> agg and "
+                                "merger(key, agg1, agg2) -> agg")
+        return self._aggregate(kind="aggregate", name=name,
+                               value_serde=_check_serde(value_serde, VALUE_SERDES, "value serde"),
+                               initializer=initializer, adder=adder, merger=merger)
+
+
+@dataclass(frozen=True)
 class Table:
     """A changelog stream of per-key values (the result of an aggregation, or a source table)."""
 
@@ -402,7 +446,9 @@ class Table:
         """Write each updated key's new value to `topic`, once per key and batch.
 
         A windowed table's record key is the key followed by the window start (8 bytes,
-        big-endian), as Kafka Streams' ``TimeWindowedSerializer`` writes it.
+        big-endian), as Kafka Streams' ``TimeWindowedSerializer`` writes it; a session-windowed
+        one's, by the session end and start (8 bytes each), as ``SessionWindowedSerializer`` does,
+        and a session merged into a newer one is written as a tombstone.
         """
         if isinstance(self.node, TableSource):
             raise PipelineError("a source table is already a topic; join it with a stream or a table")

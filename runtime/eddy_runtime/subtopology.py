@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from eddy_contract.tasks import TaskId, task_id
-from eddy_runtime.pipeline import JoinWindows, TimeWindows
+from eddy_runtime.pipeline import JoinWindows, SessionWindows, TimeWindows
 from eddy_runtime.record_steps import RecordStep
 from eddy_runtime.state import ChangelogTopicSpec, StoreSpec
 
@@ -83,6 +83,9 @@ class StatefulSpec:
     #: records still without a partner
     join_windows: JoinWindows | None = None
     outer_store: StoreSpec | None = None
+    #: a session-windowed aggregation's windows (`windows` is None then) and its aggregate's merger
+    session_windows: SessionWindows | None = None
+    merger: Callable[[Any, Any, Any], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ class TopicSink:
     value_columns: str | tuple[str, ...]
     #: the rows are a windowed table's updates: the key gets the window start appended
     windowed: bool = False
+    #: the rows are a session-windowed table's updates: the key gets the session end and start appended
+    session_windowed: bool = False
     #: this sink's own record steps (its branch of a `split`), over the rows it sees
     steps: tuple[RecordStep, ...] = ()
     #: written before the sub-topology's stateful step: it sees the rows going into it

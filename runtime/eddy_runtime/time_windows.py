@@ -1,6 +1,7 @@
 """Time in pipelines: durations, the time windows of windowed aggregations (`tumbling`,
-`hopping`) and the join windows of windowed stream-stream joins (`join_windows`), as Kafka
-Streams defines them. `pipeline` re-exports them.
+`hopping`), the session windows of sessionized aggregations (`session_windows`) and the join
+windows of windowed stream-stream joins (`join_windows`), as Kafka Streams defines them.
+`pipeline` re-exports them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from datetime import timedelta
 
 from eddy_runtime.pipeline_errors import PipelineError
 
-__all__ = ["JoinWindows", "TimeWindows", "duration_ms", "hopping", "join_windows", "tumbling"]
+__all__ = ["JoinWindows", "SessionWindows", "TimeWindows", "duration_ms", "hopping", "join_windows", "session_windows",
+           "tumbling"]
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -113,3 +115,36 @@ def join_windows(difference: int | str | timedelta, grace: int | str | timedelta
     return JoinWindows(d if before is None else duration_ms(before, "join window before"),
                       d if after is None else duration_ms(after, "join window after"),
                       duration_ms(grace, "join window grace"))
+
+
+@dataclass(frozen=True)
+class SessionWindows:
+    """Kafka Streams' ``SessionWindows``: a key's records less than `gap_ms` apart (inclusive) form
+    one session ``[first timestamp, last timestamp]``; a record within the gap of several
+    sessions merges them into one. A record is dropped as late when the session it would end up
+    in ends before ``stream time - grace``; sessions are kept for `retention_ms` (at least gap +
+    grace) after their end."""
+
+    gap_ms: int
+    grace_ms: int = 0
+    retention_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.gap_ms <= 0:
+            raise PipelineError(f"session inactivity gap must be positive, got {self.gap_ms} ms")
+        if self.retention_ms < self.gap_ms + self.grace_ms:
+            raise PipelineError(
+                f"session retention ({self.retention_ms} ms) must be at least inactivity gap + grace "
+                f"({self.gap_ms + self.grace_ms} ms)"
+            )
+
+
+def session_windows(inactivity_gap: int | str | timedelta, grace: int | str | timedelta = 0,
+                    retention: int | str | timedelta | None = None) -> SessionWindows:
+    """Sessions of records at most `inactivity_gap` apart (Kafka Streams'
+    ``SessionWindows.ofInactivityGapAndGrace``); late records are taken until stream time passes a
+    session's end by `grace`."""
+    gap_ms = duration_ms(inactivity_gap, "session inactivity gap")
+    grace_ms = duration_ms(grace, "session grace")
+    retention_ms = gap_ms + grace_ms if retention is None else duration_ms(retention, "session retention")
+    return SessionWindows(gap_ms, grace_ms, retention_ms)

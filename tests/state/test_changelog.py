@@ -22,3 +22,8 @@ def test_key_value_changelog_is_compacted_with_the_input_partition_count() -> No
 def test_window_changelog_also_deletes_windows_past_retention_plus_a_day() -> None:
     spec = ChangelogTopicSpec.for_store("wc", StoreSpec.window("w", 1_000, 60_000), partitions=2)
     assert spec.config() == {"cleanup.policy": "compact,delete", "retention.ms": str(60_000 + 86_400_000)}
+
+
+def test_session_changelog_also_deletes_sessions_past_retention_plus_a_day() -> None:
+    spec = ChangelogTopicSpec.for_store("wc", StoreSpec.session("s", 60_000), partitions=2)
+    assert spec.config() == {"cleanup.policy": "compact,delete", "retention.ms": str(60_000 + 86_400_000)}

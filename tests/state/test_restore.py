@@ -208,3 +208,31 @@ def _wait_until_gone(kafka, topic: str) -> None:
     while topic in kafka.admin.list_topics(timeout=10).topics:
         assert time.monotonic() < deadline, f"{topic} (recreated as a probe) still listed after 30 s"
         time.sleep(0.2)
+
+
+def test_session_store_is_restored_from_its_changelog_with_its_stream_time(state_app: StateApp) -> None:
+    spec = StoreSpec.session("visits", retention_ms=60_000, key_serde="string", value_serde="int64")
+    state_app.ensure_changelogs([spec])
+    with open_task(state_app, specs=(spec,)) as mgr:
+        tx = mgr.transaction()
+        s = tx.session("visits")
+        s.put("alice", 0, 0, 1)
+        s.put("alice", 5_000, 5_000, 1)
+        mgr.commit(tx, outputs=[OutputRecord(state_app.input_topic, b"x", b"y", partition=1)])
+        tx = mgr.transaction()
+        s = tx.session("visits")  # a record at 2 s merges alice's two sessions
+        s.remove("alice", 0, 0)
+        s.remove("alice", 5_000, 5_000)
+        s.put("alice", 0, 5_000, 3)
+        s.put("bob", 7_000, 9_000, 2)
+        s.observe(9_500)  # the newest record was late, or another store's: stream time still moves
+        mgr.commit(tx, outputs=[OutputRecord(state_app.input_topic, b"x", b"y", partition=1)])
+    with open_task(state_app, specs=(spec,)) as mgr:  # a restart: the store as it was
+        assert mgr.store("visits").stream_time == 9_500
+    shutil.rmtree(state_app.state_dir)
+    with open_task(state_app, specs=(spec,)) as mgr:  # a restore elsewhere: the changelog replayed
+        assert mgr.restore(timeout_s=30).done, "the session store is restored within 30 s"
+        store = mgr.store("visits")
+        assert store.all_sessions() == [(("alice", 0, 5_000), 3), (("bob", 7_000, 9_000), 2)]
+        assert store.stream_time == 9_500
+        assert mgr.transaction().session("visits").stream_time == 9_500

@@ -11,7 +11,9 @@ Modules (Kafka Streams' names, Quix Streams' layering; docs/DESIGN.md, "Vocabula
 - ``rocksdb_store.py``    what both store kinds share: RocksDB, offsets in a metadata column family
                           written with the data, one write path, the transaction base
 - ``store.py``            `KeyValueStore` + `KeyValueTransaction` (reads its own writes)
-- ``window_store.py``     `WindowStore` + `WindowTransaction` (segments, retention)
+- ``segmented_store.py``  what windows and sessions share: time segments, retention, stream time
+- ``window_store.py``     `WindowStore` + `WindowTransaction` (windows by start)
+- ``session_store.py``    `SessionStore` + `SessionTransaction` (sessions by (key, end, start))
 - ``stores.py``           `open_store` (the store a spec names) and `StateStore` (either kind)
 - ``task_transaction.py`` `TaskTransaction`: one batch across a task's stores
 - ``task_directory.py``   ``<stateDir>/<app>/<task>/`` layout, the task lock (`TaskDirectoryLocked`
@@ -51,7 +53,7 @@ Executor, per work item (a task ``S_P`` is partition ``P`` of the input and of e
     # processing work item (only when mgr.restored)
     positions = mgr.committer.committed_offsets([("words", 3)])   # once after open/promote/failure
     tx = mgr.transaction()
-    counts = tx.key_value("counts")                 # or tx.window("name") for window stores
+    counts = tx.key_value("counts")                 # or tx.window / tx.session("name")
     old = counts.get_many(words, default=0)         # one multi-get; reads see this batch's writes
     counts.put_many(words, [o + 1 for o in old])    # also get / put / delete / range / prefix
     result = mgr.commit(tx,
@@ -93,6 +95,7 @@ from eddy_runtime.state.manager import ProcessorStateManager
 from eddy_runtime.state.metrics import StateMetrics, StoreFigures, TaskFigures
 from eddy_runtime.state.restore_progress import RestoreProgress, TaskRestoreProgress
 from eddy_runtime.state.serde import serde_for
+from eddy_runtime.state.session_store import SessionStore, SessionTransaction
 from eddy_runtime.state.store import KeyValueStore, KeyValueTransaction
 from eddy_runtime.state.store_spec import StoreOffsets, StoreSpec
 from eddy_runtime.state.stores import StateStore, open_store
@@ -120,6 +123,8 @@ __all__ = [
     "OutputRecord",
     "ProcessorStateManager",
     "RestoreProgress",
+    "SessionStore",
+    "SessionTransaction",
     "StateDirectory",
     "StateMetrics",
     "StateStore",

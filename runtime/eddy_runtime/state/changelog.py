@@ -53,8 +53,8 @@ class ChangelogTopicSpec:
 
     name: str
     partitions: int
-    #: ``compact`` for key-value stores; ``compact,delete`` for window stores, whose old
-    #: windows must also age out of the changelog (as Kafka Streams does).
+    #: ``compact`` for key-value stores; ``compact,delete`` for window and session stores, whose
+    #: old windows and sessions must also age out of the changelog (as Kafka Streams does).
     cleanup_policy: str = "compact"
     #: retention.ms for ``compact,delete`` topics; None leaves the broker default.
     retention_ms: int | None = None
@@ -62,10 +62,10 @@ class ChangelogTopicSpec:
 
     @classmethod
     def for_store(cls, app: str, spec: StoreSpec, partitions: int) -> ChangelogTopicSpec:
-        """The changelog a store needs: compacted; a window store's also deletes windows older
-        than its retention plus a day (Kafka Streams' windowstore.changelog.additional.retention.ms)."""
+        """The changelog a store needs: compacted; a window or session store's also deletes records
+        older than its retention plus a day (Kafka Streams' windowstore.changelog.additional.retention.ms)."""
         name = changelog_topic_name(app, spec.name)
-        if spec.kind == "window":
+        if spec.kind in ("window", "session"):
             return cls(name, partitions, cleanup_policy="compact,delete",
                        retention_ms=int(spec.retention_ms or 0) + _WINDOW_CHANGELOG_EXTRA_RETENTION_MS)
         return cls(name, partitions)

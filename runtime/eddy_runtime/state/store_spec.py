@@ -21,18 +21,18 @@ InputOffsets = Mapping[tuple[str, int], int]
 
 @dataclass(frozen=True)
 class StoreSpec:
-    """What a store is: its name, kind, serdes and (for windows) size and retention.
+    """What a store is: its name, kind, serdes and (for windows and sessions) size and retention.
 
     A plain picklable value: the driver builds it and ships it to executors.
     """
 
     name: str
-    kind: Literal["key_value", "window"] = "key_value"
+    kind: Literal["key_value", "window", "session"] = "key_value"
     key_serde: str = "bytes"
     value_serde: str = "bytes"
     window_size_ms: int | None = None
     retention_ms: int | None = None
-    #: width of a window store's time segments; Kafka Streams' default max(retention / 2, 60 s)
+    #: width of a window (or session) store's time segments; Kafka Streams' default max(retention / 2, 60 s)
     segment_interval_ms: int | None = None
     #: False for a store without a changelog (not restorable; for caches and tests)
     logged: bool = True
@@ -61,6 +61,20 @@ class StoreSpec:
             segment_interval_ms=segment_interval_ms,
         )
 
+    @classmethod
+    def session(
+        cls,
+        name: str,
+        retention_ms: int,
+        key_serde: str = "bytes",
+        value_serde: str = "bytes",
+        segment_interval_ms: int | None = None,
+    ) -> StoreSpec:
+        """A session store (session_store.py): sessions kept until their end is `retention_ms`
+        behind stream time (at least inactivity gap + grace)."""
+        return cls(name=name, kind="session", key_serde=key_serde, value_serde=value_serde,
+                   retention_ms=retention_ms, segment_interval_ms=segment_interval_ms)
+
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or self.name.startswith("."):
             raise ValueError(f"store name {self.name!r} must be a plain, non-hidden folder name")
@@ -71,6 +85,9 @@ class StoreSpec:
                 raise ValueError(f"window store {self.name!r} needs window_size_ms > 0")
             if self.retention_ms is None or self.retention_ms < self.window_size_ms:
                 raise ValueError(f"window store {self.name!r} needs retention_ms >= window_size_ms")
+        elif self.kind == "session":
+            if self.retention_ms is None or self.retention_ms <= 0:
+                raise ValueError(f"session store {self.name!r} needs retention_ms > 0")
         elif self.kind != "key_value":
             raise ValueError(f"store {self.name!r}: unknown kind {self.kind!r}")
 
@@ -96,7 +113,7 @@ class StoreOffsets:
 
     changelog_offset: int | None
     input_offsets: Mapping[tuple[str, int], int] = field(default_factory=dict)
-    #: a window store's stream time (newest window start seen); None for key-value stores
+    #: a window or session store's stream time (newest record timestamp seen); None for key-value stores
     stream_time: int | None = None
 
 

@@ -1,7 +1,7 @@
 """One batch of one task across all its stores: `TaskTransaction`, applied after the Kafka commit.
 
 `ProcessorStateManager.transaction()` (manager.py) opens one per batch; processing reads and
-writes its stores' transactions (`key_value`, `window`); the committer (commit.py) sends its
+writes its stores' transactions (`key_value`, `window`, `session`); the committer (commit.py) sends its
 `changelog_batches` to Kafka, and `apply` then writes each store with the changelog offsets Kafka
 gave (docs/DESIGN.md, "One micro-batch").
 """
@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from eddy_runtime.state.changelog import changelog_topic_name
+from eddy_runtime.state.session_store import SessionTransaction
 from eddy_runtime.state.store import KeyValueTransaction
 from eddy_runtime.state.stores import StateStore
 from eddy_runtime.state.window_store import WindowTransaction
@@ -28,13 +29,13 @@ class TaskTransaction:
         #: the task's partition of each changelog
         self.partition = partition
         self._stores = stores
-        self._txs: dict[str, KeyValueTransaction | WindowTransaction] = {
+        self._txs: dict[str, KeyValueTransaction | WindowTransaction | SessionTransaction] = {
             name: store.begin() for name, store in stores.items()
         }
         self._applied = False
 
     def store(self, name: str) -> Any:
-        """The named store's transaction (`KeyValueTransaction` or `WindowTransaction`)."""
+        """The named store's transaction (`KeyValueTransaction`, `WindowTransaction` or `SessionTransaction`)."""
         try:
             return self._txs[name]
         except KeyError:
@@ -53,6 +54,12 @@ class TaskTransaction:
         tx = self.store(name)
         if not isinstance(tx, WindowTransaction):
             raise TypeError(f"store {name!r} is not a window store")
+        return tx
+
+    def session(self, name: str) -> SessionTransaction:
+        tx = self.store(name)
+        if not isinstance(tx, SessionTransaction):
+            raise TypeError(f"store {name!r} is not a session store")
         return tx
 
     def changelog_batches(self) -> Iterator[tuple[str, str, int, list[tuple[bytes, bytes | None]]]]:

@@ -1,44 +1,28 @@
 """Window stores: (key, window start) -> value with retention, for windowed aggregations.
 
-Windows live in time segments, one RocksDB column family per segment, with key-first keys
-(``serialised key + window start``, 8 bytes big-endian) so that one key's windows are one
-range scan per segment. A segment whose newest window is expired (window start <= stream time
-- retention, stream time being the newest record timestamp the task has seen, or the newest
-window start written) is dropped as a whole with
-``drop_column_family``: expiring windows costs one metadata operation, not a delete per key
-(Kafka Streams' segmented window store, inside one RocksDB instance; docs/DESIGN.md, "Vocabulary").
+Windows live in the time segments of segmented_store.py (filed by window start), with
+key-first keys (``serialised key + window start``, 8 bytes big-endian) so that one key's
+windows are one range scan per segment; a window is expired when its start <= stream time -
+retention, and segments holding only expired windows are dropped whole.
 
 The changelog record of a window has the same raw key as the store, so restore.py replays it
-through `WindowStore.write` like any other store. Stream time travels the same way: a batch that
-advanced it writes one `STREAM_TIME_KEY` record (shorter than any windowed key, so it cannot be
-one), compacted to the newest, so a restart or a restore on another executor resumes with the
-stream time the task had, and drops the same late records it would have. Writes and offsets share one write batch
-(rocksdb_store.py's `RocksDBStore`); `ProcessorStateManager` opens these stores through
-`stores.open_store` and processing reaches them through `WindowTransaction`.
+through `WindowStore.write` like any other store; stream time travels as the `STREAM_TIME_KEY`
+record (segmented_store.py). Writes and offsets share one write batch (rocksdb_store.py's
+`RocksDBStore`); `ProcessorStateManager` opens these stores through `stores.open_store` and
+processing reaches them through `WindowTransaction`.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import rocksdict
 
-from eddy_runtime.state.rocksdb_store import RocksDBStore, StoreTransaction
+from eddy_runtime.state.segmented_store import STREAM_TIME_KEY, SegmentedStore, StreamTimeTransaction
 from eddy_runtime.state.serde import INT64
-from eddy_runtime.state.store_spec import StoreSpec
 
 __all__ = ["STREAM_TIME_KEY", "WindowStore", "WindowTransaction", "split_windowed_key", "windowed_key"]
-
-#: the changelog (and write batch) record of a window store's stream time: 3 bytes, never a
-#: windowed key (those are at least the 8 bytes of the window start)
-STREAM_TIME_KEY = b"\xffst"
-
-log = logging.getLogger(__name__)
-
-_SEGMENT_CF_PREFIX = "seg-"
 
 
 def windowed_key(key: bytes, window_start: int) -> bytes:
@@ -50,71 +34,13 @@ def split_windowed_key(raw: bytes) -> tuple[bytes, int]:
     return raw[:-8], INT64.unpack(raw[-8:])[0]
 
 
-class WindowStore(RocksDBStore):
-    """Windows of (key, window start) -> value in time segments, with retention.
+class WindowStore(SegmentedStore):
+    """Windows of (key, window start) -> value in time segments (by window start), with retention.
 
     A window is expired when its start <= stream time - retention (stream time: the newest
-    window start written); expired windows are neither returned nor written, and segments
-    holding only expired windows are dropped.
+    record timestamp the task has seen, or the newest window start written); expired windows are
+    neither returned nor written, and segments holding only expired windows are dropped.
     """
-
-    def __init__(self, spec: StoreSpec, path: str | os.PathLike[str]) -> None:
-        super().__init__(spec, path)
-        self._interval = spec.segment_interval
-        self._retention = int(spec.retention_ms or 0)
-        self._segments: dict[int, rocksdict.Rdict] = {}
-        self._segment_handles: dict[int, Any] = {}
-        for name in self._opened_column_families:
-            if name.startswith(_SEGMENT_CF_PREFIX):
-                seg = int(name[len(_SEGMENT_CF_PREFIX):])
-                self._segments[seg] = self.db.get_column_family(name)
-                self._segment_handles[seg] = self.db.get_column_family_handle(name)
-        self._drop_expired_segments()
-
-    # -- segments ---------------------------------------------------------------------------
-
-    def _segment_id(self, window_start: int) -> int:
-        return window_start // self._interval
-
-    def _segment_cf(self, seg: int) -> Any:
-        if seg not in self._segment_handles:
-            name = f"{_SEGMENT_CF_PREFIX}{seg}"
-            self._segments[seg] = self.db.create_column_family(name, self._make_options())
-            self._segment_handles[seg] = self.db.get_column_family_handle(name)
-        return self._segment_handles[seg]
-
-    def _expiry_bound(self, stream_time: int | None) -> int | None:
-        """Windows starting at or before this are expired (None: nothing is)."""
-        if stream_time is None:
-            return None
-        return stream_time - self._retention
-
-    def _drop_expired_segments(self) -> None:
-        bound = self._expiry_bound(self._offsets.stream_time)
-        if bound is None:
-            return
-        for seg in sorted(self._segments):
-            newest_start = (seg + 1) * self._interval - 1
-            if newest_start <= bound:
-                del self._segments[seg]
-                del self._segment_handles[seg]
-                self.db.drop_column_family(f"{_SEGMENT_CF_PREFIX}{seg}")
-                log.debug("store %s: dropped expired segment %d", self.spec.name, seg)
-
-    def _data_families(self) -> list[rocksdict.Rdict]:
-        return [self._segments[s] for s in sorted(self._segments)]
-
-    def _drop_handles(self) -> None:
-        self._segments.clear()
-        self._segment_handles.clear()
-
-    @property
-    def stream_time(self) -> int | None:
-        return self._offsets.stream_time
-
-    @property
-    def segment_count(self) -> int:
-        return len(self._segments)
 
     # -- raw reads ------------------------------------------------------------------------------
 
@@ -195,8 +121,7 @@ class WindowStore(RocksDBStore):
         n = 0
         for k, v in records:
             if k == STREAM_TIME_KEY:  # kept in the store's offsets, not as a window
-                if v is not None and (stream_time is None or unpack(v)[0] > stream_time):
-                    stream_time = unpack(v)[0]
+                stream_time = self._stream_time_record(v, stream_time)
                 continue
             ws = unpack(k[-8:])[0]
             if stream_time is None or ws > stream_time:
@@ -211,34 +136,10 @@ class WindowStore(RocksDBStore):
             n += 1
         return n, stream_time
 
-    def _after_write(self) -> None:
-        self._drop_expired_segments()
 
 
-class WindowTransaction(StoreTransaction[WindowStore]):
+class WindowTransaction(StreamTimeTransaction[WindowStore]):
     """One batch's view of a window store; reads see this batch's writes first."""
-
-    def __init__(self, store: WindowStore) -> None:
-        super().__init__(store)
-        self._stream_time = store.stream_time
-
-    @property
-    def stream_time(self) -> int | None:
-        return self._stream_time
-
-    def observe(self, timestamp: int) -> None:
-        """Raise stream time to `timestamp`, the newest record time the task has seen: it is
-        kept with the windows (store and changelog), so the task resumes with it."""
-        if self._stream_time is None or timestamp > self._stream_time:
-            self._stream_time = timestamp
-
-    def _advanced(self) -> bool:
-        st, base = self._stream_time, self.store.stream_time
-        return st is not None and (base is None or st > base)
-
-    @property
-    def dirty(self) -> bool:
-        return bool(self._writes) or self._advanced()
 
     def _expired(self, window_start: int) -> bool:
         st = self._stream_time
@@ -287,7 +188,4 @@ class WindowTransaction(StoreTransaction[WindowStore]):
         bound = None if self._stream_time is None else self._stream_time - self.store._retention
         records = list(self._writes.items()) if bound is None else [
             (k, v) for k, v in self._writes.items() if INT64.unpack(k[-8:])[0] > bound]
-        if self._advanced():
-            assert self._stream_time is not None
-            records.append((STREAM_TIME_KEY, INT64.pack(self._stream_time)))
-        return records
+        return self._with_stream_time(records)
