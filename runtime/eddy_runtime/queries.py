@@ -13,6 +13,8 @@ stale-store reads; without it only a running, restored active answers):
 - ``/stores/<store>/keys/<key>``: one key's value
 - ``/stores/<store>/windows/<key>?from=MS&to=MS``: a window store's windows of a key that start
   in ``[from, to]``
+- ``/stores/<store>/sessions/<key>?from=MS&to=MS``: a session store's sessions of a key that end
+  at or after ``from`` and start at or before ``to`` (Kafka Streams' ``findSessions``)
 - ``/stores/<store>/range?from=K&to=K``, ``/stores/<store>/prefix/<prefix>``,
   ``/stores/<store>/all``: scans over every partition (``limit`` entries per partition, 1000 by
   default)
@@ -129,19 +131,21 @@ class StoreQueries:
         what, rest = parts[2], "/".join(parts[3:])
         max_lag = _int_param(params, "max_lag")
         if what == "keys" and rest:
-            if route.kind == "window":
-                raise QueryError(400, f"store {route.store} is a window store: use /windows/<key>?from=&to=")
+            if route.kind != "key_value":
+                raise QueryError(400, f"store {route.store} is a {route.kind} store: "
+                                      f"use /{route.kind}s/<key>?from=&to=")
             key = parse_key(rest, route.key_serde)
             return self._on_task(routing, route, route.task_for(key), max_lag, forwarded, path, params,
                                  lambda copy: {"key": key, **_get(route, copy.store, key)})
-        if what == "windows" and rest:
-            if route.kind != "window":
-                raise QueryError(400, f"store {route.store} is a {route.kind} store: use /keys/<key>")
+        if what in ("windows", "sessions") and rest:
+            if f"{route.kind}s" != what:
+                use = "keys" if route.kind == "key_value" else f"{route.kind}s"
+                raise QueryError(400, f"store {route.store} is a {route.kind} store: use /{use}/<key>")
             key = parse_key(rest, route.key_serde)
-            t_from, t_to = _int_param(params, "from", 0), _int_param(params, "to", 2**63 - 1)
-            assert t_from is not None and t_to is not None
+            t_from, t_to = _time_bounds(params)
+            read = _windows if what == "windows" else _sessions
             return self._on_task(routing, route, route.task_for(key), max_lag, forwarded, path, params,
-                                 lambda copy: {"key": key, "windows": _windows(route, copy.store, key, t_from, t_to)})
+                                 lambda copy: {"key": key, what: read(copy.store, key, t_from, t_to)})
         if what in ("range", "prefix", "all") and (what == "prefix") == bool(rest):
             return self._scan(routing, route, what, rest, max_lag, forwarded, path, params)
         raise QueryError(404, f"no such query path {path!r} for store {route.store}")
@@ -233,16 +237,30 @@ def _decode(route: StoreRoute, raw: bytes) -> Any:
     return json_value(raw if route.value_serde in ("raw", "bytes") else serde_for(route.value_serde).deserialize(raw))
 
 
-def _windows(route: StoreRoute, store: Any, key: Any, t_from: int, t_to: int) -> list[dict[str, Any]]:
+def _time_bounds(params: Mapping[str, str]) -> tuple[int, int]:
+    t_from, t_to = _int_param(params, "from", 0), _int_param(params, "to", 2**63 - 1)
+    assert t_from is not None and t_to is not None
+    return t_from, t_to
+
+
+def _windows(store: Any, key: Any, t_from: int, t_to: int) -> list[dict[str, Any]]:
+    """The key's windows starting in [t_from, t_to]."""
     size = store.spec.window_size_ms
     return [{"start": start, "end": start + size, "value": json_value(v)}
             for start, v in store.fetch_range(key, t_from, t_to)]
 
 
+def _sessions(store: Any, key: Any, t_from: int, t_to: int) -> list[dict[str, Any]]:
+    """The key's sessions ending at or after t_from and starting at or before t_to."""
+    return [{"start": start, "end": end, "value": json_value(v)}
+            for (start, end), v in store.find_sessions(key, t_from, t_to)]
+
+
 def _scan_store(route: StoreRoute, store: Any, what: str, prefix: str,
                 bounds: tuple[Any, Any]) -> Iterator[tuple[Any, Any]]:
-    if route.kind == "window":
-        raise QueryError(400, f"store {route.store} is a window store: fetch a key's windows with /windows/<key>")
+    if route.kind != "key_value":
+        raise QueryError(400, f"store {route.store} is a {route.kind} store: fetch a key's {route.kind}s with "
+                              f"/{route.kind}s/<key>")
     if route.raw_keys:
         key_serde = serde_for(route.key_serde if route.key_serde != "bytes" else "string")
         if what == "prefix":

@@ -71,6 +71,13 @@ class QueryClient:
         return self._ask(f"/stores/{store}/windows/{_text(key)}",
                          {"from": time_from, "to": time_to, "max_lag": max_lag})
 
+    def sessions(self, store: str, key: Any, earliest_end: int = 0, latest_start: int = 2**63 - 1, *,
+                 max_lag: int | None = None) -> dict[str, Any]:
+        """A session store's sessions of `key` that end at or after `earliest_end` and start at or
+        before `latest_start`: ``body["sessions"]`` lists ``{"start", "end", "value"}``."""
+        return self._ask(f"/stores/{store}/sessions/{_text(key)}",
+                         {"from": earliest_end, "to": latest_start, "max_lag": max_lag})
+
     def range(self, store: str, lo: Any = None, hi: Any = None, *, max_lag: int | None = None,
               limit: int | None = None) -> list[tuple[Any, Any]]:
         """Every (key, value) with lo <= key <= hi, over all partitions."""

@@ -36,7 +36,7 @@ __all__ = [
     "store_routes",
 ]
 
-StoreKind = Literal["key_value", "window"]
+StoreKind = Literal["key_value", "window", "session"]
 
 
 class QueryError(ValueError):
@@ -197,7 +197,7 @@ def store_routes(compiled: CompiledApp) -> dict[str, StoreRoute]:
     for sub in compiled.subtopologies:
         st = sub.stateful
         if st is not None and st.kind in ("count", "reduce", "aggregate") and st.store is not None:
-            kind: StoreKind = "window" if st.store.kind == "window" else "key_value"
+            kind: StoreKind = st.store.kind if st.store.kind in ("window", "session") else "key_value"
             routes[st.store.name] = StoreRoute(st.store.name, kind, sub.id, sub.partitions, st.store.key_serde)
         if st is not None and st.kind == "join" and sub.table is not None:
             t = sub.table

@@ -174,3 +174,23 @@ def test_a_window_store_answers_a_keys_windows_in_a_time_range(tmp_path):
     assert queries.answer("/stores/per-minute/windows/carol", {})[1]["windows"] == []
     status, body = queries.answer("/stores/per-minute/keys/alice", {})
     assert status == 400 and "window store" in body["error"]
+
+
+def test_a_session_store_answers_a_keys_sessions_as_find_sessions_does(tmp_path):
+    store = open_store(StoreSpec.session("visits", 3_600_000, "string", "int64"), tmp_path / "s")
+    tx = store.begin()
+    tx.put("alice", 0, 10, 2)
+    tx.put("alice", 100, 150, 3)
+    tx.put("alice", 400, 400, 1)
+    tx.put("bob", 100, 100, 7)
+    tx.apply(changelog_offset=3)
+    route = StoreRoute("visits", "session", 0, 1, "string")
+    held = Held("a")
+    held.copies["0_0"] = ("active", 0, True, store)
+    queries = StoreQueries(lambda: QueryRouting("c", 1, {"visits": route}, {"0_0": ("a", ())}, {}), held)
+    status, body = queries.answer("/stores/visits/sessions/alice", {"from": "20", "to": "400"})
+    assert status == 200 and body["sessions"] == [{"start": 100, "end": 150, "value": 3},
+                                                  {"start": 400, "end": 400, "value": 1}]
+    assert len(queries.answer("/stores/visits/sessions/alice", {})[1]["sessions"]) == 3
+    status, body = queries.answer("/stores/visits/windows/alice", {})
+    assert status == 400 and "use /sessions/<key>" in body["error"]
