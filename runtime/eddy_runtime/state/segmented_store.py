@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import rocksdict
@@ -98,6 +99,35 @@ class SegmentedStore(RocksDBStore):
 
     def _after_write(self) -> None:
         self._drop_expired_segments()
+
+    def _time_of(self, key: bytes) -> int:
+        """The time a stored key is filed under (its segment, its expiry)."""
+        raise NotImplementedError
+
+    def _add_to_batch(
+        self, wb: rocksdict.WriteBatch, records: Iterable[tuple[bytes, bytes | None]]
+    ) -> tuple[int, int | None]:
+        """Changelog records into their segments; a record already expired (a replay of old
+        changelog records) is skipped, so it cannot come back. Stream time follows the records."""
+        stream_time = self.stream_time
+        n = 0
+        for k, v in records:
+            if k == STREAM_TIME_KEY:  # kept in the store's offsets, not as a record
+                stream_time = self._stream_time_record(v, stream_time)
+                continue
+            time = self._time_of(k)
+            if stream_time is None or time > stream_time:
+                stream_time = time
+            bound = self._expiry_bound(stream_time)
+            if bound is not None and time <= bound:
+                continue
+            cf = self._segment_cf(self._segment_id(time))
+            if v is None:
+                wb.delete(k, cf)
+            else:
+                wb.put(k, v, cf)
+            n += 1
+        return n, stream_time
 
     @property
     def stream_time(self) -> int | None:

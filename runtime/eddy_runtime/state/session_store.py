@@ -17,12 +17,12 @@ travels as the `STREAM_TIME_KEY` record. `ProcessorStateManager` opens these sto
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import rocksdict
 
-from eddy_runtime.state.segmented_store import STREAM_TIME_KEY, SegmentedStore, StreamTimeTransaction
+from eddy_runtime.state.segmented_store import SegmentedStore, StreamTimeTransaction
 from eddy_runtime.state.serde import INT64
 
 __all__ = ["SessionStore", "SessionTransaction", "session_key", "split_session_key"]
@@ -111,30 +111,8 @@ class SessionStore(SegmentedStore):
     def begin(self) -> SessionTransaction:
         return SessionTransaction(self)
 
-    def _add_to_batch(
-        self, wb: rocksdict.WriteBatch, records: Iterable[tuple[bytes, bytes | None]]
-    ) -> tuple[int, int | None]:
-        """Session changelog records into their segments; a record of an expired session (a
-        replay of old changelog records) is skipped, so it cannot come back."""
-        stream_time = self.stream_time
-        n = 0
-        for k, v in records:
-            if k == STREAM_TIME_KEY:  # kept in the store's offsets, not as a session
-                stream_time = self._stream_time_record(v, stream_time)
-                continue
-            end = _end_of(k)
-            if stream_time is None or end > stream_time:
-                stream_time = end  # a session ends at a record's timestamp: stream time saw it
-            bound = self._expiry_bound(stream_time)
-            if bound is not None and end <= bound:
-                continue
-            cf = self._segment_cf(self._segment_id(end))
-            if v is None:
-                wb.delete(k, cf)
-            else:
-                wb.put(k, v, cf)
-            n += 1
-        return n, stream_time
+    def _time_of(self, key: bytes) -> int:
+        return _end_of(key)  # a session ends at a record's timestamp: stream time saw it
 
 
 class SessionTransaction(StreamTimeTransaction[SessionStore]):

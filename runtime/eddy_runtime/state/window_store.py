@@ -14,7 +14,7 @@ processing reaches them through `WindowTransaction`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import rocksdict
@@ -111,30 +111,8 @@ class WindowStore(SegmentedStore):
     def begin(self) -> WindowTransaction:
         return WindowTransaction(self)
 
-    def _add_to_batch(
-        self, wb: rocksdict.WriteBatch, records: Iterable[tuple[bytes, bytes | None]]
-    ) -> tuple[int, int | None]:
-        """Windowed changelog records into their segments; a record of an expired window (a
-        replay of old changelog records) is skipped, so it cannot come back."""
-        stream_time = self.stream_time
-        unpack = INT64.unpack
-        n = 0
-        for k, v in records:
-            if k == STREAM_TIME_KEY:  # kept in the store's offsets, not as a window
-                stream_time = self._stream_time_record(v, stream_time)
-                continue
-            ws = unpack(k[-8:])[0]
-            if stream_time is None or ws > stream_time:
-                stream_time = ws
-            if ws <= stream_time - self._retention:
-                continue
-            cf = self._segment_cf(self._segment_id(ws))
-            if v is None:
-                wb.delete(k, cf)
-            else:
-                wb.put(k, v, cf)
-            n += 1
-        return n, stream_time
+    def _time_of(self, key: bytes) -> int:
+        return int(INT64.unpack(key[-8:])[0])  # the window's start
 
 
 
