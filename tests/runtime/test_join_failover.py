@@ -12,35 +12,24 @@ import signal
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
-import yaml
 
-from eddy_contract.spec import StreamAppSpec
 from eddy_runtime.placement import live_executors
 from tests.runtime.apps import driver_for, produce, read_all
 from tests.runtime.test_failover import Run, executor_jvm_pid
+from tests.runtime.test_orders import orders_app
 
 pytestmark = pytest.mark.integration
 
-MANIFEST = Path(__file__).parents[2] / "examples" / "orders" / "streamapp.yaml"
 MINUTE = 60_000
 
 
 def test_a_windowed_join_matches_each_order_once_across_an_executor_kill(kafka, spark, tmp_path):
     sc = spark.sparkContext
-    body = yaml.safe_load(MANIFEST.read_text())
-    app = kafka.unique_name("orders-fo")
-    orders = kafka.create_topic(f"{app}-orders", partitions=4)
-    payments = kafka.create_topic(f"{app}-payments", partitions=4)
-    out = f"{app}-paid"
-    body["metadata"]["name"] = app
-    body["spec"]["kafka"]["bootstrapServers"] = kafka.bootstrap
-    body["spec"]["pipeline"]["args"].update(orders_topic=orders, payments_topic=payments, output_topic=out)
-    body["spec"].update(processingGuarantee="exactly_once", triggerInterval="300ms")
-    body["spec"].setdefault("state", {})["standbyReplicas"] = 1
-    spec = StreamAppSpec.from_manifest(body)
+    spec, orders, payments, out = orders_app(kafka, "orders-fo", partitions=4, processingGuarantee="exactly_once",
+                                             triggerInterval="300ms",
+                                             state={"size": "1Gi", "standbyReplicas": 1})
     t0 = int(time.time() * 1000) - 3_600_000  # recent: the broker deletes records past its retention
     fed: list[int] = []
 

@@ -19,18 +19,25 @@ MANIFEST = Path(__file__).parents[2] / "examples" / "orders" / "streamapp.yaml"
 MINUTE = 60_000
 
 
-@pytest.mark.parametrize("execution", ["continuous", "microBatch"])
-def test_the_orders_example_matches_payments_within_the_window(kafka, spark, tmp_path, execution):
+def orders_app(kafka, name: str, partitions: int = 2, args: dict | None = None,
+               **spec: object) -> tuple[StreamAppSpec, str, str, str]:
+    """The example's manifest on this broker with topics of its own: (spec, orders, payments, output)."""
     body = yaml.safe_load(MANIFEST.read_text())
-    app = kafka.unique_name(f"orders-{execution.lower()}")
-    orders = kafka.create_topic(f"{app}-orders", partitions=2)
-    payments = kafka.create_topic(f"{app}-payments", partitions=2)
+    app = kafka.unique_name(name)
+    orders = kafka.create_topic(f"{app}-orders", partitions=partitions)
+    payments = kafka.create_topic(f"{app}-payments", partitions=partitions)
     out = f"{app}-paid"
     body["metadata"]["name"] = app
     body["spec"]["kafka"]["bootstrapServers"] = kafka.bootstrap
-    body["spec"]["pipeline"]["args"].update(orders_topic=orders, payments_topic=payments, output_topic=out)
-    body["spec"]["execution"] = execution
-    spec = StreamAppSpec.from_manifest(body)
+    body["spec"]["pipeline"]["args"].update(orders_topic=orders, payments_topic=payments, output_topic=out,
+                                            **(args or {}))
+    body["spec"].update(spec)
+    return StreamAppSpec.from_manifest(body), orders, payments, out
+
+
+@pytest.mark.parametrize("execution", ["continuous", "microBatch"])
+def test_the_orders_example_matches_payments_within_the_window(kafka, spark, tmp_path, execution):
+    spec, orders, payments, out = orders_app(kafka, f"orders-{execution.lower()}", execution=execution)
     t0 = int(time.time() * 1000) - 3_600_000  # recent: the broker deletes records past its retention
 
     def order(n):
@@ -58,16 +65,7 @@ def test_the_orders_example_matches_payments_within_the_window(kafka, spark, tmp
 
 
 def test_with_how_left_an_unpaid_order_is_written_once_its_window_closed(kafka, spark, tmp_path):
-    body = yaml.safe_load(MANIFEST.read_text())
-    app = kafka.unique_name("orders-left")
-    orders = kafka.create_topic(f"{app}-orders", partitions=2)
-    payments = kafka.create_topic(f"{app}-payments", partitions=2)
-    out = f"{app}-paid"
-    body["metadata"]["name"] = app
-    body["spec"]["kafka"]["bootstrapServers"] = kafka.bootstrap
-    body["spec"]["pipeline"]["args"].update(orders_topic=orders, payments_topic=payments, output_topic=out,
-                                            how="left")
-    spec = StreamAppSpec.from_manifest(body)
+    spec, orders, payments, out = orders_app(kafka, "orders-left", args={"how": "left"})
     t0 = int(time.time() * 1000) - 3_600_000
     produce(kafka.bootstrap, orders, [(f"o{n}".encode(), json.dumps({"id": n}).encode()) for n in (1, 2, 3)],
             timestamps=[t0, t0, t0 + 20 * MINUTE])
