@@ -36,6 +36,7 @@ from eddy_runtime.pipeline import (
     Record,
     Source,
     StreamJoin,
+    Suppress,
     TableJoin,
     TableSource,
     Topology,
@@ -53,6 +54,7 @@ from eddy_runtime.subtopology import (
     SourceSpec,
     StatefulSpec,
     SubTopology,
+    SuppressSpec,
     TableSpec,
     TopicSink,
     repartition_topic_name,
@@ -246,6 +248,9 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
                             StoreSpec.key_value(right.store, "bytes", "bytes"))
         b.stateful = StatefulSpec("table_join", StoreSpec.key_value(left.store, "bytes", "bytes"), left.key_serde,
                                   how=node.how, joiner=node.joiner, left_value_serde=left.value_serde)
+    elif isinstance(node, Suppress):
+        assert b.stateful is not None and isinstance(node.parent, Aggregate)  # Table.suppress checks it
+        b.stateful = replace(b.stateful, suppress=_suppress(node, node.parent))
     elif isinstance(node, ToStream):
         b.streamed = True
     else:  # pragma: no cover - every node type is handled above
@@ -327,6 +332,9 @@ def _branch_tails(node: Node, children: Mapping[int, list[Node]]) -> list[tuple[
     def walk(n: Node, steps: list[RecordStep]) -> None:
         if isinstance(n, Record):
             steps = [*steps, n.step]
+        elif isinstance(n, Suppress):
+            raise PipelineError("a windowed table is used both suppressed and as it is (or suppressed twice): its "
+                                "sub-topology writes one or the other, not both; keep one")
         elif not isinstance(n, ToStream):
             what = {"GroupBy": "group_by_key()", "Aggregate": "count/reduce/aggregate", "Join": "join()",
                     "Transform": "transform()"}.get(type(n).__name__, type(n).__name__)
@@ -370,6 +378,21 @@ def _stateful(node: Aggregate) -> StatefulSpec:
         store = StoreSpec.key_value(node.store, key_serde=key_serde, value_serde=node.value_serde)
     return StatefulSpec(node.kind, store, key_serde, node.windows, node.reducer, node.column,
                         node.initializer, node.adder, session_windows=node.session_windows, merger=node.merger)
+
+
+def _suppress(node: Suppress, agg: Aggregate) -> SuppressSpec:
+    """The buffer of `suppress` on `agg`'s table; a final result waits for the windows' grace
+    (time windows) or inactivity gap + grace (sessions: a later record within the gap may still
+    merge the session), as Kafka Streams' ``GraphGraceSearchUtil`` finds it."""
+    s = node.suppressed
+    if s.until == "time_limit":
+        wait = s.time_to_wait_ms
+    elif agg.session_windows is not None:
+        wait = agg.session_windows.gap_ms + agg.session_windows.grace_ms
+    else:
+        assert agg.windows is not None
+        wait = agg.windows.grace_ms
+    return SuppressSpec(s, StoreSpec.key_value(node.store), wait)
 
 
 def _combinable(after_group: list[Node]) -> tuple[Any, str | None]:

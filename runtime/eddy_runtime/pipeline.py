@@ -17,6 +17,8 @@ Kafka Streams' vocabulary; docs/pipelines.md is the reference. The word count::
   windowed with `windowed_by(tumbling(...))`, `hopping(...)` or `session_windows(...)`, keep their
   state in RocksDB stores with changelogs and return a `Table` whose `to(topic)` writes each key's
   new value once per batch.
+- `Table.suppress(until_window_closes())` lets a windowed table's final results through only
+  (or, with `until_time_limit(...)`, each key's newest update after a wait): Kafka Streams' ``suppress``.
 - `Stream.join(table)` joins a stream with a `Topology.table` from a co-partitioned compacted topic.
 
 This module only records what the user asked for (a graph of frozen nodes); compiler.py turns
@@ -36,19 +38,23 @@ from eddy_runtime.record_steps import RecordStep, RecordSteps, TableValues, is_k
 from eddy_runtime.time_windows import (
     JoinWindows,
     SessionWindows,
+    Suppressed,
     TimeWindows,
     duration_ms,
     hopping,
     join_windows,
     session_windows,
     tumbling,
+    until_time_limit,
+    until_window_closes,
 )
 
 __all__ = [
     "Aggregate", "GroupBy", "GroupedStream", "Join", "PipelineError", "Record", "Source", "Stream", "Table",
     "TableSource", "TimeWindows", "ToStream", "ToTopic", "Topology", "Transform", "WindowedStream",
     "duration_ms", "hopping", "tumbling", "JoinWindows", "Merge", "StreamJoin", "TableJoin", "join_windows",
-    "SessionWindowedStream", "SessionWindows", "session_windows",
+    "SessionWindowedStream", "SessionWindows", "session_windows", "Suppress", "Suppressed", "until_time_limit",
+    "until_window_closes",
 ]
 
 KEY_SERDES = ("string", "bytes", "int64", "json")
@@ -116,6 +122,14 @@ class Aggregate(Node):
     #: session windows (then `windows` is None), and an aggregate's merger (key, agg, agg) -> agg
     session_windows: SessionWindows | None = None
     merger: Callable[[Any, Any, Any], Any] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Suppress(Node):
+    """A windowed aggregation's table (`parent`) seen through a suppression buffer kept in `store`."""
+
+    suppressed: Suppressed
+    store: str
 
 
 @dataclass(frozen=True, eq=False)
@@ -237,7 +251,7 @@ class Stream(RecordSteps):
     def _after_stateful(self) -> bool:
         n: Node | None = self.node
         while n is not None:
-            if isinstance(n, Aggregate | Join | ToStream | StreamJoin | TableJoin):
+            if isinstance(n, Aggregate | Join | ToStream | StreamJoin | TableJoin | Suppress):
                 return True
             n = n.parent
         return False
@@ -471,6 +485,24 @@ class Table:
             raise PipelineError(f"a table joined with itself ({self.node.topic!r})")
         node = TableJoin(self.node, other.node, joiner, how)
         return Table(self.topology, node, self.key_serde, _check_serde(value_serde, VALUE_SERDES, "value serde"))
+
+    def suppress(self, suppressed: Suppressed, *, name: str | None = None) -> Table:
+        """The table's updates held back in a buffer (Kafka Streams' ``KTable.suppress``):
+        `until_window_closes()` lets each window's (or session's) final result through once stream
+        time reaches its end plus grace; `until_time_limit(wait)` each key's newest update `wait`
+        after the key's first update was buffered. The buffer is a store of its own, ``name``
+        (default ``<aggregation store>-suppress``), with a changelog, so a restart or a failover
+        neither loses nor repeats an emitted result. For windowed aggregations (time or session
+        windows), before any ``filter`` or ``map_values``."""
+        if not isinstance(suppressed, Suppressed):
+            raise PipelineError("suppress takes until_window_closes(...) or until_time_limit(...)")
+        node = self.node
+        if not (isinstance(node, Aggregate) and (node.windows is not None or node.session_windows is not None)):
+            raise PipelineError("suppress applies to a windowed aggregation's table (windowed_by(...).count(), "
+                                "reduce or aggregate), before any filter or map_values: suppress first, then "
+                                "filter or map_values the emitted results")
+        store = self.topology._name(name if name is not None else f"{node.store}-suppress", "suppress")
+        return Table(self.topology, Suppress(node, suppressed, store), self.key_serde, self.value_serde, self.windowed)
 
     def filter(self, fn: Callable[[Any, Any], Any]) -> Table:
         """The table of the keys for which ``fn(key, value)`` holds; a key that stops holding is

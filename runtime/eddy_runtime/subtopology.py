@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from eddy_contract.tasks import TaskId, task_id
-from eddy_runtime.pipeline import JoinWindows, SessionWindows, TimeWindows
+from eddy_runtime.pipeline import JoinWindows, SessionWindows, Suppressed, TimeWindows
 from eddy_runtime.record_steps import RecordStep
 from eddy_runtime.state import ChangelogTopicSpec, StoreSpec
 
@@ -22,6 +22,7 @@ __all__ = [
     "SourceSpec",
     "StatefulSpec",
     "SubTopology",
+    "SuppressSpec",
     "TableSpec",
     "TopicSink",
     "repartition_topic_name",
@@ -61,6 +62,19 @@ class TableSpec:
 
 
 @dataclass(frozen=True)
+class SuppressSpec:
+    """A windowed aggregation's results held back in a suppression buffer (suppress.py)."""
+
+    suppressed: Suppressed
+    #: the buffer: a key-value store with a changelog
+    store: StoreSpec
+    #: how far stream time must pass an update's buffer time for it to come out: the windows'
+    #: grace (time windows) or inactivity gap + grace (sessions) for final results, as Kafka
+    #: Streams computes it; the time limit otherwise
+    wait_ms: int
+
+
+@dataclass(frozen=True)
 class StatefulSpec:
     """The one stateful step of a sub-topology."""
 
@@ -86,6 +100,8 @@ class StatefulSpec:
     #: a session-windowed aggregation's windows (`windows` is None then) and its aggregate's merger
     session_windows: SessionWindows | None = None
     merger: Callable[[Any, Any, Any], Any] | None = None
+    #: a windowed aggregation's table seen through `suppress(...)`
+    suppress: SuppressSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +172,8 @@ class SubTopology:
             out.append(self.table.store)
         if self.stateful is not None and self.stateful.outer_store is not None:
             out.append(self.stateful.outer_store)
+        if self.stateful is not None and self.stateful.suppress is not None:
+            out.append(self.stateful.suppress.store)
         return tuple(out)
 
     @property

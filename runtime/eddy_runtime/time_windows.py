@@ -1,7 +1,8 @@
 """Time in pipelines: durations, the time windows of windowed aggregations (`tumbling`,
-`hopping`), the session windows of sessionized aggregations (`session_windows`) and the join
-windows of windowed stream-stream joins (`join_windows`), as Kafka Streams defines them.
-`pipeline` re-exports them.
+`hopping`), the session windows of sessionized aggregations (`session_windows`), the join
+windows of windowed stream-stream joins (`join_windows`) and when a suppressed table emits
+(`until_window_closes`, `until_time_limit`), as Kafka Streams defines them. `pipeline`
+re-exports them.
 """
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Literal
 
 from eddy_runtime.pipeline_errors import PipelineError
 
-__all__ = ["JoinWindows", "SessionWindows", "TimeWindows", "duration_ms", "hopping", "join_windows", "session_windows",
-           "tumbling"]
+__all__ = ["JoinWindows", "SessionWindows", "Suppressed", "TimeWindows", "duration_ms", "hopping", "join_windows",
+           "session_windows", "tumbling", "until_time_limit", "until_window_closes"]
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -148,3 +150,55 @@ def session_windows(inactivity_gap: int | str | timedelta, grace: int | str | ti
     grace_ms = duration_ms(grace, "session grace")
     retention_ms = gap_ms + grace_ms if retention is None else duration_ms(retention, "session retention")
     return SessionWindows(gap_ms, grace_ms, retention_ms)
+
+
+@dataclass(frozen=True)
+class Suppressed:
+    """Kafka Streams' ``Suppressed``: when a suppressed table lets a key's update through.
+
+    `until` ``"window_closes"``: a window's (or session's) final result, once stream time reaches
+    its end plus grace (``Suppressed.untilWindowCloses``); ``"time_limit"``: a key's newest update
+    `time_to_wait_ms` (by stream time) after the key's first update went into the buffer
+    (``Suppressed.untilTimeLimit``). The buffer holds at most `max_records` keys and `max_bytes`
+    bytes (None: unbounded); beyond that, `when_full` ``"shut_down"`` fails the task
+    (``shutDownWhenFull``) and ``"emit_early"`` emits the oldest updates (``emitEarlyWhenFull``).
+    """
+
+    until: Literal["window_closes", "time_limit"]
+    time_to_wait_ms: int = 0
+    max_records: int | None = None
+    max_bytes: int | None = None
+    when_full: Literal["shut_down", "emit_early"] = "shut_down"
+
+    def __post_init__(self) -> None:
+        for what, limit in (("max_records", self.max_records), ("max_bytes", self.max_bytes)):
+            if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+                raise PipelineError(f"suppress {what} must be a whole number >= 0 or None, got {limit!r}")
+        if self.when_full not in ("shut_down", "emit_early"):
+            raise PipelineError(f"suppress when_full must be 'shut_down' or 'emit_early', got {self.when_full!r}")
+        if self.until == "window_closes" and self.when_full != "shut_down":
+            raise PipelineError("until_window_closes emits final results only, so a full buffer cannot emit early: "
+                                "it fails the task (Kafka Streams' shutDownWhenFull)")
+
+    @property
+    def bounded(self) -> bool:
+        return self.max_records is not None or self.max_bytes is not None
+
+
+def until_window_closes(max_records: int | None = None, max_bytes: int | None = None) -> Suppressed:
+    """Only each window's final result, once stream time reaches its end plus grace (Kafka
+    Streams' ``Suppressed.untilWindowCloses``); for windowed aggregations. A buffer over
+    `max_records` / `max_bytes` fails the task (``shutDownWhenFull``): a final result cannot be
+    emitted early."""
+    return Suppressed("window_closes", 0, max_records, max_bytes, "shut_down")
+
+
+def until_time_limit(time_to_wait: int | str | timedelta, max_records: int | None = None,
+                     max_bytes: int | None = None,
+                     when_full: Literal["shut_down", "emit_early"] = "emit_early") -> Suppressed:
+    """A key's newest update, `time_to_wait` (by stream time) after its first update was buffered
+    (Kafka Streams' ``Suppressed.untilTimeLimit``). A buffer over `max_records` / `max_bytes`
+    emits its oldest updates early (``emitEarlyWhenFull``, Kafka Streams' default for a bounded
+    buffer) or, with ``when_full="shut_down"``, fails the task."""
+    return Suppressed("time_limit", duration_ms(time_to_wait, "suppress time_to_wait"), max_records, max_bytes,
+                      when_full)
