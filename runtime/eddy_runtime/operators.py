@@ -47,6 +47,7 @@ from eddy_runtime.records import (
     timestamps_ms,
 )
 from eddy_runtime.sessions import session_aggregate
+from eddy_runtime.suppress import suppress_results
 
 __all__ = ["BatchOutput", "PipelineRuntimeError", "TaskState", "process_batch"]
 
@@ -115,6 +116,8 @@ def process_batch(sub: SubTopology, rows: pa.Table, tx: Any, state: TaskState,
             result = _sessions(sub.stateful, rows, tx, out)
         else:
             result = _aggregate(sub.stateful, rows, tx, state, out)
+        if sub.stateful.suppress is not None:  # only what the suppression buffer lets out goes on
+            result = suppress_results(sub.stateful, result, tx)
         if sub.post_steps:
             result = _post_steps(sub, result, out)
     for sink in sub.sinks:
