@@ -8,14 +8,25 @@ user followed by the session's end and start (8 bytes each, Kafka Streams'
 ``SessionWindowedSerializer``); a session merged into a newer one is written as a tombstone, so a
 compacted output topic keeps exactly the live sessions. The sessions live in a RocksDB session
 store with a changelog, so a restart or a failover does not forget an open session.
+
+`build_final` writes each session once, when it is over: its final count, once stream time has
+passed its last view by the gap plus the grace (Kafka Streams' ``suppress(untilWindowCloses)``),
+with neither intermediate counts nor tombstones of merged sessions.
 """
 
 from __future__ import annotations
 
-from eddy_runtime.pipeline import Topology, session_windows
+from eddy_runtime.pipeline import Topology, session_windows, until_window_closes
 
 
 def build(topology: Topology, views_topic: str = "page-views", output_topic: str = "user-sessions",
           gap: str = "30m", grace: str = "5m") -> None:
     views = topology.stream(views_topic, value_serde="json")
     views.group_by_key().windowed_by(session_windows(gap, grace)).count(name="sessions").to(output_topic)
+
+
+def build_final(topology: Topology, views_topic: str = "page-views", output_topic: str = "user-sessions-final",
+                gap: str = "30m", grace: str = "5m") -> None:
+    views = topology.stream(views_topic, value_serde="json")
+    sessions = views.group_by_key().windowed_by(session_windows(gap, grace)).count(name="sessions")
+    sessions.suppress(until_window_closes()).to(output_topic)
