@@ -3,8 +3,9 @@
 `process_batch` runs in the executor's task runner (task_runner.py) on a `pyarrow.Table` of rows:
 a stateful step first pre-aggregates the batch per key (or per key and window) with Arrow's
 group-by, then does one read-modify-write per distinct key through the task's store
-transaction (state/manager.py's `TaskTransaction`); the sinks turn the resulting rows into
-output and repartition records. Nothing here talks to Kafka: the runner commits what this
+transaction (state/manager.py's `TaskTransaction`); a suppressed windowed table's results go
+through its buffer (suppress.py) first; the sinks turn the resulting rows into output and
+repartition records. Nothing here talks to Kafka: the runner commits what this
 returns.
 
 User functions (a reduce function, an aggregate's initializer/adder) run once per key and

@@ -31,7 +31,7 @@ from eddy_runtime.pipeline_errors import PipelineRuntimeError
 from eddy_runtime.records import TS_TYPE, timestamps_ms
 from eddy_runtime.subtopology import METADATA_COLUMNS, StatefulSpec
 
-__all__ = ["SessionFold", "SessionResult", "merged_window", "session_aggregate", "session_fold"]
+__all__ = ["SessionFold", "SessionResult", "merged_window", "session_aggregate", "session_fold", "windowed_rows"]
 
 log = logging.getLogger("eddy.runner")
 
@@ -100,7 +100,7 @@ def session_aggregate(spec: StatefulSpec, rows: pa.Table, keys: pa.ChunkedArray,
         stamps = np.full(n, int(time.time() * 1000), dtype=np.int64)
     columns = {c: rows.column(c).to_pylist() for c in rows.column_names if c not in ("key", *METADATA_COLUMNS)}
     fold = session_fold(spec, columns)
-    result = SessionResult(_rows(keys.type, [], [], [], []))
+    result = SessionResult(windowed_rows(keys.type, [], [], [], []))
     #: (key, start, end) -> (value or None for a tombstone, timestamp), in the order of their last change
     changes: dict[tuple[Any, int, int], tuple[Any, int]] = {}
     stream_time = sessions.stream_time
@@ -140,12 +140,14 @@ def session_aggregate(spec: StatefulSpec, rows: pa.Table, keys: pa.ChunkedArray,
     if changes:
         ks, starts, ends = zip(*changes, strict=True)
         values, times = zip(*changes.values(), strict=True)
-        result.rows = _rows(keys.type, list(ks), list(values), list(starts), list(ends), list(times))
+        result.rows = windowed_rows(keys.type, list(ks), list(values), list(starts), list(ends), list(times))
     return result
 
 
-def _rows(key_type: pa.DataType, keys: list[Any], values: list[Any], starts: Sequence[int], ends: Sequence[int],
-          times: Sequence[int] | None = None) -> pa.Table:
+def windowed_rows(key_type: pa.DataType, keys: list[Any], values: list[Any], starts: Sequence[int],
+                  ends: Sequence[int], times: Sequence[int] | None = None) -> pa.Table:
+    """Rows of windowed results: ``key``, ``value`` (None: a tombstone), ``window_start``,
+    ``window_end`` and ``timestamp`` (ms; the window's end when `times` is None)."""
     ends_ms = np.asarray(ends, dtype=np.int64)
     stamps = np.asarray(times if times is not None else ends, dtype=np.int64)
     return pa.table({

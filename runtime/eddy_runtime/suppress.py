@@ -35,7 +35,8 @@ from typing import Any
 import pyarrow as pa
 
 from eddy_runtime.pipeline_errors import PipelineRuntimeError
-from eddy_runtime.records import TS_TYPE, arrow_type, timestamps_ms
+from eddy_runtime.records import arrow_type, timestamps_ms
+from eddy_runtime.sessions import windowed_rows
 from eddy_runtime.state.serde import serde_for
 from eddy_runtime.subtopology import StatefulSpec, SuppressSpec
 
@@ -170,19 +171,8 @@ def suppress_results(spec: StatefulSpec, result: pa.Table, tx: Any, stream_time:
     buffer.flush_counts()
     if final:
         out = [o for o in out if o[2] is not None]  # a final result is never a tombstone
-    return _rows(result.schema.field("key").type if result.num_rows else arrow_type(spec.key_serde),
-                 [kserde.deserialize(k[:-16]) for k, _, _ in out],
-                 [None if v is None else vserde.deserialize(v) for _, _, v in out],
-                 [_I64.unpack(k[-16:-8])[0] for k, _, _ in out], [_I64.unpack(k[-8:])[0] for k, _, _ in out],
-                 [ts for _, ts, _ in out])
-
-
-def _rows(key_type: pa.DataType, keys: list[Any], values: list[Any], starts: list[int], ends: list[int],
-          stamps: list[int]) -> pa.Table:
-    return pa.table({
-        "key": pa.array(keys, key_type),
-        "value": pa.array(values) if values else pa.array([], pa.null()),
-        "window_start": pa.array(starts, pa.int64()),
-        "window_end": pa.array(ends, pa.int64()),
-        "timestamp": pa.array([t * 1000 for t in stamps], pa.int64()).cast(TS_TYPE),
-    })
+    key_type = result.schema.field("key").type if result.num_rows else arrow_type(spec.key_serde)
+    return windowed_rows(key_type, [kserde.deserialize(k[:-16]) for k, _, _ in out],
+                         [None if v is None else vserde.deserialize(v) for _, _, v in out],
+                         [_I64.unpack(k[-16:-8])[0] for k, _, _ in out], [_I64.unpack(k[-8:])[0] for k, _, _ in out],
+                         [ts for _, ts, _ in out])
