@@ -489,11 +489,12 @@ class Table:
     def suppress(self, suppressed: Suppressed, *, name: str | None = None) -> Table:
         """The table's updates held back in a buffer (Kafka Streams' ``KTable.suppress``):
         `until_window_closes()` lets each window's (or session's) final result through once stream
-        time reaches its end plus grace; `until_time_limit(wait)` each key's newest update `wait`
-        after the key's first update was buffered. The buffer is a store of its own, ``name``
-        (default ``<aggregation store>-suppress``), with a changelog, so a restart or a failover
-        neither loses nor repeats an emitted result. For windowed aggregations (time or session
-        windows), before any ``filter`` or ``map_values``."""
+        time reaches its end plus grace (plus the inactivity gap for sessions);
+        `until_time_limit(wait)` each key's newest update `wait` after the key's first update was
+        buffered. The buffer is a store of its own, ``name`` (default ``<aggregation
+        store>-suppress``), with a changelog, so a restart or a failover neither loses nor repeats an
+        emitted result. For windowed aggregations (time or session windows), before any ``filter`` or
+        ``map_values``."""
         if not isinstance(suppressed, Suppressed):
             raise PipelineError("suppress takes until_window_closes(...) or until_time_limit(...)")
         node = self.node
