@@ -109,18 +109,25 @@ class SuppressionBuffer:
         return [self._take(e, v) for e, v in due]
 
     def over_capacity(self, limits: SuppressSpec) -> bool:
+        return self._over(limits, self.records, self.bytes)
+
+    @staticmethod
+    def _over(limits: SuppressSpec, records: int, size: int) -> bool:
         s = limits.suppressed
-        return ((s.max_records is not None and self.records > s.max_records)
-                or (s.max_bytes is not None and self.bytes > s.max_bytes))
+        return ((s.max_records is not None and records > s.max_records)
+                or (s.max_bytes is not None and size > s.max_bytes))
 
     def pop_oldest(self, limits: SuppressSpec) -> list[tuple[bytes, int, bytes | None]]:
-        """Take out the oldest updates until the buffer is within its limits (``emit_early``)."""
-        out = []
-        for entry, stored in list(self._entries()):
-            if not self.over_capacity(limits):
+        """Take out the oldest updates until the buffer is within its limits (``emit_early``);
+        reads only as far as it takes out."""
+        due: list[tuple[bytes, bytes]] = []
+        records, size = self.records, self.bytes
+        for entry, stored in self._entries():
+            if not self._over(limits, records, size):
                 break
-            out.append(self._take(entry, stored))
-        return out
+            due.append((entry, stored))
+            records, size = records - 1, size - len(entry) - len(stored)
+        return [self._take(e, v) for e, v in due]
 
     def flush_counts(self) -> None:
         """Write the record count and bytes when this batch changed them."""
