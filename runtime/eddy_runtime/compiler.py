@@ -143,8 +143,10 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
             # each becomes sinks with their own record steps.
             if len(chain) > 1 or (chain and b.sinks and isinstance(chain[0], Record)):
                 for branch in chain:
-                    for own, end in _branch_tails(branch, children):
-                        _add_sink(walk, b, end, own)
+                    for own, end, suppress in _branch_tails(branch, children):
+                        if suppress is not None:
+                            _add_branch_suppress(b, suppress)
+                        _add_sink(walk, b, end, own, suppressed=suppress is not None)
                 break
             if not chain:
                 break
@@ -266,17 +268,18 @@ def _check_copartitioned(topic: str, what: str, b: _Sub, source_partitions: Mapp
                             f"joined with it has {b.partitions}: they must be co-partitioned")
 
 
-def _add_sink(walk: _Walk, b: _Sub, end: Node, own: list[RecordStep]) -> None:
-    """A sink of `b` at `end`; `own`: the record steps of its branch (several chains from a node)."""
+def _add_sink(walk: _Walk, b: _Sub, end: Node, own: list[RecordStep], suppressed: bool = False) -> None:
+    """A sink of `b` at `end`; `own`: the record steps of its branch (several chains from a node);
+    `suppressed`: its branch goes through the suppression buffer (the other branches do not)."""
     before = b.stateful is None
     if isinstance(end, ToTopic):
         b.sinks.append(TopicSink(end.topic, end.key_serde, end.value_serde, end.key, end.value,
                                  windowed=b.windowed_output, session_windowed=b.session_output, steps=tuple(own),
-                                 before_stateful=before))
+                                 before_stateful=before, suppressed=suppressed))
         walk.outputs.append(end.topic)
         return
     if isinstance(end, Merge):
-        _add_merge_sink(walk, b, end, own, before)
+        _add_merge_sink(walk, b, end, own, before, suppressed)
         return
     assert isinstance(end, GroupBy)
     if b.stateful is not None and b.stateful.kind != "join" and not b.streamed:
@@ -305,12 +308,13 @@ def _add_sink(walk: _Walk, b: _Sub, end: Node, own: list[RecordStep]) -> None:
     downstream = len(walk.subs) + 1 + len(walk.pending)
     combine, combine_column = _combinable(walk.children.get(id(end), []))
     b.sinks.append(RepartitionSink(topic, key_column, end.key_serde, downstream, combine, combine_column,
-                                   steps=tuple(own), before_stateful=before))
+                                   steps=tuple(own), before_stateful=before, suppressed=suppressed))
     walk.pending.append((end, SourceSpec(topic, end.key_serde, "json", repartition=True,
                                          combined=combine, combined_column=combine_column), n_parts))
 
 
-def _add_merge_sink(walk: _Walk, b: _Sub, end: Merge, own: list[RecordStep], before: bool) -> None:
+def _add_merge_sink(walk: _Walk, b: _Sub, end: Merge, own: list[RecordStep], before: bool,
+                    suppressed: bool) -> None:
     """One side of a merge: its records to the merge topic, read by one sub-topology for both."""
     topic = repartition_topic_name(walk.app, end.name)
     if id(end) in walk.merges:
@@ -322,19 +326,21 @@ def _add_merge_sink(walk: _Walk, b: _Sub, end: Merge, own: list[RecordStep], bef
         downstream = walk.merges[id(end)] = len(walk.subs) + 1 + len(walk.pending)
         walk.pending.append((end, SourceSpec(topic, end.key_serde, "json", repartition=True),
                              walk.repartitions[topic]))
-    b.sinks.append(RepartitionSink(topic, "key", end.key_serde, downstream, steps=tuple(own), before_stateful=before))
+    b.sinks.append(RepartitionSink(topic, "key", end.key_serde, downstream, steps=tuple(own), before_stateful=before,
+                                   suppressed=suppressed))
 
 
-def _branch_tails(node: Node, children: Mapping[int, list[Node]]) -> list[tuple[list[RecordStep], Node]]:
-    """The sinks a branch ends in, each with the record steps on the way (a branch may split again)."""
-    out: list[tuple[list[RecordStep], Node]] = []
+def _branch_tails(node: Node, children: Mapping[int, list[Node]]
+                  ) -> list[tuple[list[RecordStep], Node, Suppress | None]]:
+    """The sinks a branch ends in, each with the record steps on the way (a branch may split again)
+    and the suppression its results go through, if any."""
+    out: list[tuple[list[RecordStep], Node, Suppress | None]] = []
 
-    def walk(n: Node, steps: list[RecordStep]) -> None:
+    def walk(n: Node, steps: list[RecordStep], suppress: Suppress | None) -> None:
         if isinstance(n, Record):
             steps = [*steps, n.step]
         elif isinstance(n, Suppress):
-            raise PipelineError("a windowed table is used both suppressed and as it is (or suppressed twice): its "
-                                "sub-topology writes one or the other, not both; keep one")
+            suppress = n
         elif not isinstance(n, ToStream):
             what = {"GroupBy": "group_by_key()", "Aggregate": "count/reduce/aggregate", "Join": "join()",
                     "Transform": "transform()"}.get(type(n).__name__, type(n).__name__)
@@ -343,12 +349,22 @@ def _branch_tails(node: Node, children: Mapping[int, list[Node]]) -> list[tuple[
                                 "group_by(...); group_by(...) first, then the stateful step in its own sub-topology")
         for k in children.get(id(n), []):
             if isinstance(k, ToTopic) or _is_repartition(k):
-                out.append((steps, k))
+                out.append((steps, k, suppress))
             else:
-                walk(k, steps)
+                walk(k, steps, suppress)
 
-    walk(node, [])
+    walk(node, [], None)
     return out
+
+
+def _add_branch_suppress(b: _Sub, node: Suppress) -> None:
+    """A branch of a windowed table goes through `suppress`, the others see the table as it is
+    (``counts.to("all"); counts.suppress(...).to("final")``): one buffer per sub-topology."""
+    assert b.stateful is not None and isinstance(node.parent, Aggregate)  # Table.suppress checks it
+    if b.stateful.suppress is None:
+        b.stateful = replace(b.stateful, suppress=_suppress(node, node.parent))
+    elif b.stateful.suppress.store.name != node.store:
+        raise PipelineError("a windowed table is suppressed twice: one suppress() per sub-topology")
 
 
 def _check_key_kept(records: list[RecordStep], what: str) -> None:

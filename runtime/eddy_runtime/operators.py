@@ -100,6 +100,7 @@ def process_batch(sub: SubTopology, rows: pa.Table, tx: Any, state: TaskState,
     `table`: a stream-table join's table records of the same batch, merged with `rows` by timestamp
     (`_join`) and written to the table's store."""
     out = BatchOutput()
+    suppressed: pa.Table | None = None
     steps = apply_record_steps(sub.record_steps, rows)
     result = rows = steps.rows
     if sub.stateful is not None:
@@ -117,12 +118,14 @@ def process_batch(sub: SubTopology, rows: pa.Table, tx: Any, state: TaskState,
             result = _sessions(sub.stateful, rows, tx, out)
         else:
             result = _aggregate(sub.stateful, rows, tx, state, out)
-        if sub.stateful.suppress is not None:  # only what the suppression buffer lets out goes on
-            result = suppress_results(sub.stateful, result, tx)
+        if sub.stateful.suppress is not None:  # what the suppression buffer lets out
+            suppressed = suppress_results(sub.stateful, result, tx)
+            if not any(sink.suppressed for sink in sub.sinks):  # in the main chain: all that goes on
+                result = suppressed
         if sub.post_steps:
             result = _post_steps(sub, result, out)
     for sink in sub.sinks:
-        seen = rows if sink.before_stateful else result
+        seen = rows if sink.before_stateful else suppressed if sink.suppressed else result
         if sink.steps:  # its branch's own record steps
             seen = _branch_steps(sub, sink, seen, out)
         if isinstance(sink, TopicSink):

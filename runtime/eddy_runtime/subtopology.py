@@ -121,6 +121,9 @@ class TopicSink:
     steps: tuple[RecordStep, ...] = ()
     #: written before the sub-topology's stateful step: it sees the rows going into it
     before_stateful: bool = False
+    #: its branch of a windowed table goes through the suppression buffer, while other branches
+    #: see the table as it is (a suppress in the main chain suppresses every sink after it instead)
+    suppressed: bool = False
 
 
 @dataclass(frozen=True)
@@ -134,9 +137,10 @@ class RepartitionSink:
     #: pre-aggregate per key before sending (the downstream aggregation is associative)
     combine: Literal["count", "sum", "min", "max"] | None = None
     combine_column: str | None = None
-    #: as `TopicSink.steps` and `TopicSink.before_stateful`
+    #: as `TopicSink.steps`, `TopicSink.before_stateful` and `TopicSink.suppressed`
     steps: tuple[RecordStep, ...] = ()
     before_stateful: bool = False
+    suppressed: bool = False
 
 
 Sink = TopicSink | RepartitionSink

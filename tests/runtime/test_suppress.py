@@ -41,11 +41,14 @@ class Transactions(StoreTransactions):
     session = StoreTransactions.key_value
 
 
-def windowed_count(suppressed, windows=None, sessions=None):
-    """Sub-topology: in -> windowed count "counts" (tumbling(100) by default) -> suppress -> out."""
+def windowed_count(suppressed, windows=None, sessions=None, raw=False):
+    """Sub-topology: in -> windowed count "counts" (tumbling(100) by default) -> suppress -> out;
+    with `raw`, the table as it is to "raw" too (as the scenario tests write it)."""
     def build(t):
         grouped = t.stream("in").group_by_key()
         table = grouped.windowed_by(sessions or windows or tumbling(100)).count(name="counts")
+        if raw:
+            table.to("raw")
         table.suppress(suppressed).to("out")
     return sub_of(build)
 
@@ -190,10 +193,15 @@ def test_a_buffered_key_keeps_its_place_and_takes_the_newest_value(processor):
 # -- SuppressScenarioTest: windowed counts, one record per batch ----------------------------------
 
 
-def run(sub, tx, stamps, keys=None):
-    """Each record in a batch of its own (committed in between); every suppressed output as
+def run(sub, tx, stamps, keys=None, topic="out"):
+    """Each record in a batch of its own (committed in between); every output to `topic` as
     (key, window start, window end, count, timestamp)."""
-    got = []
+    return run_all(sub, tx, stamps, keys).get(topic, [])
+
+
+def run_all(sub, tx, stamps, keys=None):
+    """As `run`, the outputs of every topic."""
+    got: dict[str, list] = {}
     for i, ts in enumerate(stamps):
         key = "k1" if keys is None else keys[i]
         batch = pa.table({"key": pa.array([key], pa.string()), "value": pa.array(["v1"]),
@@ -201,22 +209,25 @@ def run(sub, tx, stamps, keys=None):
         out = process_batch(sub, batch, tx, TaskState())
         tx.commit()
         for r in out.outputs:
-            k = r.key
+            k, outputs = r.key, got.setdefault(r.topic, [])
             if sub.stateful.session_windows is not None:  # key, end, start
-                got.append((k[:-16].decode(), INT64.unpack(k[-8:])[0], INT64.unpack(k[-16:-8])[0],
-                            INT64.unpack(r.value)[0], r.timestamp))
+                outputs.append((k[:-16].decode(), INT64.unpack(k[-8:])[0], INT64.unpack(k[-16:-8])[0],
+                                INT64.unpack(r.value)[0], r.timestamp))
             else:  # key, start; the window's end is start + size
                 start = INT64.unpack(k[-8:])[0]
-                got.append((k[:-8].decode(), start, start + sub.stateful.windows.size_ms,
-                            INT64.unpack(r.value)[0], r.timestamp))
+                outputs.append((k[:-8].decode(), start, start + sub.stateful.windows.size_ms,
+                                INT64.unpack(r.value)[0], r.timestamp))
     return got
 
 
 def test_should_support_final_results_for_time_windows(stores):
-    sub = windowed_count(until_window_closes(), tumbling(2, grace=1))
-    tx = stores(sub)
-    # the last record is dropped: out of the grace period
-    assert run(sub, tx, [0, 1, 2, 1, 0, 5, 0]) == [("k1", 0, 2, 4, 1), ("k1", 2, 4, 1, 2)]
+    sub = windowed_count(until_window_closes(), tumbling(2, grace=1), raw=True)
+    got = run_all(sub, stores(sub), [0, 1, 2, 1, 0, 5, 0])  # the last record is dropped: out of the grace period
+    assert got["out"] == [("k1", 0, 2, 4, 1), ("k1", 2, 4, 1, 2)]
+    # the raw table, written beside the suppressed one, has every update (Kafka Streams stamps
+    # [0/2]'s fourth with 1, the window's newest record; Eddy's raw updates with their batch's)
+    assert [(s, e, n) for _, s, e, n, _ in got["raw"]] == [(0, 2, 1), (0, 2, 2), (2, 4, 1), (0, 2, 3), (0, 2, 4),
+                                                          (4, 6, 1)]
 
 
 def test_should_support_final_results_for_time_windows_with_large_jump(stores):
@@ -340,10 +351,22 @@ def test_the_buffer_is_a_store_with_a_changelog_and_waits_gap_plus_grace_for_ses
     assert changelogs["app-final-s-changelog"].cleanup_policy == "compact"  # emitted updates are deleted
 
 
-def test_a_table_written_both_suppressed_and_not_is_refused():
+def test_a_table_written_both_suppressed_and_as_it_is_has_one_buffer_for_its_suppressed_sinks():
+    t = Topology()
+    counts = t.stream("in").group_by_key().windowed_by(tumbling(5)).count(name="c")
+    counts.to("raw")
+    final = counts.suppress(until_window_closes())
+    final.to("final")
+    final.map_values(lambda n: n * 2).to("doubled")
+    sub = compile_topology(t, "app", {"in": 1}).subtopologies[0]
+    assert [s.name for s in sub.stores] == ["c", "c-suppress"]
+    assert {s.topic: s.suppressed for s in sub.sinks} == {"raw": False, "final": True, "doubled": True}
+
+
+def test_a_table_suppressed_twice_is_refused():
     t = Topology()
     counts = t.stream("in").group_by_key().windowed_by(tumbling(5)).count()
-    counts.to("raw")
     counts.suppress(until_window_closes()).to("final")
-    with pytest.raises(PipelineError, match="both suppressed and as it is"):
+    counts.suppress(until_time_limit("1s"), name="other").to("limited")
+    with pytest.raises(PipelineError, match="suppressed twice"):
         compile_topology(t, "app", {"in": 1})
