@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from eddy_runtime.pipeline import Topology, tumbling
+from eddy_runtime.pipeline import Topology, tumbling, until_window_closes
 
 
 def clicks_per_window(topology: Topology, input_topic: str, output_topic: str) -> None:
     """Clicks per user and 10 s window, 5 s grace."""
     windows = tumbling("10s", grace="5s")
     topology.stream(input_topic).group_by_key().windowed_by(windows).count(name="clicks-per-10s").to(output_topic)
+
+
+def final_clicks_one_window_buffered(topology: Topology, input_topic: str, output_topic: str) -> None:
+    """Final clicks per user and minute, at most one window waiting in the suppression buffer."""
+    counts = topology.stream(input_topic).group_by_key().windowed_by(tumbling("1m")).count(name="clicks")
+    counts.suppress(until_window_closes(max_records=1)).to(output_topic)
 
 
 def clicks_with_city(topology: Topology, clicks_topic: str, users_topic: str, output_topic: str) -> None:

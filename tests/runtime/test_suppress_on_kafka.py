@@ -6,6 +6,7 @@ are not written again."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 import time
@@ -15,7 +16,8 @@ import pytest
 import yaml
 
 from eddy_contract.spec import StreamAppSpec
-from tests.runtime.apps import driver_for, produce, read_all, run_until_idle
+from eddy_runtime.outcomes import DriverError
+from tests.runtime.apps import driver_for, produce, read_all, run_until_idle, streamapp
 
 pytestmark = pytest.mark.integration
 
@@ -70,3 +72,30 @@ def test_final_session_counts_come_out_once_each_across_a_restart(kafka, spark, 
     assert sorted(written(kafka.bootstrap, out)) == first + [
         (("carol", t0 + 3 * MINUTE, t0 + 3 * MINUTE + 40 * SECOND), 2, t0 + 3 * MINUTE + 40 * SECOND)
     ], "every session once, when it is over: none lost, none repeated, dave's still open"
+
+
+def test_a_full_final_results_buffer_stops_the_app_and_commits_nothing_of_its_batch(kafka, spark, tmp_path):
+    app = kafka.unique_name("final-full")
+    clicks = kafka.create_topic(f"{app}-clicks", partitions=1)
+    out = f"{app}-final-clicks"
+    spec = streamapp(app, kafka.bootstrap, "tests.runtime.pipelines", {"input_topic": clicks, "output_topic": out},
+                     state={"standbyReplicas": 0})
+    spec = dataclasses.replace(spec, pipeline=dataclasses.replace(spec.pipeline,
+                                                                  function="final_clicks_one_window_buffered"))
+    t0 = int(time.time() * 1000) - 3_600_000
+    t0 -= t0 % MINUTE
+    produce(kafka.bootstrap, clicks, [(b"alice", b"/")], timestamps=[t0])
+    run_until_idle(driver_for(spark, spec, str(tmp_path / "state")))  # one window waits: within the limit
+    produce(kafka.bootstrap, clicks, [(b"bob", b"/")], timestamps=[t0 + SECOND])
+    with pytest.raises(DriverError, match=r"suppress buffer 'clicks-suppress' exceeded its max capacity: 2/1 records"):
+        run_until_idle(driver_for(spark, spec, str(tmp_path / "state")))
+    # Nothing of the failed batch was committed: a later run (with a larger buffer, say) starts
+    # again from bob's click
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": app})
+    try:
+        assert c.committed([TopicPartition(clicks, 0)], timeout=10)[0].offset == 1
+    finally:
+        c.close()
+    assert written(kafka.bootstrap, out) == []
