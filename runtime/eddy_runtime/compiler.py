@@ -33,6 +33,7 @@ from eddy_runtime.pipeline import (
     Merge,
     Node,
     PipelineError,
+    Process,
     Record,
     Source,
     StreamJoin,
@@ -246,6 +247,12 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
                             StoreSpec.key_value(right.store, "bytes", "bytes"))
         b.stateful = StatefulSpec("table_join", StoreSpec.key_value(left.store, "bytes", "bytes"), left.key_serde,
                                   how=node.how, joiner=node.joiner, left_value_serde=left.value_serde)
+    elif isinstance(node, Process):
+        if b.stateful is not None:
+            raise PipelineError("one stateful step per sub-topology: group_by between them")
+        stores = tuple(StoreSpec.key_value(n, k, v) for n, k, v in node.stores)
+        b.stateful = StatefulSpec("process", None, b.source.key_serde, processor=node.factory,
+                                  process_stores=(*stores, StoreSpec.key_value(f"{node.name}-time")))
     elif isinstance(node, ToStream):
         b.streamed = True
     else:  # pragma: no cover - every node type is handled above

@@ -154,6 +154,11 @@ class TaskRunner:
             log.info("closing task %s (%s): %s", task_id, t.manager.role, why)
             if self.metrics is not None:
                 self.metrics.forget(t.manager.app, task_id, list(t.manager.stores))
+            if t.state.processor is not None:
+                try:
+                    t.state.processor.processor.close()
+                except Exception:  # noqa: BLE001 - the user's close: logged, the task closes anyway
+                    log.exception("task %s: the processor's close() raised", task_id)
             try:
                 t.manager.close()
             except Exception:  # noqa: BLE001 - the lock is released by close() even on errors
@@ -279,6 +284,11 @@ class TaskRunner:
         if t is not None:
             if self.metrics is not None:
                 self.metrics.forget(t.manager.app, task_id, list(t.manager.stores))
+            if t.state.processor is not None:
+                try:
+                    t.state.processor.processor.close()
+                except Exception:  # noqa: BLE001 - the user's close: logged, the task closes anyway
+                    log.exception("task %s: the processor's close() raised", task_id)
             try:
                 t.manager.close()
             except Exception:  # noqa: BLE001
@@ -338,7 +348,8 @@ class TaskRunner:
         if precomputed is not None:
             out = precomputed
         elif rows.num_rows or (updates is not None and updates.keys and sub.stateful is not None
-                               and sub.stateful.kind in ("table_join", "stream_join")):
+                               and sub.stateful.kind in ("table_join", "stream_join")) or (
+                sub.stateful is not None and sub.stateful.kind == "process"):  # wall-clock punctuation
             # a join merges the table's records with the stream's (or the other table's) by timestamp
             out = process_batch(sub, rows, tx, t.state, updates)
         else:

@@ -1,0 +1,104 @@
+"""The Processor API (`stream.process`) on real RocksDB stores, batch by batch as the task runner
+runs it: stores that commit with the batch, forwarding, stream-time punctuation as Kafka Streams'
+``PunctuationSchedule`` (start at 0, fire once per advance, skip missed intervals), schedules
+that survive a restart of the task, wall-clock punctuation without input, and a raising
+`process` as a bad record."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from eddy_runtime.operators import TaskState, process_batch
+from eddy_runtime.pipeline import PipelineError, Topology
+from eddy_runtime.processors import STREAM_TIME, WALL_CLOCK_TIME, Processor
+from tests.runtime.test_operators import StoreTransactions, rows, sub_of
+
+pytestmark = pytest.mark.unit
+
+
+class Dedup(Processor):
+    """Forwards a key's first value only; every 10 ms of stream time forwards a tick."""
+
+    def init(self, context):
+        self.context = context
+        self.seen = context.store("seen")
+        context.schedule(10, STREAM_TIME, self.tick)
+
+    def process(self, record):
+        if record.value == "boom":
+            raise ValueError("boom")
+        if self.seen.get(record.key) is None:
+            self.seen.put(record.key, record.timestamp)
+            self.context.forward(record.key, record.value.upper())
+
+    def tick(self, timestamp):
+        self.context.forward("tick", str(timestamp))
+
+
+def dedup_sub():
+    return sub_of(lambda t: t.stream("in").process(Dedup, stores=["seen"], name="dedup").to("out"))
+
+
+def run(sub, tx, state, keys, stamps, values):
+    out = process_batch(sub, rows(keys, stamps, value=values), tx, state)
+    tx.commit()
+    return [(r.key.decode(), r.value.decode(), r.timestamp) for r in out.outputs], out
+
+
+def test_a_processor_forwards_with_its_store_and_punctuates_on_stream_time(tmp_path):
+    sub = dedup_sub()
+    assert [s.name for s in sub.stores] == ["seen", "dedup-time"]
+    tx, state = StoreTransactions(tmp_path, sub.stores), TaskState()
+    got, _ = run(sub, tx, state, ["a", "b", "a"], [0, 5, 12], ["x", "y", "z"])
+    # stream time 0 reaches the first schedule (at 0): tick; then 12 passes 10: tick; next at 20
+    assert got == [("a", "X", 0), ("tick", "0", 0), ("b", "Y", 5), ("tick", "12", 12)]
+    got, _ = run(sub, tx, state, ["c", "b"], [35, 36], ["w", "v"])
+    assert got == [("c", "W", 35), ("tick", "35", 35)]  # 20 and 30 were missed: one tick, next at 40
+    # A restart: a new processor on the same stores keeps stream time and the schedule (next at 40).
+    tx.close()
+    tx, state = StoreTransactions(tmp_path, sub.stores), TaskState()
+    got, _ = run(sub, tx, state, ["a", "d"], [38, 40], ["again", "u"])
+    assert got == [("d", "U", 40), ("tick", "40", 40)]
+    tx.close()
+
+
+def test_a_raising_process_makes_a_bad_record_and_the_others_go_on(tmp_path):
+    sub = dedup_sub()
+    tx = StoreTransactions(tmp_path, sub.stores)
+    got, out = run(sub, tx, TaskState(), ["a", "b", "c"], [0, 1, 2], ["x", "boom", "z"])
+    assert out.failed_rows == {1: "process() raised ValueError: boom"}
+    assert [k for k, _, _ in got] == ["a", "tick", "c"]
+    tx.close()
+
+
+class Heartbeat(Processor):
+    def init(self, context):
+        self.context = context
+        context.schedule(5, WALL_CLOCK_TIME, lambda now: context.forward("beat", "1", 7))
+
+    def process(self, record):
+        pass
+
+
+def test_wall_clock_punctuation_fires_in_a_batch_without_input(tmp_path):
+    sub = sub_of(lambda t: t.stream("in").process(Heartbeat).to("out"))
+    tx, state = StoreTransactions(tmp_path, sub.stores), TaskState()
+    assert run(sub, tx, state, [], [], [])[0] == []  # scheduled now: due in 5 ms
+    time.sleep(0.03)
+    assert run(sub, tx, state, [], [], [])[0] == [("beat", "1", 7)]  # once, however many intervals passed
+    assert run(sub, tx, state, [], [], [])[0] == []
+    tx.close()
+
+
+def test_process_is_checked_when_it_is_written():
+    t = Topology()
+    with pytest.raises(PipelineError, match="processor factory"):
+        t.stream("a").process(42)
+    with pytest.raises(PipelineError, match="distinct names"):
+        t.stream("b").process(Dedup, stores=["s", ("s", "string", "json")])
+    with pytest.raises(PipelineError, match="one stateful step"):
+        t.stream("c").group_by_key().count().to_stream().process(Dedup)
+    with pytest.raises(PipelineError, match="store key serde"):
+        t.stream("d").process(Dedup, stores=[("s", "avro", "json")])
