@@ -102,3 +102,26 @@ def test_process_is_checked_when_it_is_written():
         t.stream("c").group_by_key().count().to_stream().process(Dedup)
     with pytest.raises(PipelineError, match="store key serde"):
         t.stream("d").process(Dedup, stores=[("s", "avro", "json")])
+
+
+class Punctuations(Processor):
+    def init(self, context):
+        self.context = context
+        context.schedule(10, STREAM_TIME, lambda ts: context.forward("punctuated", str(ts)))
+
+    def process(self, record):
+        pass
+
+
+def test_stream_time_punctuates_once_after_a_gap_as_kafka_streams_task_test(tmp_path):
+    # StreamTaskTest.shouldPunctuateOnceStreamTimeAfterGap: a 10 ms schedule, records at 20, 25,
+    # 142, 145, 155, 159, 160, 161 (its two partitions' records in timestamp order): punctuations
+    # at 20, 142, 155 and 160 only.
+    sub = sub_of(lambda t: t.stream("in").process(Punctuations).to("out"))
+    tx = StoreTransactions(tmp_path, sub.stores)
+    state = TaskState()
+    fired = []
+    for ts in (20, 25, 142, 145, 155, 159, 160, 161):  # one batch per record, as the test processes them
+        fired += [int(v) for _, v, _ in run(sub, tx, state, ["k"], [ts], ["v"])[0]]
+    assert fired == [20, 142, 155, 160]
+    tx.close()
