@@ -6,8 +6,6 @@ that survive a restart of the task, wall-clock punctuation without input, and a 
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from eddy_runtime.operators import TaskState, process_batch
@@ -73,10 +71,15 @@ def test_a_raising_process_makes_a_bad_record_and_the_others_go_on(tmp_path):
     tx.close()
 
 
+#: the wall clock the heartbeat's context reads (seconds), moved by the test
+NOW = [1_000.0]
+
+
 class Heartbeat(Processor):
     def init(self, context):
         self.context = context
-        context.schedule(5, WALL_CLOCK_TIME, lambda now: context.forward("beat", "1", 7))
+        context.clock = lambda: NOW[0]
+        context.schedule(5_000, WALL_CLOCK_TIME, lambda now: context.forward("beat", str(now), 7))
 
     def process(self, record):
         pass
@@ -85,10 +88,15 @@ class Heartbeat(Processor):
 def test_wall_clock_punctuation_fires_in_a_batch_without_input(tmp_path):
     sub = sub_of(lambda t: t.stream("in").process(Heartbeat).to("out"))
     tx, state = StoreTransactions(tmp_path, sub.stores), TaskState()
-    assert run(sub, tx, state, [], [], [])[0] == []  # scheduled now: due in 5 ms
-    time.sleep(0.03)
-    assert run(sub, tx, state, [], [], [])[0] == [("beat", "1", 7)]  # once, however many intervals passed
+    assert run(sub, tx, state, [], [], [])[0] == []  # scheduled at 1,000,000 ms: due at 1,005,000
+    NOW[0] += 4.9
     assert run(sub, tx, state, [], [], [])[0] == []
+    NOW[0] += 12.0  # two intervals and more passed: one punctuation, the next aligned after it
+    assert run(sub, tx, state, [], [], [])[0] == [("beat", "1016900", 7)]
+    NOW[0] += 3.0
+    assert run(sub, tx, state, [], [], [])[0] == []  # next at 1,020,000
+    NOW[0] += 0.1
+    assert run(sub, tx, state, [], [], [])[0] == [("beat", "1020000", 7)]
     tx.close()
 
 
