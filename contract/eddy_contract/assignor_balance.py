@@ -299,13 +299,13 @@ class Plan:
                 load[best] += 1
                 chosen.append(best)
         for _ in range(len(stateful) * wanted * len(self.live)):
-            move = self._standby_move(active, goal, load)
-            if move is None:
+            moves = self._standby_move(active, goal, load)
+            if not moves:
                 break
-            t, i, dst = move
-            load[goal[t][i]] -= 1
-            load[dst] += 1
-            goal[t][i] = dst
+            for t, i, dst in moves:
+                load[goal[t][i]] -= 1
+                load[dst] += 1
+                goal[t][i] = dst
         return goal
 
     def _may_take(self, e: str, task: str, active: str, chosen: Sequence[str]) -> bool:
@@ -318,20 +318,45 @@ class Plan:
 
     def _standby_move(
         self, active: Mapping[str, str], goal: Mapping[str, list[str]], load: Mapping[str, int]
-    ) -> tuple[str, int, str] | None:
-        """A standby off the most loaded executor onto a less loaded one, if one may take it."""
+    ) -> list[tuple[str, int, str]]:
+        """Standby moves (task, index in its standbys, new executor) that take one standby off the
+        most loaded executor onto a less loaded one: directly if that one may take one of them, else
+        through a third executor that takes one and hands another on (its load stays), as when
+        every standby of the loaded executor is of a task the less loaded one already holds."""
+        def fits(t: str, src: str, dst: str) -> int | None:
+            chosen = goal[t]
+            if src not in chosen or dst in chosen or dst == active[t]:
+                return None
+            others = {self.zone[e] for e in (active[t], *chosen) if e != src}
+            return chosen.index(src) if self.zone[dst] not in others or self.zone[src] in others else None
+
+        def over(src: str, dst: str) -> bool:
+            return load[src] / self.cores[src] > (load[dst] + 1) / self.cores[dst]
+
         for src in sorted(self.live, key=lambda e: (-load[e] / self.cores[e], e)):
             for dst in sorted(self.live, key=lambda e: (load[e] / self.cores[e], e)):
-                if load[src] / self.cores[src] <= (load[dst] + 1) / self.cores[dst]:
+                if not over(src, dst):
                     break
-                for t, chosen in goal.items():
-                    if src not in chosen or dst in chosen or dst == active[t]:
-                        continue
-                    i = chosen.index(src)
-                    others = {self.zone[e] for e in (active[t], *chosen) if e != src}
-                    if self.zone[dst] not in others or self.zone[src] in others:
-                        return t, i, dst
-        return None
+                for t in goal:
+                    i = fits(t, src, dst)
+                    if i is not None:
+                        return [(t, i, dst)]
+        src = max(self.live, key=lambda e: (load[e] / self.cores[e], e))
+        dst = min(self.live, key=lambda e: (load[e] / self.cores[e], e))
+        if not over(src, dst):
+            return []
+        for mid in self.live:
+            if mid in (src, dst):
+                continue
+            firsts = [(t, i) for t in goal if (i := fits(t, src, mid)) is not None]
+            if not firsts:
+                continue
+            for t2 in goal:
+                i2 = fits(t2, mid, dst)
+                first = next(((t, i) for t, i in firsts if t != t2), None) if i2 is not None else None
+                if first is not None and i2 is not None:
+                    return [(first[0], first[1], mid), (t2, i2, dst)]
+        return []
 
     def warmups(
         self,

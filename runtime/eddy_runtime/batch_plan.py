@@ -65,9 +65,10 @@ def plan_batch(compiled: CompiledApp, assignment: Assignment, live: Set[str], *,
     """Work items for the copies of every task on `live` executors.
 
     `fresh` (the assignment just changed, or the last batch failed): every copy gets an item, so
-    that tasks open, promote and restore at once. Otherwise only actives with input or a restore
-    under way (`restoring`: task -> executor), and standbys behind their changelog
-    (`held_offsets`: executor -> task -> next changelog offset its volume holds, summed over stores).
+    that tasks open, promote and restore at once. Otherwise only actives with input, a restore
+    under way (`restoring`: task -> executor) or a `process()` step (wall-clock punctuation),
+    and standbys behind their changelog (`held_offsets`: executor -> task -> next changelog
+    offset its volume holds, summed over stores).
     The tasks of the `continuous` sub-topologies get no items: each executor's runner runs its
     share of them by itself (`BatchPlan.continuous`).
     """
@@ -91,7 +92,9 @@ def plan_batch(compiled: CompiledApp, assignment: Assignment, live: Set[str], *,
                 bad = tuple(sorted((o, e) for o, e in poison.get((first.topic, first.partition), {}).items()
                                    if first.start <= o < first.end))
                 item = WorkItem(task, "active", source, restore_only=is_restoring, poison=bad)
-                if fresh or is_restoring or not all(r.empty for r in item.ranges):
+                # a process() step runs every batch, input or not: its wall-clock punctuations
+                punctuates = sub.stateful is not None and sub.stateful.kind == "process"
+                if fresh or is_restoring or punctuates or not all(r.empty for r in item.ranges):
                     if sub.uses_dataframe:
                         dataframe_items[task] = item
                     else:

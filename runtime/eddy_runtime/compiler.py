@@ -33,6 +33,7 @@ from eddy_runtime.pipeline import (
     Merge,
     Node,
     PipelineError,
+    Process,
     Record,
     Source,
     StreamJoin,
@@ -253,6 +254,12 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
     elif isinstance(node, Suppress):
         assert b.stateful is not None and isinstance(node.parent, Aggregate)  # Table.suppress checks it
         b.stateful = replace(b.stateful, suppress=_suppress(node, node.parent))
+    elif isinstance(node, Process):
+        if b.stateful is not None:
+            raise PipelineError("one stateful step per sub-topology: group_by between them")
+        stores = tuple(StoreSpec.key_value(n, k, v) for n, k, v in node.stores)
+        b.stateful = StatefulSpec("process", None, b.source.key_serde, processor=node.factory,
+                                  process_stores=(*stores, StoreSpec.key_value(f"{node.name}-time")))
     elif isinstance(node, ToStream):
         b.streamed = True
     else:  # pragma: no cover - every node type is handled above

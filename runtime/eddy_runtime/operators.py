@@ -37,6 +37,7 @@ from eddy_runtime.compiler import (
 )
 from eddy_runtime.joins import TableUpdates, stream_stream_join, stream_table_join, table_table_join
 from eddy_runtime.pipeline_errors import PipelineRuntimeError
+from eddy_runtime.processors import ProcessorTask, run_processor
 from eddy_runtime.record_steps import apply_record_steps
 from eddy_runtime.records import (
     _INT64,
@@ -61,6 +62,8 @@ class TaskState:
 
     #: newest record timestamp seen by a windowed aggregation (Kafka Streams' stream time)
     stream_time: int | None = None
+    #: a process() step's processor and its context (processors.py)
+    processor: ProcessorTask | None = None
 
 
 @dataclass
@@ -114,6 +117,13 @@ def process_batch(sub: SubTopology, rows: pa.Table, tx: Any, state: TaskState,
             result = two_sided(sub.stateful, sub.table, rows, _key_column(rows, sub.stateful.key_serde), tx, table,
                                dropped)
             out.dropped += dropped[0]
+        elif sub.stateful.kind == "process":
+            try:
+                state.processor, result, failed = run_processor(sub.stateful, rows, tx, state.processor)
+            except ValueError as e:
+                raise PipelineRuntimeError(str(e)) from e
+            for i, err in failed.items():
+                out.failed_rows.setdefault(i, err)
         elif sub.stateful.session_windows is not None:
             result = _sessions(sub.stateful, rows, tx, out)
         else:

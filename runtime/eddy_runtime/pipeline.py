@@ -99,6 +99,16 @@ class Record(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class Process(Node):
+    """A user `Processor` (processors.py) run record by record, with its own key-value stores."""
+
+    factory: Callable[[], Any]
+    #: (store name, key serde, value serde)
+    stores: tuple[tuple[str, str, str], ...]
+    name: str
+
+
+@dataclass(frozen=True, eq=False)
 class GroupBy(Node):
     #: a column name, a key selector (its function (key, value) -> key), a pyspark Column, or None
     #: for `group_by_key` (the ``key`` column, no repartition)
@@ -251,7 +261,7 @@ class Stream(RecordSteps):
     def _after_stateful(self) -> bool:
         n: Node | None = self.node
         while n is not None:
-            if isinstance(n, Aggregate | Join | ToStream | StreamJoin | TableJoin | Suppress):
+            if isinstance(n, Aggregate | Join | ToStream | StreamJoin | TableJoin | Suppress | Process):
                 return True
             n = n.parent
         return False
@@ -275,6 +285,27 @@ class Stream(RecordSteps):
                 "sub-topology: write the result to a topic with to() and read it with topology.stream()"
             )
         return Stream(self.topology, Transform(self.node, fn, name or str(getattr(fn, "__name__", "transform"))))
+
+    def process(self, factory: Callable[[], Any], *, stores: Sequence[str | tuple[str, str, str]] = (),
+                name: str | None = None) -> Stream:
+        """Run a Kafka Streams-style `Processor` (eddy_runtime.processors) on each record: it gets
+        the task's `stores` (names, or (name, key serde, value serde); JSON keys and values by
+        default), may forward any number of records, and may schedule punctuations on stream time
+        or wall-clock time. `factory()` makes one processor per task (a `Processor` subclass
+        works). The stateful step of its sub-topology: records stay on their partition."""
+        if not callable(factory):
+            raise PipelineError(f"process needs a processor factory (e.g. a Processor subclass), got {factory!r}")
+        if self._after_stateful():
+            raise PipelineError("one stateful step per sub-topology: group_by before process()")
+        specs = []
+        for s in stores:
+            store, key_serde, value_serde = (s, "json", "json") if isinstance(s, str) else s
+            specs.append((_check_name(store, "store"), _check_serde(key_serde, KEY_SERDES, "store key serde"),
+                          _check_serde(value_serde, VALUE_SERDES, "store value serde")))
+        if len({n for n, _, _ in specs}) != len(specs):
+            raise PipelineError(f"process() stores must have distinct names, got {[n for n, _, _ in specs]}")
+        base = self.topology._name(name, "process")
+        return Stream(self.topology, Process(self.node, factory, tuple(specs), base))
 
     def group_by(self, key: Any, *, name: str | None = None, key_serde: str = "string",
                  partitions: int | None = None) -> GroupedStream:

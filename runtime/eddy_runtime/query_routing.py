@@ -189,7 +189,8 @@ class QueryRouting:
 
 
 def store_routes(compiled: CompiledApp) -> dict[str, StoreRoute]:
-    """The app's queryable stores: every aggregation's store, and every stream-table join's table.
+    """The app's queryable stores: every aggregation's store, every stream-table join's table, and
+    the stores of `process()` steps (a key is looked for in the partition its bytes hash to).
 
     The stores of the two-sided joins (table-table, windowed stream-stream) are the joins' own
     bookkeeping and not queryable, as Kafka Streams' internal join stores are not."""
@@ -199,6 +200,9 @@ def store_routes(compiled: CompiledApp) -> dict[str, StoreRoute]:
         if st is not None and st.kind in ("count", "reduce", "aggregate") and st.store is not None:
             kind: StoreKind = st.store.kind if st.store.kind in ("window", "session") else "key_value"
             routes[st.store.name] = StoreRoute(st.store.name, kind, sub.id, sub.partitions, st.store.key_serde)
+        if st is not None and st.kind == "process":  # the processor's own stores, routed by their keys
+            for spec in st.process_stores[:-1]:
+                routes[spec.name] = StoreRoute(spec.name, "key_value", sub.id, sub.partitions, spec.key_serde)
         if st is not None and st.kind == "join" and sub.table is not None:
             t = sub.table
             routes[t.store.name] = StoreRoute(t.store.name, "key_value", sub.id, sub.partitions, t.key_serde,

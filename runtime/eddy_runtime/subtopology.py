@@ -78,7 +78,7 @@ class SuppressSpec:
 class StatefulSpec:
     """The one stateful step of a sub-topology."""
 
-    kind: Literal["count", "reduce", "aggregate", "join", "table_join", "stream_join"]
+    kind: Literal["count", "reduce", "aggregate", "join", "table_join", "stream_join", "process"]
     #: the aggregation's store (None for a stream-table join, whose store is the table's; the left
     #: table's for a table-table join)
     store: StoreSpec | None
@@ -97,6 +97,10 @@ class StatefulSpec:
     #: records still without a partner
     join_windows: JoinWindows | None = None
     outer_store: StoreSpec | None = None
+    #: a `process()` step: the processor factory, its stores, and its own store of stream time
+    #: and punctuation schedules (the last of `process_stores`)
+    processor: Callable[[], Any] | None = None
+    process_stores: tuple[StoreSpec, ...] = ()
     #: a session-windowed aggregation's windows (`windows` is None then) and its aggregate's merger
     session_windows: SessionWindows | None = None
     merger: Callable[[Any, Any, Any], Any] | None = None
@@ -178,6 +182,8 @@ class SubTopology:
             out.append(self.stateful.outer_store)
         if self.stateful is not None and self.stateful.suppress is not None:
             out.append(self.stateful.suppress.store)
+        if self.stateful is not None:
+            out.extend(self.stateful.process_stores)
         return tuple(out)
 
     @property

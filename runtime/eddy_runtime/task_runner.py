@@ -154,6 +154,11 @@ class TaskRunner:
             log.info("closing task %s (%s): %s", task_id, t.manager.role, why)
             if self.metrics is not None:
                 self.metrics.forget(t.manager.app, task_id, list(t.manager.stores))
+            if t.state.processor is not None:
+                try:
+                    t.state.processor.processor.close()
+                except Exception:  # noqa: BLE001 - the user's close: logged, the task closes anyway
+                    log.exception("task %s: the processor's close() raised", task_id)
             try:
                 t.manager.close()
             except Exception:  # noqa: BLE001 - the lock is released by close() even on errors
@@ -279,6 +284,11 @@ class TaskRunner:
         if t is not None:
             if self.metrics is not None:
                 self.metrics.forget(t.manager.app, task_id, list(t.manager.stores))
+            if t.state.processor is not None:
+                try:
+                    t.state.processor.processor.close()
+                except Exception:  # noqa: BLE001 - the user's close: logged, the task closes anyway
+                    log.exception("task %s: the processor's close() raised", task_id)
             try:
                 t.manager.close()
             except Exception:  # noqa: BLE001
@@ -300,7 +310,9 @@ class TaskRunner:
             return replace(base, status="aborted", figures=mgr.figures(),
                               message=f"stale plan: {[(r.topic, r.partition, r.start) for r in stale]} but "
                                       f"committed positions are {t.positions}")
-        if item.restore_only or all(r.empty for r in item.ranges):
+        # A process() step runs without input too: its wall-clock punctuations.
+        punctuates = sub.stateful is not None and sub.stateful.kind == "process"
+        if item.restore_only or (all(r.empty for r in item.ranges) and not punctuates):
             return replace(base, status="processed", figures=mgr.figures())
         bad, records_read = self._stash.pop((settings.batch_id, item.task), ([], 0))
         reader = range_reader(settings.kafka)
@@ -308,7 +320,9 @@ class TaskRunner:
         raw_source: RawRecords | None = None
         precomputed: BatchOutput | None = None
         if data is None:
-            raw_source = records[0] if records is not None else reader.read(source, settings.read_timeout_s)
+            raw_source = (records[0] if records is not None
+                          else RawRecords(source.topic, source.partition, next_offset=source.start) if source.empty
+                          else reader.read(source, settings.read_timeout_s))
             if sub.source.repartition:
                 rows, bad_rows = decode_repartition(raw_source, sub.source.key_serde, sub.source.combined,
                                                     sub.source.combined_column)
@@ -337,8 +351,8 @@ class TaskRunner:
                 return self._stop_at(base, bad, mgr)
         if precomputed is not None:
             out = precomputed
-        elif rows.num_rows or (updates is not None and updates.keys and sub.stateful is not None
-                               and sub.stateful.kind in ("table_join", "stream_join")):
+        elif rows.num_rows or punctuates or (updates is not None and updates.keys and sub.stateful is not None
+                                             and sub.stateful.kind in ("table_join", "stream_join")):
             # a join merges the table's records with the stream's (or the other table's) by timestamp
             out = process_batch(sub, rows, tx, t.state, updates)
         else:

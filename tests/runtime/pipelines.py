@@ -59,3 +59,32 @@ def word_counts(topology: Topology, input_topic: str, output_topic: str) -> None
     """One word per record, re-keyed by word and counted: Eddy's own steps only (no DataFrame step),
     so both sub-topologies run on the continuous path."""
     topology.stream(input_topic).group_by("value", name="words").count(name="counts").to(output_topic)
+
+
+class FirstSeen:
+    """A user's first visit only; every minute of stream time, how many users were seen so far;
+    every 200 ms of wall-clock time, a heartbeat (a `Processor` by duck typing)."""
+
+    def init(self, context) -> None:
+        from eddy_runtime.processors import STREAM_TIME, WALL_CLOCK_TIME
+
+        self.context = context
+        self.seen = context.store("seen")
+        context.schedule(60_000, STREAM_TIME, self.tick)
+        context.schedule(200, WALL_CLOCK_TIME, lambda now: context.forward("beat", "1"))
+
+    def process(self, record) -> None:
+        if self.seen.get(record.key) is None:
+            self.seen.put(record.key, record.timestamp)
+            self.seen.put("count", (self.seen.get("count") or 0) + 1)
+            self.context.forward(record.key, record.value)
+
+    def tick(self, timestamp: int) -> None:
+        self.context.forward("tick", str(self.seen.get("count") or 0))
+
+    def close(self) -> None:
+        pass
+
+
+def first_seen(topology: Topology, input_topic: str, output_topic: str) -> None:
+    topology.stream(input_topic).process(FirstSeen, stores=["seen"], name="first-seen").to(output_topic)

@@ -1,0 +1,135 @@
+"""The Processor API (`stream.process`) on real RocksDB stores, batch by batch as the task runner
+runs it: stores that commit with the batch, forwarding, stream-time punctuation as Kafka Streams'
+``PunctuationSchedule`` (start at 0, fire once per advance, skip missed intervals), schedules
+that survive a restart of the task, wall-clock punctuation without input, and a raising
+`process` as a bad record."""
+
+from __future__ import annotations
+
+import pytest
+
+from eddy_runtime.operators import TaskState, process_batch
+from eddy_runtime.pipeline import PipelineError, Topology
+from eddy_runtime.processors import STREAM_TIME, WALL_CLOCK_TIME, Processor
+from tests.runtime.test_operators import StoreTransactions, rows, sub_of
+
+pytestmark = pytest.mark.unit
+
+
+class Dedup(Processor):
+    """Forwards a key's first value only; every 10 ms of stream time forwards a tick."""
+
+    def init(self, context):
+        self.context = context
+        self.seen = context.store("seen")
+        context.schedule(10, STREAM_TIME, self.tick)
+
+    def process(self, record):
+        if record.value == "boom":
+            raise ValueError("boom")
+        if self.seen.get(record.key) is None:
+            self.seen.put(record.key, record.timestamp)
+            self.context.forward(record.key, record.value.upper())
+
+    def tick(self, timestamp):
+        self.context.forward("tick", str(timestamp))
+
+
+def dedup_sub():
+    return sub_of(lambda t: t.stream("in").process(Dedup, stores=["seen"], name="dedup").to("out"))
+
+
+def run(sub, tx, state, keys, stamps, values):
+    out = process_batch(sub, rows(keys, stamps, value=values), tx, state)
+    tx.commit()
+    return [(r.key.decode(), r.value.decode(), r.timestamp) for r in out.outputs], out
+
+
+def test_a_processor_forwards_with_its_store_and_punctuates_on_stream_time(tmp_path):
+    sub = dedup_sub()
+    assert [s.name for s in sub.stores] == ["seen", "dedup-time"]
+    tx, state = StoreTransactions(tmp_path, sub.stores), TaskState()
+    got, _ = run(sub, tx, state, ["a", "b", "a"], [0, 5, 12], ["x", "y", "z"])
+    # stream time 0 reaches the first schedule (at 0): tick; then 12 passes 10: tick; next at 20
+    assert got == [("a", "X", 0), ("tick", "0", 0), ("b", "Y", 5), ("tick", "12", 12)]
+    got, _ = run(sub, tx, state, ["c", "b"], [35, 36], ["w", "v"])
+    assert got == [("c", "W", 35), ("tick", "35", 35)]  # 20 and 30 were missed: one tick, next at 40
+    # A restart: a new processor on the same stores keeps stream time and the schedule (next at 40).
+    tx.close()
+    tx, state = StoreTransactions(tmp_path, sub.stores), TaskState()
+    got, _ = run(sub, tx, state, ["a", "d"], [38, 40], ["again", "u"])
+    assert got == [("d", "U", 40), ("tick", "40", 40)]
+    tx.close()
+
+
+def test_a_raising_process_makes_a_bad_record_and_the_others_go_on(tmp_path):
+    sub = dedup_sub()
+    tx = StoreTransactions(tmp_path, sub.stores)
+    got, out = run(sub, tx, TaskState(), ["a", "b", "c"], [0, 1, 2], ["x", "boom", "z"])
+    assert out.failed_rows == {1: "process() raised ValueError: boom"}
+    assert [k for k, _, _ in got] == ["a", "tick", "c"]
+    tx.close()
+
+
+#: the wall clock the heartbeat's context reads (seconds), moved by the test
+NOW = [1_000.0]
+
+
+class Heartbeat(Processor):
+    def init(self, context):
+        self.context = context
+        context.clock = lambda: NOW[0]
+        context.schedule(5_000, WALL_CLOCK_TIME, lambda now: context.forward("beat", str(now), 7))
+
+    def process(self, record):
+        pass
+
+
+def test_wall_clock_punctuation_fires_in_a_batch_without_input(tmp_path):
+    sub = sub_of(lambda t: t.stream("in").process(Heartbeat).to("out"))
+    tx, state = StoreTransactions(tmp_path, sub.stores), TaskState()
+    assert run(sub, tx, state, [], [], [])[0] == []  # scheduled at 1,000,000 ms: due at 1,005,000
+    NOW[0] += 4.9
+    assert run(sub, tx, state, [], [], [])[0] == []
+    NOW[0] += 12.0  # two intervals and more passed: one punctuation, the next aligned after it
+    assert run(sub, tx, state, [], [], [])[0] == [("beat", "1016900", 7)]
+    NOW[0] += 3.0
+    assert run(sub, tx, state, [], [], [])[0] == []  # next at 1,020,000
+    NOW[0] += 0.1
+    assert run(sub, tx, state, [], [], [])[0] == [("beat", "1020000", 7)]
+    tx.close()
+
+
+def test_process_is_checked_when_it_is_written():
+    t = Topology()
+    with pytest.raises(PipelineError, match="processor factory"):
+        t.stream("a").process(42)
+    with pytest.raises(PipelineError, match="distinct names"):
+        t.stream("b").process(Dedup, stores=["s", ("s", "string", "json")])
+    with pytest.raises(PipelineError, match="one stateful step"):
+        t.stream("c").group_by_key().count().to_stream().process(Dedup)
+    with pytest.raises(PipelineError, match="store key serde"):
+        t.stream("d").process(Dedup, stores=[("s", "avro", "json")])
+
+
+class Punctuations(Processor):
+    def init(self, context):
+        self.context = context
+        context.schedule(10, STREAM_TIME, lambda ts: context.forward("punctuated", str(ts)))
+
+    def process(self, record):
+        pass
+
+
+def test_stream_time_punctuates_once_after_a_gap_as_kafka_streams_task_test(tmp_path):
+    # StreamTaskTest.shouldPunctuateOnceStreamTimeAfterGap: a 10 ms schedule, records at 20, 25,
+    # 142, 145, 155, 159, 160, 161 (its two partitions' records in timestamp order): punctuations
+    # at 20, 142, 155 and 160 only.
+    sub = sub_of(lambda t: t.stream("in").process(Punctuations).to("out"))
+    tx = StoreTransactions(tmp_path, sub.stores)
+    state = TaskState()
+    fired = []
+    for ts in (20, 25, 142, 145, 155, 159, 160, 161):  # one batch per record, as the test processes them
+        fired += [int(v) for _, v, _ in run(sub, tx, state, ["k"], [ts], ["v"])[0]]
+    assert fired == [20, 142, 155, 160]
+    tx.close()
