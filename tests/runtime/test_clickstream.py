@@ -22,6 +22,21 @@ SECOND = 1_000
 MINUTE = 60_000
 
 
+def clickstream_app(kafka, name: str, partitions: int = 2, function: str = "build", args: dict | None = None,
+                    **spec: object) -> tuple[StreamAppSpec, str, str]:
+    """The example's manifest on this broker with topics of its own: (spec, views topic, output topic)."""
+    body = yaml.safe_load(MANIFEST.read_text())
+    app = kafka.unique_name(name)
+    views = kafka.create_topic(f"{app}-views", partitions=partitions)
+    out = f"{app}-sessions"
+    body["metadata"]["name"] = app
+    body["spec"]["kafka"]["bootstrapServers"] = kafka.bootstrap
+    body["spec"]["pipeline"]["function"] = function
+    body["spec"]["pipeline"]["args"].update(views_topic=views, output_topic=out, **(args or {}))
+    body["spec"].update(spec)
+    return StreamAppSpec.from_manifest(body), views, out
+
+
 def session_of(key: bytes) -> tuple[str, int, int]:
     """(user, start, end) of an output key: user, then end and start (SessionWindowedSerializer)."""
     end, start = struct.unpack(">qq", key[-16:])
@@ -30,15 +45,8 @@ def session_of(key: bytes) -> tuple[str, int, int]:
 
 @pytest.mark.parametrize("execution", ["continuous", "microBatch"])
 def test_the_clickstream_example_counts_page_views_per_user_session(kafka, spark, tmp_path, execution):
-    body = yaml.safe_load(MANIFEST.read_text())
-    app = kafka.unique_name(f"clicks-{execution.lower()}")
-    views = kafka.create_topic(f"{app}-views", partitions=2)
-    out = f"{app}-sessions"
-    body["metadata"]["name"] = app
-    body["spec"]["kafka"]["bootstrapServers"] = kafka.bootstrap
-    body["spec"]["pipeline"]["args"].update(views_topic=views, output_topic=out, gap="1m", grace="5m")
-    body["spec"]["execution"] = execution
-    spec = StreamAppSpec.from_manifest(body)
+    spec, views, out = clickstream_app(kafka, f"clicks-{execution.lower()}", args={"gap": "1m", "grace": "5m"},
+                                       execution=execution)
     t0 = int(time.time() * 1000) - 3_600_000  # recent: the broker deletes records past its retention
 
     def view(page: str) -> bytes:

@@ -84,6 +84,43 @@ class Run:
         assert not feeder.is_alive(), "the feeder still produced 30 s after it was told to stop"
         self.wait(what, lambda: sum(self.driver.last_lag.values()) == 0 and self.reports[-1].records_in == 0, 240)
 
+    def kill_under_load(self, feed: Callable[[], None], what: str, settled_lag: int = 500) -> None:
+        """Once the input is nearly processed and the standbys caught up, keep calling `feed`
+        (every 0.2 s), SIGKILL the executor JVM holding the most stateful actives, wait until its
+        tasks run elsewhere, feed 3 s more, then stop feeding and wait until `what` is processed."""
+        driver = self.driver
+        sc = driver.sc
+
+        def caught_up() -> bool:
+            lags = driver.standby_lags()
+            return (bool(self.reports) and sum(driver.last_lag.values()) < settled_lag and bool(lags)
+                    and all(lag <= 1000 for per in lags.values() for lag in per.values()))
+
+        self.wait(f"{what} to be processed and the standbys to catch up", caught_up, 300)
+        feeding = threading.Event()
+        feeding.set()
+
+        def feeder_loop() -> None:
+            while feeding.is_set():
+                feed()
+                time.sleep(0.2)
+
+        feeder = threading.Thread(target=feeder_loop, daemon=True)
+        feeder.start()
+        try:
+            assert driver.compiled is not None
+            stateful = set(driver.compiled.stateful_tasks())
+            victim = Counter(driver.assignment.tasks[t].active for t in stateful).most_common(1)[0][0]
+            survivor = ({e.id for e in live_executors(sc)} - {victim}).pop()
+            time.sleep(1.0)
+            os.kill(executor_jvm_pid(sc, victim), signal.SIGKILL)
+            self.wait(f"executor {victim}'s tasks to run on executor {survivor}",
+                      lambda: all(driver.assignment.tasks[t].active != victim for t in stateful), 120)
+            time.sleep(3.0)  # keep feeding on the promoted copies
+            self.drain(feeding, feeder, f"the last of {what}")
+        finally:
+            feeding.clear()
+
     def stop(self) -> None:
         self.driver.request_stop()
         self.thread.join(180)

@@ -7,40 +7,23 @@ test with a session-windowed app staying exact under exactly-once").
 from __future__ import annotations
 
 import json
-import os
-import signal
 import struct
-import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
-import yaml
 
-from eddy_contract.spec import StreamAppSpec
-from eddy_runtime.placement import live_executors
 from tests.runtime.apps import driver_for, produce, read_all
-from tests.runtime.test_failover import Run, executor_jvm_pid
+from tests.runtime.test_clickstream import clickstream_app
+from tests.runtime.test_failover import Run
 
 pytestmark = pytest.mark.integration
 
-MANIFEST = Path(__file__).parents[2] / "examples" / "clickstream" / "streamapp.yaml"
 USERS = [f"user-{i:03d}" for i in range(200)]
 
 
 def test_session_counts_stay_exact_across_an_executor_kill(kafka, spark, tmp_path):
-    sc = spark.sparkContext
-    body = yaml.safe_load(MANIFEST.read_text())
-    app = kafka.unique_name("sessions-fo")
-    views = kafka.create_topic(f"{app}-views", partitions=4)
-    out = f"{app}-sessions"
-    body["metadata"]["name"] = app
-    body["spec"]["kafka"]["bootstrapServers"] = kafka.bootstrap
-    body["spec"]["pipeline"]["args"].update(views_topic=views, output_topic=out)
-    body["spec"].update(triggerInterval="300ms", processingGuarantee="exactly_once")
-    body["spec"]["state"]["standbyReplicas"] = 1
-    spec = StreamAppSpec.from_manifest(body)
+    spec, views, out = clickstream_app(kafka, "sessions-fo", partitions=4, triggerInterval="300ms")
     # Every user's views a second apart (the gap is 30 minutes): one session per user in the end,
     # merged from whichever sessions the batches saw first.
     t0 = int(time.time() * 1000) - 3_600_000
@@ -60,34 +43,9 @@ def test_session_counts_stay_exact_across_an_executor_kill(kafka, spark, tmp_pat
     feed(2000)
     driver = driver_for(spark, spec, str(tmp_path / "state"))
     run = Run(driver)
-    feeding = threading.Event()
-
-    def feeder_loop() -> None:
-        while feeding.is_set():
-            feed(40)
-            time.sleep(0.2)
-
-    feeder = threading.Thread(target=feeder_loop, daemon=True)
     try:
-        def caught_up() -> bool:
-            lags = driver.standby_lags()
-            return (bool(run.reports) and sum(driver.last_lag.values()) < 500 and bool(lags)
-                    and all(lag <= 1000 for per in lags.values() for lag in per.values()))
-
-        run.wait("the preloaded views to be counted and the standbys to catch up", caught_up, 300)
-        feeding.set()
-        feeder.start()
-        stateful = set(driver.compiled.stateful_tasks())
-        victim = Counter(driver.assignment.tasks[t].active for t in stateful).most_common(1)[0][0]
-        survivor = ({e.id for e in live_executors(sc)} - {victim}).pop()
-        time.sleep(1.0)
-        os.kill(executor_jvm_pid(sc, victim), signal.SIGKILL)
-        run.wait(f"executor {victim}'s session tasks to run on executor {survivor}",
-                 lambda: all(driver.assignment.tasks[t].active != victim for t in stateful), 120)
-        time.sleep(3.0)  # keep feeding on the promoted copies
-        run.drain(feeding, feeder, "the last views to be counted")
+        run.kill_under_load(lambda: feed(40), "the views")
     finally:
-        feeding.clear()
         run.stop()
     assert run.error is None, run.error
     latest: dict[bytes, bytes | None] = {}

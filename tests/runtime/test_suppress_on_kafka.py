@@ -10,18 +10,15 @@ import dataclasses
 import json
 import struct
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
-from eddy_contract.spec import StreamAppSpec
 from eddy_runtime.outcomes import DriverError
 from tests.runtime.apps import driver_for, produce, read_all, run_until_idle, streamapp
+from tests.runtime.test_clickstream import clickstream_app
 
 pytestmark = pytest.mark.integration
 
-MANIFEST = Path(__file__).parents[2] / "examples" / "clickstream" / "streamapp.yaml"
 SECOND = 1_000
 MINUTE = 60_000
 
@@ -38,16 +35,8 @@ def written(bootstrap: str, topic: str) -> list[tuple[tuple[str, int, int], int 
 
 @pytest.mark.parametrize("execution", ["continuous", "microBatch"])
 def test_final_session_counts_come_out_once_each_across_a_restart(kafka, spark, tmp_path, execution):
-    body = yaml.safe_load(MANIFEST.read_text())
-    app = kafka.unique_name(f"final-{execution.lower()}")
-    views = kafka.create_topic(f"{app}-views", partitions=2)
-    out = f"{app}-final-sessions"
-    body["metadata"]["name"] = app
-    body["spec"]["kafka"]["bootstrapServers"] = kafka.bootstrap
-    body["spec"]["pipeline"]["function"] = "build_final"
-    body["spec"]["pipeline"]["args"].update(views_topic=views, output_topic=out, gap="1m", grace="30s")
-    body["spec"]["execution"] = execution
-    spec = StreamAppSpec.from_manifest(body)
+    spec, views, out = clickstream_app(kafka, f"final-{execution.lower()}", function="build_final",
+                                       args={"gap": "1m", "grace": "30s"}, execution=execution)
     t0 = int(time.time() * 1000) - 3_600_000  # recent: the broker deletes records past its retention
     view = json.dumps({"page": "/"}).encode()
 
