@@ -255,7 +255,14 @@ def test_operator_driver_and_executor_serve_the_run_s_figures_over_the_pod_netwo
         actives = [t for t in stateful_tasks(app.channel.runtime_state())
                    if message.assignment.tasks[t].active == exec_id]
         for task in actives:
-            assert metric_sum(figures, "eddy_executor_store_entries", app=app_id, task=task, role="active") > 0
+            # A copy promoted by the newest generation reports as an active from the runner's next
+            # sync with the driver (within a batch or two): scrape again until it does.
+            def active_figures(task: str = task, pod: Any = pod) -> list[Any] | None:
+                scraped = app.metrics(pod, METRICS_PORT)
+                stored = metric_sum(scraped, "eddy_executor_store_entries", app=app_id, task=task, role="active")
+                return scraped if stored > 0 else None
+
+            figures = until(active_figures, 60, f"executor {exec_id} to report task {task} as an active")
             assert metric_sum(figures, "eddy_executor_store_size_bytes", app=app_id, task=task, role="active") > 0
         if actives and metric_sum(figures, "eddy_executor_records_in_total", app=app_id):
             assert metric_sum(figures, "eddy_executor_process_latency_seconds_count", app=app_id) > 0, figures
