@@ -87,7 +87,7 @@ class TaskRunner:
         #: the tasks of sub-topologies that run continuously (continuous.py)
         self.continuous = ContinuousLoop(self)
         #: where this runner serves interactive queries (host:port; "" if it does not), reported
-        #: with every result; and the newest routing the driver sent (queries.py)
+        #: on the first result of every reply; and the newest routing the driver sent (queries.py)
         self.query_address = ""
         self.routing: QueryRouting | None = None
 
@@ -149,9 +149,14 @@ class TaskRunner:
             t = self._tasks.pop(task_id, None)
         if t is None:
             return
-        with t.lock, t.read_lock:
-            t.closed = True
+        with t.lock:
             log.info("closing task %s (%s): %s", task_id, t.manager.role, why)
+            self._shut(task_id, t)
+
+    def _shut(self, task_id: str, t: _Task) -> None:
+        """Close a task taken out of `_tasks` (its lock held): no query reads its stores from here on."""
+        with t.read_lock:
+            t.closed = True
             if self.metrics is not None:
                 self.metrics.forget(t.manager.app, task_id, list(t.manager.stores))
             if t.state.processor is not None:
@@ -279,20 +284,11 @@ class TaskRunner:
                                   message=f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
 
     def _close_quietly(self, task_id: str) -> None:
+        """Close a task after it failed or was fenced (run_item holds its lock)."""
         with self._tasks_lock:
             t = self._tasks.pop(task_id, None)
         if t is not None:
-            if self.metrics is not None:
-                self.metrics.forget(t.manager.app, task_id, list(t.manager.stores))
-            if t.state.processor is not None:
-                try:
-                    t.state.processor.processor.close()
-                except Exception:  # noqa: BLE001 - the user's close: logged, the task closes anyway
-                    log.exception("task %s: the processor's close() raised", task_id)
-            try:
-                t.manager.close()
-            except Exception:  # noqa: BLE001
-                log.exception("closing task %s failed", task_id)
+            self._shut(task_id, t)
 
     def _active(self, settings: BatchSettings, sub: SubTopology, item: WorkItem, t: _Task,
                 data: pa.Table | BatchOutput | None, base: ItemResult,
