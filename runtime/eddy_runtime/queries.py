@@ -125,27 +125,26 @@ class StoreQueries:
             return routing.as_json()
         if len(parts) < 3 or parts[0] != "stores":
             raise QueryError(404, f"no such query path {path!r}: /metadata, /stores/<store>/keys/<key>, "
-                                  "/stores/<store>/windows/<key>, /stores/<store>/range, "
-                                  "/stores/<store>/prefix/<prefix>, /stores/<store>/all")
+                                  "/stores/<store>/windows/<key>, /stores/<store>/sessions/<key>, "
+                                  "/stores/<store>/range, /stores/<store>/prefix/<prefix>, /stores/<store>/all")
         route = routing.route(parts[1])
         what, rest = parts[2], "/".join(parts[3:])
         max_lag = _int_param(params, "max_lag")
-        if what == "keys" and rest:
-            if route.kind != "key_value":
-                raise QueryError(400, f"store {route.store} is a {route.kind} store: "
-                                      f"use /{route.kind}s/<key>?from=&to=")
+        if what in ("keys", "windows", "sessions") and rest:
+            fetch = {"key_value": "keys", "window": "windows", "session": "sessions"}[route.kind]
+            if what != fetch:
+                raise QueryError(400, f"store {route.store} is a {route.kind} store: use /{fetch}/<key>")
             key = parse_key(rest, route.key_serde)
-            return self._on_task(routing, route, route.task_for(key), max_lag, forwarded, path, params,
-                                 lambda copy: {"key": key, **_get(route, copy.store, key)})
-        if what in ("windows", "sessions") and rest:
-            if f"{route.kind}s" != what:
-                use = "keys" if route.kind == "key_value" else f"{route.kind}s"
-                raise QueryError(400, f"store {route.store} is a {route.kind} store: use /{use}/<key>")
-            key = parse_key(rest, route.key_serde)
-            t_from, t_to = _time_bounds(params)
-            read = _windows if what == "windows" else _sessions
-            return self._on_task(routing, route, route.task_for(key), max_lag, forwarded, path, params,
-                                 lambda copy: {"key": key, what: read(copy.store, key, t_from, t_to)})
+            if what == "keys":
+                def read(copy: LocalCopy) -> dict[str, Any]:
+                    return {"key": key, **_get(route, copy.store, key)}
+            else:
+                t_from, t_to = _time_bounds(params)
+                fetched = _windows if what == "windows" else _sessions
+
+                def read(copy: LocalCopy) -> dict[str, Any]:
+                    return {"key": key, what: fetched(copy.store, key, t_from, t_to)}
+            return self._on_task(routing, route, route.task_for(key), max_lag, forwarded, path, params, read)
         if what in ("range", "prefix", "all") and (what == "prefix") == bool(rest):
             return self._scan(routing, route, what, rest, max_lag, forwarded, path, params)
         raise QueryError(404, f"no such query path {path!r} for store {route.store}")
