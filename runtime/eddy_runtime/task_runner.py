@@ -159,15 +159,23 @@ class TaskRunner:
             t.closed = True
             if self.metrics is not None:
                 self.metrics.forget(t.manager.app, task_id, list(t.manager.stores))
-            if t.state.processor is not None:
-                try:
-                    t.state.processor.processor.close()
-                except Exception:  # noqa: BLE001 - the user's close: logged, the task closes anyway
-                    log.exception("task %s: the processor's close() raised", task_id)
+            self._drop_processor(task_id, t)
             try:
                 t.manager.close()
             except Exception:  # noqa: BLE001 - the lock is released by close() even on errors
                 log.exception("closing task %s failed", task_id)
+
+    @staticmethod
+    def _drop_processor(task_id: str, t: _Task) -> None:
+        """Close and forget a process() step's processor: the next batch makes a new one, which
+        reads stream time and its schedules from the committed stores, not from a batch that did
+        not commit."""
+        held, t.state.processor = t.state.processor, None
+        if held is not None:
+            try:
+                held.processor.close()
+            except Exception:  # noqa: BLE001 - the user's close: logged, the task goes on
+                log.exception("task %s: the processor's close() raised", task_id)
 
     def close_all(self) -> None:
         self.continuous.close()
@@ -262,26 +270,35 @@ class TaskRunner:
             log.exception("opening task %s failed", item.task)
             return replace(base, status="failed", message=f"opening task {item.task}: {type(e).__name__}: {e}")
         with t.lock:
-            try:
-                if item.role == "standby":
-                    progress = t.manager.standby_chunk(max_seconds=settings.standby_chunk_seconds)
-                    return replace(base, status="standby", figures=t.manager.figures(),
-                                      restored=progress.restored, restore_remaining=progress.remaining)
-                return self._active(settings, sub, item, t, data, base, records)
-            except TaskFenced as e:
-                self._close_quietly(item.task)
-                return replace(base, status="fenced", message=str(e))
-            except CommitFailed as e:
-                status: ItemStatus = "aborted" if e.aborted else "failed"
-                t.positions = None
-                return replace(base, status=status, message=str(e))
-            except PipelineRuntimeError as e:
-                return replace(base, status="failed", message=f"pipeline error: {e}")
-            except Exception as e:  # noqa: BLE001
-                log.exception("task %s failed", item.task)
-                self._close_quietly(item.task)
-                return replace(base, status="failed",
-                                  message=f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
+            result = self._run_held(settings, sub, item, t, data, base, records)
+            if item.role == "active" and result.status not in ("processed", "restoring"):
+                self._drop_processor(item.task, t)  # what it advanced in memory was not committed
+            return result
+
+    def _run_held(self, settings: BatchSettings, sub: SubTopology, item: WorkItem, t: _Task,
+                  data: pa.Table | BatchOutput | None, base: ItemResult,
+                  records: Sequence[RawRecords] | None) -> ItemResult:
+        """`run_item`'s work on a task it holds (its lock held): the result, whatever happened."""
+        try:
+            if item.role == "standby":
+                progress = t.manager.standby_chunk(max_seconds=settings.standby_chunk_seconds)
+                return replace(base, status="standby", figures=t.manager.figures(),
+                                  restored=progress.restored, restore_remaining=progress.remaining)
+            return self._active(settings, sub, item, t, data, base, records)
+        except TaskFenced as e:
+            self._close_quietly(item.task)
+            return replace(base, status="fenced", message=str(e))
+        except CommitFailed as e:
+            status: ItemStatus = "aborted" if e.aborted else "failed"
+            t.positions = None
+            return replace(base, status=status, message=str(e))
+        except PipelineRuntimeError as e:
+            return replace(base, status="failed", message=f"pipeline error: {e}")
+        except Exception as e:  # noqa: BLE001
+            log.exception("task %s failed", item.task)
+            self._close_quietly(item.task)
+            return replace(base, status="failed",
+                              message=f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
 
     def _close_quietly(self, task_id: str) -> None:
         """Close a task after it failed or was fenced (run_item holds its lock)."""
