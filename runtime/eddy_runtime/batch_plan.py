@@ -92,9 +92,7 @@ def plan_batch(compiled: CompiledApp, assignment: Assignment, live: Set[str], *,
                 bad = tuple(sorted((o, e) for o, e in poison.get((first.topic, first.partition), {}).items()
                                    if first.start <= o < first.end))
                 item = WorkItem(task, "active", source, restore_only=is_restoring, poison=bad)
-                # a process() step runs every batch, input or not: its wall-clock punctuations
-                punctuates = sub.stateful is not None and sub.stateful.kind == "process"
-                if fresh or is_restoring or punctuates or not all(r.empty for r in item.ranges):
+                if fresh or is_restoring or sub.punctuates or not all(r.empty for r in item.ranges):
                     if sub.uses_dataframe:
                         dataframe_items[task] = item
                     else:

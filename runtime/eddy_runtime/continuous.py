@@ -306,7 +306,7 @@ class ContinuousLoop:
         for task, tps in running.items():
             full = poller.buffered(tps) >= MAX_BUFFERED_RECORDS
             # A process() step runs every commit interval, input or not: its wall-clock punctuations.
-            ticks = _punctuates(subs, task) and self._due.get(task, 0.0) <= now
+            ticks = subs[TaskId.parse(task).subtopology].punctuates and self._due.get(task, 0.0) <= now
             if ((self._due.get(task, 0.0) <= now or full) and poller.buffered(tps)) or ticks:
                 if len(tps) > 1 and not full and not poller.ready(tps):  # a join: wait for the other input
                     since = self._waiting.setdefault(task, now)
@@ -363,8 +363,3 @@ class ContinuousLoop:
             if self._work is not None and self._work.generation == work.generation:
                 self._results[task] = merge_results(self._results.get(task), result)
 
-
-def _punctuates(subs: dict[int, SubTopology], task: str) -> bool:
-    """Whether the task's sub-topology runs a process() step (which may punctuate on wall-clock time)."""
-    stateful = subs[TaskId.parse(task).subtopology].stateful
-    return stateful is not None and stateful.kind == "process"

@@ -191,6 +191,12 @@ class SubTopology:
         return (self.source.topic,) + ((self.table.topic,) if self.table else ())
 
     @property
+    def punctuates(self) -> bool:
+        """A process() step: it runs every batch (every commit interval on the continuous path)
+        with or without input, for its wall-clock punctuations."""
+        return self.stateful is not None and self.stateful.kind == "process"
+
+    @property
     def stateful_task(self) -> bool:
         return bool(self.stores)
 

@@ -323,9 +323,7 @@ class TaskRunner:
             return replace(base, status="aborted", figures=mgr.figures(),
                               message=f"stale plan: {[(r.topic, r.partition, r.start) for r in stale]} but "
                                       f"committed positions are {t.positions}")
-        # A process() step runs without input too: its wall-clock punctuations.
-        punctuates = sub.stateful is not None and sub.stateful.kind == "process"
-        if item.restore_only or (all(r.empty for r in item.ranges) and not punctuates):
+        if item.restore_only or (all(r.empty for r in item.ranges) and not sub.punctuates):
             return replace(base, status="processed", figures=mgr.figures())
         bad, records_read = self._stash.pop((settings.batch_id, item.task), ([], 0))
         reader = range_reader(settings.kafka)
@@ -364,7 +362,7 @@ class TaskRunner:
                 return self._stop_at(base, bad, mgr)
         if precomputed is not None:
             out = precomputed
-        elif rows.num_rows or punctuates or (updates is not None and updates.keys and sub.stateful is not None
+        elif rows.num_rows or sub.punctuates or (updates is not None and updates.keys and sub.stateful is not None
                                              and sub.stateful.kind in ("table_join", "stream_join")):
             # a join merges the table's records with the stream's (or the other table's) by timestamp
             out = process_batch(sub, rows, tx, t.state, updates)
