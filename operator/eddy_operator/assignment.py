@@ -19,6 +19,7 @@ generation and a Kubernetes Event.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -43,6 +44,9 @@ from eddy_operator.kube import Kube
 from eddy_operator.status import Failover, Observed, compute_status, without_times
 
 log = logging.getLogger(__name__)
+
+# Beside the assignment in its ConfigMap; read by the operator only (the driver reads ASSIGNMENT_KEY).
+FAILOVER_KEY = "last-failover.json"
 
 
 def now_iso() -> str:
@@ -238,6 +242,7 @@ class Orchestrator:
             runtime = self._runtime_state(snap, app)
             if not ctl.loaded:
                 ctl.message = self._decode_previous(snap, app)
+                ctl.last_failover = self._decode_failover(snap, app)
                 ctl.loaded = True
             if runtime is not None and runtime.changelog_end_offsets and executors:
                 await self._assign(ctl, snap, spec, executors, runtime, cause, started)
@@ -260,6 +265,18 @@ class Orchestrator:
             return channel.decode_assignment(snap.assignment_data)
         except channel.ChannelError as err:
             log.warning("app %s: previous assignment unreadable, starting over: %s", app, err)
+            return None
+
+    def _decode_failover(self, snap: Snapshot, app: str) -> Failover | None:
+        """The failover a previous leader recorded beside the assignment it published: it may have
+        died between that write and the status patch, and this leader cannot see the loss again."""
+        text = (snap.assignment_data or {}).get(FAILOVER_KEY)
+        if not text:
+            return None
+        try:
+            return Failover.from_status(json.loads(text))
+        except (ValueError, KeyError, TypeError) as err:
+            log.warning("app %s: recorded failover unreadable, ignored: %r", app, err)
             return None
 
     async def _assign(
@@ -288,9 +305,23 @@ class Orchestrator:
             return
         live_ids = {e.id for e in executors}
         lost = [e for e in (ctl.message.executors if ctl.message is not None else ()) if e.id not in live_ids]
+        pods_by_name = {p.name: p for p in snap.pods}
+        # The failover is written in the same ConfigMap update as the assignment that carries it
+        # out, so a leader that dies right after the write still leaves it for the next one.
+        failovers = []
+        for gone in lost:
+            moved = tuple(previous.active_tasks(gone.id)) if previous is not None else ()
+            pod = pods_by_name.get(gone.pod)
+            reason = pod.loss_reason if pod is not None else "deleted"
+            failovers.append((gone, reason, moved))
+            if moved:
+                ctl.last_failover = Failover(now_iso(), gone.id, reason, moved, time.monotonic() - started)
         message = channel.AssignmentMessage(spec.name, new, tuple(executors), now_iso(), cause)
         owner = Owner(spec.name, snap.streamapp["metadata"]["uid"])
-        cm = builders.build_assignment_configmap(spec, owner, channel.encode_assignment(message))
+        data = channel.encode_assignment(message)
+        if ctl.last_failover is not None:
+            data[FAILOVER_KEY] = json.dumps(ctl.last_failover.to_status(), sort_keys=True)
+        cm = builders.build_assignment_configmap(spec, owner, data)
         await asyncio.to_thread(self.kube.apply, cm)
         elapsed = time.monotonic() - started
         ctl.message = message
@@ -306,11 +337,7 @@ class Orchestrator:
         )
 
         pods_by_id = {e.id: e.pod for e in executors}
-        pods_by_name = {p.name: p for p in snap.pods}
-        for gone in lost:
-            moved = tuple(t for t in (previous.active_tasks(gone.id) if previous else ()))
-            pod = pods_by_name.get(gone.pod)
-            reason = pod.loss_reason if pod is not None else "deleted"
+        for gone, reason, moved in failovers:
             self._event(
                 snap.streamapp,
                 "Warning",
@@ -318,7 +345,6 @@ class Orchestrator:
                 f"executor {gone.id} ({gone.pod}) {reason}; {len(moved)} active task(s) failed over",
             )
             if moved:
-                ctl.last_failover = Failover(now_iso(), gone.id, reason, moved, elapsed)
                 metrics.FAILOVERS.labels(spec.namespace, spec.name).inc()
                 metrics.FAILOVER_DURATION.labels(spec.namespace, spec.name).observe(elapsed)
         if previous is None:

@@ -46,6 +46,17 @@ class Failover:
             "durationSeconds": round(self.duration_seconds, 4),
         }
 
+    @classmethod
+    def from_status(cls, doc: Mapping[str, Any]) -> Failover:
+        """Read back what `to_status` wrote; raises KeyError, TypeError or ValueError if it is not that."""
+        return cls(
+            str(doc["time"]),
+            str(doc["executor"]),
+            str(doc["reason"]),
+            tuple(str(t) for t in doc["tasks"]),
+            float(doc["durationSeconds"]),
+        )
+
 
 @dataclass(frozen=True)
 class Observed:

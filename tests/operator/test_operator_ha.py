@@ -214,6 +214,39 @@ def test_leader_killed_during_a_failover_is_replaced_and_the_failover_completes_
     assert standby.proc.poll() is None, standby.log_tail()
 
 
+def test_a_failover_the_dead_leader_published_but_never_reported_reaches_the_status(crd, namespace, operators):
+    """The window the racing kill above can hit: the leader wrote the new assignment and died
+    before patching the status. Made certain here by erasing status.lastFailover after the kill;
+    the next leader cannot see the pod event again, so it must read the failover from the
+    assignment's ConfigMap."""
+    kube = crd
+    leader, standby = leader_and_standby(kube, namespace, operators)
+    driver, first = start_app_with_executors(kube, namespace)
+    victim = "1"
+    driver.core.delete_namespaced_pod(next(e.pod for e in first.executors if e.id == victim), namespace)
+    reported = wait_for(
+        lambda: get(kube, "streamapp", APP, namespace)["status"].get("lastFailover"), 30, 0.1, "lastFailover"
+    )
+    os.kill(leader.proc.pid, signal.SIGKILL)
+    leader.proc.wait(10)
+    kube.kubectl(
+        "patch", "streamapp", APP, "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"lastFailover": None}}),
+    )  # fmt: skip
+    assert "lastFailover" not in get(kube, "streamapp", APP, namespace)["status"]
+
+    wait_for(lambda: standby.is_holder(lease_holder(kube, namespace)), LEASE_S + 10, 0.1, "the standby leading")
+    again = wait_for(
+        lambda: get(kube, "streamapp", APP, namespace)["status"].get("lastFailover"),
+        30,
+        0.2,
+        "lastFailover written by the new leader",
+    )
+    assert again == reported
+    assert reported["executor"] == victim
+    assert reported["tasksMoved"] == len(first.assignment.active_tasks(victim))
+
+
 def test_a_stopped_leader_releases_the_lease_and_the_standby_takes_over_at_once(crd, namespace, operators):
     leader, standby = leader_and_standby(crd, namespace, operators)
     wait_for(lambda: kopf_is_serving(leader), 60, 0.2, "the leader running kopf")

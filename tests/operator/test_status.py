@@ -119,6 +119,7 @@ def test_last_failover_is_reported_and_kept_across_operator_restarts():
         "durationSeconds": 0.0123,
     }
     assert compute_status(observed(), s)["lastFailover"] == s["lastFailover"]
+    assert Failover.from_status(s["lastFailover"]) == fo  # as the next leader reads it back
 
 
 def pod(name, exec_id="1", phase="Running", ready=True, deleting=False, node="node-a", reason=None, role="executor"):
