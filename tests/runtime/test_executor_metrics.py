@@ -53,3 +53,14 @@ def test_executor_counts_records_latencies_and_keeps_its_standbys_progress():
     assert value("eddy_executor_restore_eta_seconds", copy) == 0
     assert value("eddy_executor_store_entries", copy) == 17
     assert value("eddy_executor_store_size_bytes", {**task, "role": "active", "store": "counts"}) == 4096
+
+    # The active copy closes here (moved away, or failed) and comes back: its store series go,
+    # its per-task series keep counting, so commits and items stay comparable.
+    metrics.forget("wc", "1_0", ["counts"])
+    assert value("eddy_executor_store_size_bytes", {**task, "role": "active", "store": "counts"}) is None
+    metrics.observe("wc", [
+        ItemResult("1_0", "3", "active", "processed", records_in=1, records_out=1, duration_s=0.01,
+                   figures=_active_figures((0.003,))),
+    ])
+    assert value("eddy_executor_process_latency_seconds_count", task) == 3
+    assert value("eddy_executor_commit_latency_seconds_count", task) == 3

@@ -156,7 +156,11 @@ class StateMetrics:
                 metric.remove(*key)
 
     def forget(self, app: str, task_id: str, stores: list[str]) -> None:
-        """Drop a task's series (when it moved away from this process's view)."""
+        """Drop a task's series (when it moved away from this process's view).
+
+        Per copy (an executor's view) only the copy's store series go: its commit latency is a
+        per-task series like the executor's records and process latency, and a task that comes
+        back to the executor goes on counting in it."""
         for store in stores:
             if self.per_copy:
                 role = self._roles.pop((app, task_id, store), None)
@@ -164,5 +168,6 @@ class StateMetrics:
                     self._remove((app, task_id, role, store))
             else:
                 self._remove((app, task_id, store))
-        with contextlib.suppress(KeyError):
-            self.commit_latency.remove(app, task_id)
+        if not self.per_copy:
+            with contextlib.suppress(KeyError):
+                self.commit_latency.remove(app, task_id)
