@@ -121,6 +121,8 @@ def _query(args: argparse.Namespace) -> int:
             out = client.all(args.store, max_lag=args.max_lag)
         elif args.windows:
             out = client.windows(args.store, args.key, args.time_from, args.time_to, max_lag=args.max_lag)
+        elif args.sessions:
+            out = client.sessions(args.store, args.key, args.time_from, args.time_to, max_lag=args.max_lag)
         else:
             reply = client.get(args.store, args.key, max_lag=args.max_lag)
             out = {"key": reply.key, "found": reply.found, "value": reply.value, "task": reply.task,
@@ -172,9 +174,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "fall back (default 127.0.0.1:9108, e.g. a port-forward of the <app>-driver Service)")
     query.add_argument("--max-lag", type=int, help="a standby this many changelog records behind may answer")
     query.add_argument("--prefix", help="entries whose (string) key starts with this")
-    query.add_argument("--windows", action="store_true", help="a window store: the key's windows")
-    query.add_argument("--from", dest="time_from", type=int, default=0, help="--windows: start time (ms)")
-    query.add_argument("--to", dest="time_to", type=int, default=2**63 - 1, help="--windows: end time (ms)")
+    kind = query.add_mutually_exclusive_group()
+    kind.add_argument("--windows", action="store_true", help="a window store: the key's windows")
+    kind.add_argument("--sessions", action="store_true",
+                      help="a session store: the key's sessions (as Kafka Streams' findSessions)")
+    query.add_argument("--from", dest="time_from", type=int, default=0,
+                       help="--windows: windows starting at or after (ms); --sessions: sessions ending at or after")
+    query.add_argument("--to", dest="time_to", type=int, default=2**63 - 1,
+                       help="--windows: windows starting at or before (ms); --sessions: sessions starting at or "
+                            "before")
     query.set_defaults(fn=_query)
 
     args = parser.parse_args(argv)

@@ -6,12 +6,14 @@ between two endpoints served over loopback HTTP.
 from __future__ import annotations
 
 import ctypes
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from eddy_runtime import cli
 from eddy_runtime.health import HealthAndMetricsServer
 from eddy_runtime.queries import LocalCopy, StoreQueries
 from eddy_runtime.query_client import QueryClient, QueryFailed
@@ -176,7 +178,7 @@ def test_a_window_store_answers_a_keys_windows_in_a_time_range(tmp_path):
     assert status == 400 and "window store" in body["error"]
 
 
-def test_a_session_store_answers_a_keys_sessions_as_find_sessions_does(tmp_path):
+def test_a_session_store_answers_a_keys_sessions_as_find_sessions_does(tmp_path, capsys):
     store = open_store(StoreSpec.session("visits", 3_600_000, "string", "int64"), tmp_path / "s")
     tx = store.begin()
     tx.put("alice", 0, 10, 2)
@@ -189,8 +191,19 @@ def test_a_session_store_answers_a_keys_sessions_as_find_sessions_does(tmp_path)
     held.copies["0_0"] = ("active", 0, True, store)
     queries = StoreQueries(lambda: QueryRouting("c", 1, {"visits": route}, {"0_0": ("a", ())}, {}), held)
     status, body = queries.answer("/stores/visits/sessions/alice", {"from": "20", "to": "400"})
-    assert status == 200 and body["sessions"] == [{"start": 100, "end": 150, "value": 3},
-                                                  {"start": 400, "end": 400, "value": 1}]
+    body_sessions = [{"start": 100, "end": 150, "value": 3}, {"start": 400, "end": 400, "value": 1}]
+    assert status == 200 and body["sessions"] == body_sessions
     assert len(queries.answer("/stores/visits/sessions/alice", {})[1]["sessions"]) == 3
     status, body = queries.answer("/stores/visits/windows/alice", {})
     assert status == 400 and "use /sessions/<key>" in body["error"]
+
+    # The same through `eddy query --sessions`, served over loopback.
+    server = HealthAndMetricsServer(0, "127.0.0.1", None, None, queries.wsgi)
+    try:
+        at = ("--at", f"127.0.0.1:{server.port}")
+        assert cli.main(["query", "c", "visits", "alice", "--sessions", "--from", "20", "--to", "400", *at]) == 0
+        assert json.loads(capsys.readouterr().out)["sessions"] == body_sessions
+        assert cli.main(["query", "c", "visits", "alice", "--windows", *at]) == 1
+        assert "use /sessions/<key>" in capsys.readouterr().err
+    finally:
+        server.close()
