@@ -83,7 +83,7 @@ def namespace(kube: ControlPlane) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def spark(kafka_credentials: KafkaCredentials):  # -> pyspark.sql.SparkSession
+def spark_session(kafka_credentials: KafkaCredentials):  # -> pyspark.sql.SparkSession
     # The executor JVMs (and their Python workers) inherit this process's environment, with the
     # Kafka credentials in it: nothing secret goes into the SparkConf or a task closure.
     os.environ.update(spark_env())
@@ -104,3 +104,14 @@ def spark(kafka_credentials: KafkaCredentials):  # -> pyspark.sql.SparkSession
     wait_for_executors(session.sparkContext, 2, timeout=120)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def spark(spark_session):  # -> pyspark.sql.SparkSession
+    """The session, with both executor JVMs registered when the test starts: a test that killed
+    one leaves Spark starting its replacement, and the next test must not begin with one executor
+    (its first assignment would put everything there and move half of it a few seconds later)."""
+    from eddy_runtime.placement import wait_for_executors
+
+    wait_for_executors(spark_session.sparkContext, 2, timeout=120)
+    return spark_session
