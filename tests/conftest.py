@@ -98,17 +98,14 @@ def spark_session(kafka_credentials: KafkaCredentials):  # -> pyspark.sql.SparkS
         .config("spark.executor.memory", "1g")
         .getOrCreate()
     )
-    # Block until both executor JVMs have registered, so tests can pin work to them.
-    from eddy_runtime.placement import wait_for_executors
-
-    wait_for_executors(session.sparkContext, 2, timeout=120)
     yield session
     session.stop()
 
 
 @pytest.fixture
 def spark(spark_session):  # -> pyspark.sql.SparkSession
-    """The session, with both executor JVMs registered when the test starts: a test that killed
+    """The session, with both executor JVMs registered when the test starts (so tests can pin
+    work to them; the first test waits for the session's start too): a test that killed
     one leaves Spark starting its replacement, and the next test must not begin with one executor
     (its first assignment would put everything there and move half of it a few seconds later)."""
     from eddy_runtime.placement import wait_for_executors
