@@ -55,7 +55,18 @@ class Volumes:
         self.restoring: dict[str, str] = {}
 
     def record_inventory(self, executor: str, inventory: Iterable[TaskInventory]) -> None:
-        self.held[executor], self.held_stores[executor] = held_offsets(inventory)
+        """Take in what a volume's checkpoints say. A checkpoint is written at most every
+        checkpoint interval, so it may trail what the copy's last figures reported: an inventory
+        never lowers a store's offset (an idle active would otherwise look behind its own
+        changelog until its next commit). A task missing from the volume is forgotten."""
+        totals, per_store = held_offsets(inventory)
+        known = self.held_stores.get(executor, {})
+        for task, stores in per_store.items():
+            for store, offset in known.get(task, {}).items():
+                if store in stores and offset > stores[store]:
+                    stores[store] = offset
+            totals[task] = sum(stores.values())
+        self.held[executor], self.held_stores[executor] = totals, per_store
 
     def record_results(self, results: Iterable[ItemResult], live: Set[str]) -> None:
         """Take in a batch's figures and restore states; forget executors no longer alive."""

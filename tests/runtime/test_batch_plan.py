@@ -15,6 +15,7 @@ from eddy_runtime.outcomes import BatchReport, stop_error
 from eddy_runtime.pipeline import Topology, join_windows
 from eddy_runtime.poison import first_failing
 from eddy_runtime.runtime_state import Volumes
+from eddy_runtime.state import StoreFigures, StoreInventory, TaskFigures, TaskInventory
 from eddy_runtime.work import InputRange, ItemResult, WorkItem
 
 pytestmark = pytest.mark.unit
@@ -140,6 +141,26 @@ def test_volumes_track_restoring_actives_and_forget_executors_that_left():
     volumes.record_results([ItemResult("1_0", "1", "active", "processed"),
                             ItemResult("1_1", "2", "standby", "standby")], live={"1", "2"})
     assert volumes.restoring == {"1_1": "2"}
+
+
+def test_an_inventory_from_checkpoints_never_lowers_what_a_copys_figures_reported():
+    def inventory(task: str, offset: int) -> TaskInventory:
+        store = StoreInventory("counts", "app-counts-changelog", 1, offset - 1, 0)
+        return TaskInventory("app", task, f"/state/app/{task}", (store,), (), None)
+
+    volumes = Volumes()
+    volumes.record_inventory("2", [inventory("1_0", 40), inventory("1_1", 50)])
+    figures = TaskFigures("app", "1_1", "active", False,
+                          (StoreFigures("counts", "app-counts-changelog", 1, 121, 0, 0.0, 0, None, None, 0, 0),))
+    volumes.record_results([ItemResult("1_1", "2", "active", "processed", figures=figures)], live={"2"})
+    assert volumes.held["2"] == {"1_0": 40, "1_1": 122}
+    # The throttled checkpoint of 1_1 still says 50, and 1_0's copy moved on since the last look.
+    volumes.record_inventory("2", [inventory("1_0", 45), inventory("1_1", 50)])
+    assert volumes.held["2"] == {"1_0": 45, "1_1": 122}
+    assert volumes.held_stores["2"]["1_1"] == {"counts": 122}
+    # A task no longer on the volume is no longer held there.
+    volumes.record_inventory("2", [inventory("1_0", 45)])
+    assert volumes.held["2"] == {"1_0": 45}
 
 
 def test_a_bad_record_under_policy_fail_or_an_error_in_the_users_code_stops_the_app():
