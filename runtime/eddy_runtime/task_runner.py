@@ -270,6 +270,8 @@ class TaskRunner:
             log.exception("opening task %s failed", item.task)
             return replace(base, status="failed", message=f"opening task {item.task}: {type(e).__name__}: {e}")
         with t.lock:
+            if t.closed:  # released (a newer generation) or failed since it was looked up
+                return replace(base, status="aborted", message=f"task {item.task} was closed meanwhile")
             result = self._run_held(settings, sub, item, t, data, base, records)
             if item.role == "active" and result.status not in ("processed", "restoring"):
                 self._drop_processor(item.task, t)  # what it advanced in memory was not committed
@@ -286,7 +288,7 @@ class TaskRunner:
                                   restored=progress.restored, restore_remaining=progress.remaining)
             return self._active(settings, sub, item, t, data, base, records)
         except TaskFenced as e:
-            self._close_quietly(item.task)
+            self._close_quietly(item.task, t)
             return replace(base, status="fenced", message=str(e))
         except CommitFailed as e:
             status: ItemStatus = "aborted" if e.aborted else "failed"
@@ -296,15 +298,17 @@ class TaskRunner:
             return replace(base, status="failed", message=f"pipeline error: {e}")
         except Exception as e:  # noqa: BLE001
             log.exception("task %s failed", item.task)
-            self._close_quietly(item.task)
+            self._close_quietly(item.task, t)
             return replace(base, status="failed",
                               message=f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
 
-    def _close_quietly(self, task_id: str) -> None:
-        """Close a task after it failed or was fenced (run_item holds its lock)."""
+    def _close_quietly(self, task_id: str, t: _Task) -> None:
+        """Close a task after it failed or was fenced (run_item holds its lock). Only this copy:
+        the runner may hold a newer one of the same task by now."""
         with self._tasks_lock:
-            t = self._tasks.pop(task_id, None)
-        if t is not None:
+            if self._tasks.get(task_id) is t:
+                del self._tasks[task_id]
+        if not t.closed:
             self._shut(task_id, t)
 
     def _active(self, settings: BatchSettings, sub: SubTopology, item: WorkItem, t: _Task,
