@@ -7,11 +7,12 @@ partitions of its running actives (`InputPoller`), and for each active, once its
 has passed and records are buffered, processes and commits them as one unit (one Kafka transaction
 under exactly-once) through the same code as a micro-batch item (`TaskRunner.run_item`). Restoring
 actives restore chunk by chunk, standbys tail their changelogs every commit interval. The tasks due
-in a round take their step at once on a small thread pool (a step mostly waits on the broker), each
-task one step at a time. The driver keeps owning the assignment: each micro-batch (or, in an app
-with no DataFrame steps, each sync) hands every executor the (task, role) pairs of its continuous
-tasks for the current generation (`ContinuousWork`), and collects what the loop did since the last
-time as one `ItemResult` per task.
+in a round start their step on a small thread pool (a step mostly waits on the broker) and the loop
+goes on polling; each task takes one step at a time, its records buffering meanwhile. The driver
+keeps owning the assignment: each micro-batch (or, in an app with no DataFrame steps, each sync)
+hands every executor the (task, role) pairs of its continuous tasks for the current generation
+(`ContinuousWork`), and collects what the loop did since the last time as one `ItemResult` per
+task.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -223,6 +224,10 @@ class ContinuousLoop:
         self._waiting: dict[str, float] = {}
         self._poller: InputPoller | None = None
         self._pool: ThreadPoolExecutor | None = None
+        #: task -> its step running (or queued) on the pool; a task takes one step at a time
+        self._inflight: dict[str, Future[None]] = {}
+        #: the running actives whose input partitions the poller fetched in the last round
+        self._fetching: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -250,12 +255,13 @@ class ContinuousLoop:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        if self._pool is not None:  # the steps under way finish before their tasks close
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._inflight.clear()
         if self._poller is not None:
             self._poller.close()
             self._poller = None
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -280,6 +286,7 @@ class ContinuousLoop:
         if self._poller is None:
             self._poller = InputPoller(settings.kafka)
         poller = self._poller
+        busy = self._busy()
         now = time.monotonic()
         running: dict[str, list[TopicPartition]] = {}
         steps: list[tuple[str, Role, list[RawRecords] | None]] = []
@@ -288,22 +295,31 @@ class ContinuousLoop:
                 continue
             if role == "active":
                 tps = self._inputs(subs, task)
+                if task in busy and task in self._fetching:
+                    # mid-step: its positions move when the step commits; its records keep coming
+                    running[task] = tps
+                    continue
                 positions = self.runner.positions(task)
-                if positions is not None:
+                if positions is not None and task not in busy:
                     poller.ensure({tp: positions[tp] for tp in tps})
                     running[task] = tps
                     continue
-            if self._due.get(task, 0.0) <= now:  # open, restore, tail: each commit interval at most
+            if task not in busy and self._due.get(task, 0.0) <= now:  # open, restore, tail: each commit interval
                 steps.append((task, role, None))
                 self._due[task] = now + (0.0 if role == "active" else work.commit_interval_s)
-        self._steps(work, subs, settings, steps)
+        self._fetching = set(running)
+        self._start_steps(work, subs, settings, steps)
         poller.release({tp for tps in running.values() for tp in tps})
         # wake for the first task whose records are due; otherwise as records come (20 ms at most)
-        waits = [max(self._due.get(t, 0.0) - now, 0.0) for t, tps in running.items() if poller.buffered(tps)]
+        waits = [max(self._due.get(t, 0.0) - now, 0.0) for t, tps in running.items()
+                 if t not in busy and poller.buffered(tps)]
         poller.poll(min([*waits, 0.02]))
         now = time.monotonic()
+        busy = self._busy()
         steps = []
         for task, tps in running.items():
+            if task in busy:
+                continue
             full = poller.buffered(tps) >= MAX_BUFFERED_RECORDS
             # A process() step runs every commit interval, input or not: its wall-clock punctuations.
             ticks = subs[TaskId.parse(task).subtopology].punctuates and self._due.get(task, 0.0) <= now
@@ -315,23 +331,41 @@ class ContinuousLoop:
                 self._waiting.pop(task, None)
                 steps.append((task, "active", poller.take(tps)))
                 self._due[task] = now + work.commit_interval_s
-        self._steps(work, subs, settings, steps)
+        self._start_steps(work, subs, settings, steps)
 
-    def _steps(self, work: ContinuousWork, subs: dict[int, SubTopology], settings: BatchSettings,
-               steps: Sequence[tuple[str, Role, list[RawRecords] | None]]) -> None:
-        """Run `steps` (one per task) at once: each mostly waits on the broker (a transaction's
-        commit, `init_transactions` of a task taken over, a changelog fetch), so tasks taken over
-        in a failover open together, and one task's commit does not hold up the next one's."""
-        if len(steps) <= 1:
-            for task, role, records in steps:
-                self._step(work, subs, settings, task, role, records)
-            return
-        if self._pool is None:
+    def _busy(self) -> set[str]:
+        """The tasks whose step has not finished (the finished ones forgotten)."""
+        for task in [t for t, f in self._inflight.items() if f.done()]:
+            del self._inflight[task]
+        return set(self._inflight)
+
+    def _start_steps(self, work: ContinuousWork, subs: dict[int, SubTopology], settings: BatchSettings,
+                     steps: Sequence[tuple[str, Role, list[RawRecords] | None]]) -> None:
+        """Start `steps` (one per task) on the pool and go on: each mostly waits on the broker (a
+        transaction's commit, `init_transactions` of a task taken over, a changelog fetch), so
+        tasks taken over in a failover open together, one task's commit does not hold up the
+        next one's, and a standby's tail never delays an active's records. The loop polls while
+        they run; a task's next step waits for its last one."""
+        if self._pool is None and steps:
             self._pool = ThreadPoolExecutor(max_workers=STEP_THREADS, thread_name_prefix="eddy-step")
-        futures = [self._pool.submit(self._step, work, subs, settings, task, role, records)
-                   for task, role, records in steps]
-        for f in futures:
-            f.result()
+        for task, role, records in steps:
+            assert self._pool is not None
+            self._inflight[task] = self._pool.submit(self._guarded_step, work, subs, settings, task, role, records)
+
+    def _guarded_step(self, work: ContinuousWork, subs: dict[int, SubTopology], settings: BatchSettings,
+                      task: str, role: Role, records: list[RawRecords] | None) -> None:
+        """`_step`, unless a newer generation took the task (or its role) away meanwhile: a step
+        queued under the old work must not reopen a task the runner just released. A step that
+        raises pauses its task as a failed one does."""
+        with self._lock:
+            current = self._work
+        if current is not None and current.generation != work.generation and (task, role) not in current.tasks:
+            return
+        try:
+            self._step(work, subs, settings, task, role, records)
+        except Exception:  # noqa: BLE001 - the loop goes on; this task retries later
+            log.exception("task %s (%s): step failed", task, role)
+            self._paused[task] = time.monotonic() + RETRY_AFTER_S
 
     def _inputs(self, subs: dict[int, SubTopology], task: str) -> list[TopicPartition]:
         tid = TaskId.parse(task)
