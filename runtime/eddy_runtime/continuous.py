@@ -12,7 +12,8 @@ goes on polling; each task takes one step at a time, its records buffering meanw
 keeps owning the assignment: each micro-batch (or, in an app with no DataFrame steps, each sync)
 hands every executor the (task, role) pairs of its continuous tasks for the current generation
 (`ContinuousWork`), and collects what the loop did since the last time as one `ItemResult` per
-task.
+task. A new generation's work is also pushed to the runner over HTTP ahead of that job
+(work_push.py, `ContinuousLoop.push`), so a failover does not wait for a Spark job to start.
 """
 
 from __future__ import annotations
@@ -230,6 +231,7 @@ class ContinuousLoop:
         self._fetching: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
 
     def sync(self, subs: dict[int, SubTopology], settings: BatchSettings, work: ContinuousWork) -> list[ItemResult]:
         """Take the driver's current work (unless an older generation's) and hand back what the
@@ -244,11 +246,33 @@ class ContinuousLoop:
                                          standby_chunk_seconds=STANDBY_CHUNK_S)
             results = list(self._results.values())
             self._results.clear()
-        if (self._thread is None or not self._thread.is_alive()) and work.tasks:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="eddy-continuous", daemon=True)
-            self._thread.start()
+        self._ensure_running(work)
         return results
+
+    def push(self, work: ContinuousWork) -> bool:
+        """Take a newer generation's work pushed by the driver ahead of its sync (work_push.py);
+        False if it is not newer, or the loop has had no sync yet (no program to run it with)."""
+        with self._lock:
+            if self._work is None or self._settings is None or work.generation <= self._work.generation:
+                return False
+            self._paused.clear()
+            self._work = work
+        log.info("generation %d pushed: %d tasks here", work.generation, len(work.tasks))
+        self._ensure_running(work)
+        return True
+
+    def app_token(self) -> tuple[str, str] | None:
+        """The app and push token of the last sync's settings (None before the first)."""
+        with self._lock:
+            settings = self._settings
+        return (settings.app, settings.push_token) if settings is not None else None
+
+    def _ensure_running(self, work: ContinuousWork) -> None:
+        with self._start_lock:  # a sync and a push may come at once
+            if (self._thread is None or not self._thread.is_alive()) and work.tasks:
+                self._stop.clear()
+                self._thread = threading.Thread(target=self._run, name="eddy-continuous", daemon=True)
+                self._thread.start()
 
     def close(self) -> None:
         """Stop the loop (its tasks stay open; the runner closes them)."""

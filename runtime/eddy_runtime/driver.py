@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,7 +53,8 @@ from eddy_runtime.query_routing import QueryRouting, query_routing
 from eddy_runtime.runtime_state import Volumes, probe_inventories, runtime_state
 from eddy_runtime.spark_plan import BatchJob, SlotLayout, batch_job, close_runners, dataframe_item_slots, slot_layout
 from eddy_runtime.startup import PreparedApp, load_pipeline, prepare_app, ship_by_value
-from eddy_runtime.work import BatchSettings, ItemResult, WorkItem
+from eddy_runtime.work import BatchSettings, ContinuousWork, ItemResult, WorkItem
+from eddy_runtime.work_push import push_work
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -145,6 +147,8 @@ class Driver:
         self._continuous: frozenset[int] = frozenset()
         #: executor -> where its runner serves interactive queries; and the routing built from them
         self._query_addresses: dict[str, str] = {}
+        #: what the runners require of a push of a new generation (work_push.py)
+        self._push_token = secrets.token_urlsafe(18)
         self.routing: QueryRouting | None = None
 
     def prepare(self) -> CompiledApp:
@@ -174,6 +178,7 @@ class Driver:
             per_executor_state_dirs=self.options.per_executor_state_dirs,
             executor_hosts=executor_hosts(live),
             routing=self._query_routing(live),
+            push_token=self._push_token,
         )
 
     def _query_routing(self, live: Sequence[ExecutorRef]) -> QueryRouting | None:
@@ -289,6 +294,12 @@ class Driver:
                           restoring=self._volumes.restoring, poison=self._poison.found,
                           max_records=self.options.max_batch_records, fresh=fresh, continuous=self._continuous)
         self._planned_generation = assignment.generation
+        if self._continuous and previous is not None and assignment.generation != previous.generation:
+            # The runners take the new generation now; the job below brings it again.
+            push_work(self._query_addresses, {e: ContinuousWork(assignment.generation, tuple(tasks),
+                                                                self.spec.trigger_interval_s)
+                                              for e, tasks in plan.continuous.items()},
+                      self.app, self._push_token)
         self._dataframe_items = dataframe_item_slots(layout, plan)
         job = batch_job(compiled, layout, plan, settings, (self._prepared.program_id, self._prepared.program),
                         fresh=fresh, inventory=fresh or self.batch_id % INVENTORY_EVERY_BATCHES == 0,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from socketserver import ThreadingMixIn
 from typing import Any
@@ -83,10 +83,11 @@ QUERY_PATHS = ("/metadata", "/stores/")
 
 class HealthAndMetricsServer:
     """`/healthz` from `progress` (always ok without one), the interactive queries' paths from
-    `queries`, everything else Prometheus' exposition of `registry`."""
+    `queries`, the paths of `routes` from their apps, everything else Prometheus' exposition of
+    `registry`."""
 
     def __init__(self, port: int, addr: str, registry: Any, progress: BatchProgress | None,
-                 queries: WsgiApp | None = None) -> None:
+                 queries: WsgiApp | None = None, routes: Mapping[str, WsgiApp] | None = None) -> None:
         from prometheus_client import make_wsgi_app
 
         metrics_app = make_wsgi_app(registry)
@@ -101,6 +102,8 @@ class HealthAndMetricsServer:
                     [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))],
                 )
                 return [body]
+            if routes and path in routes:
+                return routes[path](environ, start_response)
             if queries is not None and (path == QUERY_PATHS[0] or path.startswith(QUERY_PATHS[1])):
                 return queries(environ, start_response)
             return metrics_app(environ, start_response)  # type: ignore[no-any-return]

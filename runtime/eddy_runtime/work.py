@@ -86,6 +86,8 @@ class BatchSettings:
     read_timeout_s: float = 30.0
     #: where each queryable store's keys live, for the runners' query endpoints (queries.py)
     routing: QueryRouting | None = None
+    #: what a push of a new generation to the runners must carry (work_push.py); "" takes none
+    push_token: str = ""
 
     def state_dir_for(self, executor: str) -> str:
         return f"{self.state_dir}/executor-{executor}" if self.per_executor_state_dirs else self.state_dir

@@ -75,6 +75,9 @@ def test_an_executor_kill_and_the_generations_after_it_lose_and_duplicate_no_upd
         feeding.clear()
         run.stop()
     assert run.error is None, run.error
+    # The survivors took the new generations from the driver's push, ahead of the syncs.
+    logs = (tmp_path / "state").glob("executor-*/eddy-runner.log")
+    assert any("pushed:" in log.read_text(errors="replace") for log in logs), "no runner took a pushed generation"
     # Exactly once: each word's updates go up one commit at a time and end at its true count.
     updates: dict[str, list[int]] = {}
     for m in read_all(kafka.bootstrap, out):
