@@ -267,7 +267,9 @@ class Driver:
         self._notice_executors(live)
         inputs = input_partitions(compiled)
         changelogs = changelog_partitions(compiled)
-        committed = self._offsets.committed(inputs)
+        continuous_inputs = [(t, p) for sub in compiled.subtopologies if sub.id in self._continuous
+                             for t in sub.input_topics for p in range(sub.partitions)]
+        committed = self._offsets.committed(inputs, unsettled_ok=continuous_inputs)
         ends = self._offsets.list_offsets(inputs + [tp for tps in changelogs.values() for tp in tps], "latest")
         changelog_ends = {t: sum(ends[tp] for tp in tps) for t, tps in changelogs.items()}
         self._changelog_ends = changelog_ends

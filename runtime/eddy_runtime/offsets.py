@@ -7,7 +7,7 @@ committed offsets; `input_partitions` and `changelog_partitions` say which parti
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from eddy_contract.tasks import task_id
@@ -42,7 +42,8 @@ class OffsetReader:
         self.kafka = kafka
         self.group = group
         self._admin: Any = None
-        self._consumer: Any = None
+        #: reading the app group's committed offsets: settled (read_committed) or not
+        self._consumers: dict[bool, Any] = {}
         #: earliest offsets of input partitions nothing was committed for yet (they do not move
         #: back, and asking once per partition is enough)
         self._earliest: dict[tuple[str, int], int] = {}
@@ -79,16 +80,25 @@ class OffsetReader:
 
         return kafka_client.retrying(list_offsets, "listing offsets")
 
-    def committed(self, tps: TopicPartitions) -> dict[tuple[str, int], int]:
-        """The group's committed positions of `tps`; the earliest offset where none is committed."""
+    def committed(self, tps: TopicPartitions, unsettled_ok: Collection[tuple[str, int]] = ()
+                  ) -> dict[tuple[str, int], int]:
+        """The group's committed positions of `tps`; the earliest offset where none is committed.
+
+        A read_committed consumer asks for settled offsets (KIP-447's require_stable): the broker
+        answers only once no open transaction holds offsets of the partitions asked for, and the
+        client retries until then. The partitions in `unsettled_ok` (the continuous path's: their
+        runners commit many times a second, so some transaction is nearly always open, and the
+        driver uses their positions only for lag) are read without that wait: they are the
+        offsets committed before the open transactions (a pending offset is never visible)."""
         from confluent_kafka import TopicPartition
 
-        if self._consumer is None:
-            self._consumer = kafka_client.consumer(self.kafka, {"group.id": self.group,
-                                                                "enable.auto.commit": False})
-        consumer = self._consumer
-        found = kafka_client.retrying(lambda: consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=30),
-                                      "reading committed offsets")
+        unsettled = set(unsettled_ok)
+        loose = [tp for tp in tps if tp in unsettled]
+        settled = [tp for tp in tps if tp not in unsettled]
+        found: list[Any] = []
+        for part, stable in ((settled, True), (loose, False)):
+            if part:
+                found += self._read_committed(self._group_consumer(stable), [TopicPartition(t, p) for t, p in part])
         out: dict[tuple[str, int], int] = {}
         missing: list[tuple[str, int]] = []
         for tp in found:
@@ -103,8 +113,19 @@ class OffsetReader:
             out[tp] = self._earliest[tp]
         return out
 
+    @staticmethod
+    def _read_committed(consumer: Any, tps: list[Any]) -> list[Any]:
+        return kafka_client.retrying(lambda: consumer.committed(tps, timeout=30), "reading committed offsets")
+
+    def _group_consumer(self, stable: bool) -> Any:
+        if stable not in self._consumers:
+            self._consumers[stable] = kafka_client.consumer(self.kafka, {
+                "group.id": self.group, "enable.auto.commit": False,
+                "isolation.level": "read_committed" if stable else "read_uncommitted"})
+        return self._consumers[stable]
+
     def close(self) -> None:
-        """Close the committed-offsets consumer (the admin client needs no closing)."""
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        """Close the committed-offsets consumers (the admin client needs no closing)."""
+        for consumer in self._consumers.values():
+            consumer.close()
+        self._consumers.clear()
