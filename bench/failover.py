@@ -35,8 +35,8 @@ end), the survivors are stopped cleanly:
   none was late; "> duration" if the last record was late. **outage max**: the largest latency
   among those records; **late**: how many of them were over ``--within-s``;
 - **reassigned**: from the kill to the moment the survivor was given every active task (Kafka
-  Streams: the survivor's status shows them, state RUNNING; Eddy: the driver took an assignment
-  without the lost executor; the status files are read every 50 ms);
+  Streams: the survivor's status shows them, state RUNNING; Eddy: the driver took or pushed to
+  the runners an assignment without the lost executor; the status files are read every 50 ms);
 - **records re-processed**: input records whose first step (read, re-key, write to the
   repartition topic) was done in a transaction that was then aborted, so done again: the
   repartition topic read read_uncommitted minus read_committed (Kafka Streams writes one record
@@ -791,10 +791,12 @@ def eddy_program(argv: Sequence[str]) -> int:
                     restored[f"{r.task}@{r.executor}"] = sum(x.restored_records for x in r.figures.stores)
 
         def publish_assignment() -> None:
-            """As soon as the driver takes a new assignment (before its batch runs): the status."""
+            """As soon as the driver takes a new assignment (before its batch runs), or pushes one
+            to the runners (an executor died mid-batch): the status."""
             generation = -1
             while True:
-                a = driver.assignment
+                a = max((x for x in (driver.assignment, driver.pushed) if x is not None),
+                        key=lambda x: x.generation, default=None)
                 if a is not None and a.generation != generation:
                     generation = a.generation
                     executors = {e: {"active": list(a.active_tasks(e)), "standby": list(a.standby_tasks(e))}

@@ -15,7 +15,7 @@ from eddy_contract.tasks import TaskId
 from eddy_runtime.compiler import CompiledApp, SubTopology
 from eddy_runtime.work import InputRange, Role, WorkItem
 
-__all__ = ["BatchPlan", "Offsets", "PoisonOffsets", "input_ranges", "plan_batch", "task_lags"]
+__all__ = ["BatchPlan", "Offsets", "PoisonOffsets", "continuous_copies", "input_ranges", "plan_batch", "task_lags"]
 
 #: (topic, partition) -> offset
 Offsets = Mapping[tuple[str, int], int]
@@ -106,6 +106,22 @@ def plan_batch(compiled: CompiledApp, assignment: Assignment, live: Set[str], *,
                     if fresh or behind:
                         per_executor[e].append(WorkItem(task, "standby"))
     return BatchPlan(per_executor, held, dataframe_items, on_their_own)
+
+
+def continuous_copies(compiled: CompiledApp, assignment: Assignment, live: Set[str],
+                      continuous: Set[int]) -> dict[str, list[tuple[str, Role]]]:
+    """Per live executor, the (task, role) pairs of the continuous sub-topologies it holds in
+    `assignment`: what `plan_batch` puts in `BatchPlan.continuous`, without a batch's offsets."""
+    held: dict[str, list[tuple[str, Role]]] = {e: [] for e in live}
+    out: dict[str, list[tuple[str, Role]]] = {e: [] for e in live}
+    for sub in compiled.subtopologies:
+        if sub.id not in continuous:
+            continue
+        for task in sub.task_ids:
+            placement = assignment.tasks.get(task)
+            if placement is not None:
+                _continuous_copies(sub, task, placement, live, held, out)
+    return out
 
 
 def _continuous_copies(sub: SubTopology, task: str, placement: TaskAssignment, live: Set[str],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,9 +103,11 @@ class AssignmentWatch:
     (re-opened every minute, and 1 s after an error), or the file's size and modification time
     looked at every 0.1 s. The driver reads the document itself (`read_assignment`)."""
 
-    def __init__(self, where: ChannelLocation) -> None:
+    def __init__(self, where: ChannelLocation, on_change: Callable[[], None] | None = None) -> None:
         self.where = where
         self.changed = threading.Event()
+        #: called on the watch's thread after each `changed.set()`
+        self.on_change = on_change
         self._stop = threading.Event()
         target = self._poll_file if where.path is not None else self._watch_configmap
         self._thread = threading.Thread(target=target, name="eddy-assignment-watch", daemon=True)
@@ -113,6 +116,14 @@ class AssignmentWatch:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+    def _changed(self) -> None:
+        self.changed.set()
+        if self.on_change is not None:
+            try:
+                self.on_change()
+            except Exception:  # noqa: BLE001 - the driver reads the document at its next sync anyway
+                log.exception("reacting to a new assignment")
 
     def _poll_file(self) -> None:
         assert self.where.path is not None
@@ -126,7 +137,7 @@ class AssignmentWatch:
             except FileNotFoundError:
                 seen = (0, 0)
             if last is not None and seen != last:
-                self.changed.set()
+                self._changed()
             last = seen
 
     def _watch_configmap(self) -> None:
@@ -141,7 +152,7 @@ class AssignmentWatch:
                                       resource_version=version, timeout_seconds=WATCH_TIMEOUT_S):
                     seen = event["object"].metadata.resource_version
                     if version is not None and seen != version:
-                        self.changed.set()
+                        self._changed()
                     version = seen
                     if self._stop.is_set():
                         break

@@ -28,7 +28,7 @@ import pickle
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from eddy_contract.assignor import Assignment, AssignorSettings, Executor, assign_app, diff
 from eddy_contract.spec import StreamAppSpec
-from eddy_runtime.batch_plan import plan_batch, task_lags
+from eddy_runtime.batch_plan import continuous_copies, plan_batch, task_lags
 from eddy_runtime.channel_io import AssignmentWatch, ChannelLocation, read_assignment, write_runtime_state
 from eddy_runtime.compiler import CompiledApp
 from eddy_runtime.health import BatchProgress, HealthAndMetricsServer
@@ -149,6 +149,11 @@ class Driver:
         self._query_addresses: dict[str, str] = {}
         #: what the runners require of a push of a new generation (work_push.py)
         self._push_token = secrets.token_urlsafe(18)
+        self._push_lock = threading.Lock()
+        self._pushed_generation = 0
+        #: the newest assignment pushed to the runners (it may be ahead of `assignment` while a
+        #: job runs: an executor died mid-batch, or the operator's new generation came)
+        self.pushed: Assignment | None = None
         self.routing: QueryRouting | None = None
 
     def prepare(self) -> CompiledApp:
@@ -208,6 +213,43 @@ class Driver:
                 for executor, inventory in found:
                     self._volumes.record_inventory(executor, inventory)
         self._known_executors = {e.id for e in live}
+
+    # -- pushing a new generation (work_push.py) -------------------------------------------------
+
+    def _push(self, assignment: Assignment, live: Set[str]) -> None:
+        """Push `assignment`'s continuous work to the runners of `live` (once per generation)."""
+        with self._push_lock:
+            if not self._continuous or self.compiled is None or assignment.generation <= self._pushed_generation:
+                return
+            self._pushed_generation = assignment.generation
+            self.pushed = assignment
+        work = continuous_copies(self.compiled, assignment, live, self._continuous)
+        push_work(self._query_addresses,
+                  {e: ContinuousWork(assignment.generation, tuple(tasks), self.spec.trigger_interval_s)
+                   for e, tasks in work.items()}, self.app, self._push_token)
+
+    def _lost_mid_batch(self, executor: str) -> None:
+        """On the batch watch's thread, when an executor dies while a job runs: cancelling the job
+        takes seconds on a loaded machine, so the next generation (local mode: the assignor run
+        here, as the next batch will) goes to the survivors now."""
+        if not self._continuous or self.options.assignment_source is not None or self.assignment is None:
+            return
+        live = [e for e in live_executors(self.sc) if e.id != executor]
+        assignment = self._next_assignment([e for e in self._assignable(live) if e.id != executor],
+                                           self._changelog_ends)
+        if assignment is not None and assignment.generation != self.assignment.generation:
+            log.info("executor %s died mid-batch: generation %d pushed to the survivors", executor,
+                     assignment.generation)
+            self._push(assignment, {e.id for e in live})
+
+    def _assignment_changed(self) -> None:
+        """On the assignment watch's thread: the operator's new generation goes to the runners
+        now, not after the job under way."""
+        if not self._continuous or self.options.assignment_source is None or self.assignment is None:
+            return
+        assignment = read_assignment(self.options.assignment_source)
+        if assignment is not None and assignment.generation > self.assignment.generation:
+            self._push(assignment, {e.id for e in live_executors(self.sc)})
 
     def _executor_lost(self, executor: str, what: str) -> None:
         self._lost.add(executor)
@@ -296,12 +338,8 @@ class Driver:
                           restoring=self._volumes.restoring, poison=self._poison.found,
                           max_records=self.options.max_batch_records, fresh=fresh, continuous=self._continuous)
         self._planned_generation = assignment.generation
-        if self._continuous and previous is not None and assignment.generation != previous.generation:
-            # The runners take the new generation now; the job below brings it again.
-            push_work(self._query_addresses, {e: ContinuousWork(assignment.generation, tuple(tasks),
-                                                                self.spec.trigger_interval_s)
-                                              for e, tasks in plan.continuous.items()},
-                      self.app, self._push_token)
+        if previous is not None and assignment.generation != previous.generation:
+            self._push(assignment, {e.id for e in live})  # the job below brings it again
         self._dataframe_items = dataframe_item_slots(layout, plan)
         job = batch_job(compiled, layout, plan, settings, (self._prepared.program_id, self._prepared.program),
                         fresh=fresh, inventory=fresh or self.batch_id % INVENTORY_EVERY_BATCHES == 0,
@@ -326,7 +364,8 @@ class Driver:
             return []
         try:
             with BatchWatch(self.sc, f"eddy-{self.app}-batch-{self.batch_id}", [e.id for e in live],
-                            description=f"eddy {self.app} batch {self.batch_id}") as watch:
+                            description=f"eddy {self.app} batch {self.batch_id}",
+                            on_lost=self._lost_mid_batch) as watch:
                 self._watch = watch
                 rows = job.collect()
             results: list[ItemResult] = [pickle.loads(r) for r in rows]
@@ -424,7 +463,7 @@ class Driver:
             log.info("metrics, /healthz and interactive queries on http://%s:%d", self.options.metrics_addr,
                      self.options.metrics_port)
         if self.options.assignment_source is not None:
-            self._assignment_watch = AssignmentWatch(self.options.assignment_source)
+            self._assignment_watch = AssignmentWatch(self.options.assignment_source, self._assignment_changed)
         n = 0
         try:
             while not self._stop.is_set():

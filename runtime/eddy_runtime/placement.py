@@ -21,6 +21,7 @@ The driver uses this module as follows (driver.py, spark_plan.py, executor_steps
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import pickle
 import threading
@@ -42,6 +43,8 @@ __all__ = [
     "live_executors",
     "wait_for_executors",
 ]
+
+log = logging.getLogger("eddy.driver")
 
 
 @dataclass(frozen=True, order=True)
@@ -162,8 +165,10 @@ class BatchWatch:
     """
 
     def __init__(self, sc: Any, group: str, executors: Iterable[str], poll_s: float = 0.1,
-                 description: str = "") -> None:
+                 description: str = "", on_lost: Callable[[str], None] | None = None) -> None:
         self.sc = sc
+        #: called on the watch's thread with the executor that died, after the job is cancelled
+        self.on_lost = on_lost
         self.group = group
         self.executors = tuple(sorted(set(executors)))
         self.poll_s = poll_s
@@ -199,7 +204,13 @@ class BatchWatch:
                     return
                 if not alive:
                     self.lost = executor_id
+                    log.info("%s: executor %s died; cancelling it", self.description, executor_id)
                     self.cancel(f"executor {executor_id} died")
+                    if self.on_lost is not None:
+                        try:
+                            self.on_lost(executor_id)
+                        except Exception:  # noqa: BLE001 - the batch after this one re-plans anyway
+                            log.exception("reacting to the loss of executor %s", executor_id)
                     break
 
     def __exit__(self, *exc: object) -> None:

@@ -9,7 +9,7 @@ from types import MappingProxyType
 import pytest
 
 from eddy_contract.assignor import Assignment, TaskAssignment
-from eddy_runtime.batch_plan import input_ranges, plan_batch, task_lags
+from eddy_runtime.batch_plan import continuous_copies, input_ranges, plan_batch, task_lags
 from eddy_runtime.compiler import CompiledApp, compile_topology
 from eddy_runtime.outcomes import BatchReport, stop_error
 from eddy_runtime.pipeline import Topology, join_windows
@@ -188,5 +188,8 @@ def test_continuous_sub_topologies_get_no_items_and_dataframe_ones_stay_micro_ba
     # the counting sub-topology's copies run on their own: no items, each executor told its share
     assert p.per_executor == {"1": [], "2": []}
     assert p.continuous == {"1": [("1_0", "active"), ("1_1", "standby")], "2": [("1_0", "standby"), ("1_1", "active")]}
+    # what the driver pushes to the runners when a generation comes mid-batch, without the offsets
+    assert continuous_copies(word_count(), assignment(), {"1", "2"}, {1}) == p.continuous
+    assert continuous_copies(word_count(), assignment(), {"2"}, {1}) == {"2": [("1_0", "standby"), ("1_1", "active")]}
     # and each executor still holds both kinds (its runner closes what it no longer holds)
     assert p.held["1"] == [("0_0", "active"), ("1_0", "active"), ("1_1", "standby")]
