@@ -150,7 +150,6 @@ class Driver:
         #: what the runners require of a push of a new generation (work_push.py)
         self._push_token = secrets.token_urlsafe(18)
         self._push_lock = threading.Lock()
-        self._pushed_generation = 0
         #: the newest assignment pushed to the runners (it may be ahead of `assignment` while a
         #: job runs: an executor died mid-batch, or the operator's new generation came)
         self.pushed: Assignment | None = None
@@ -219,9 +218,9 @@ class Driver:
     def _push(self, assignment: Assignment, live: Set[str]) -> None:
         """Push `assignment`'s continuous work to the runners of `live` (once per generation)."""
         with self._push_lock:
-            if not self._continuous or self.compiled is None or assignment.generation <= self._pushed_generation:
+            if (not self._continuous or self.compiled is None
+                    or (self.pushed is not None and assignment.generation <= self.pushed.generation)):
                 return
-            self._pushed_generation = assignment.generation
             self.pushed = assignment
         work = continuous_copies(self.compiled, assignment, live, self._continuous)
         push_work(self._query_addresses,
@@ -235,8 +234,7 @@ class Driver:
         if not self._continuous or self.options.assignment_source is not None or self.assignment is None:
             return
         live = [e for e in live_executors(self.sc) if e.id != executor]
-        assignment = self._next_assignment([e for e in self._assignable(live) if e.id != executor],
-                                           self._changelog_ends)
+        assignment = self._next_assignment(self._assignable(live), self._changelog_ends)
         if assignment is not None and assignment.generation != self.assignment.generation:
             log.info("executor %s died mid-batch: generation %d pushed to the survivors", executor,
                      assignment.generation)
@@ -309,9 +307,7 @@ class Driver:
         self._notice_executors(live)
         inputs = input_partitions(compiled)
         changelogs = changelog_partitions(compiled)
-        continuous_inputs = [(t, p) for sub in compiled.subtopologies if sub.id in self._continuous
-                             for t in sub.input_topics for p in range(sub.partitions)]
-        committed = self._offsets.committed(inputs, unsettled_ok=continuous_inputs)
+        committed = self._offsets.committed(inputs, unsettled_ok=input_partitions(compiled, self._continuous))
         ends = self._offsets.list_offsets(inputs + [tp for tps in changelogs.values() for tp in tps], "latest")
         changelog_ends = {t: sum(ends[tp] for tp in tps) for t, tps in changelogs.items()}
         self._changelog_ends = changelog_ends

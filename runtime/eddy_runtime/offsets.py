@@ -24,9 +24,11 @@ __all__ = ["OffsetReader", "TopicPartitions", "changelog_partitions", "input_par
 TopicPartitions = Sequence[tuple[str, int]]
 
 
-def input_partitions(compiled: CompiledApp) -> list[tuple[str, int]]:
-    """Every input partition of every task (sources and joined tables, in task order)."""
-    return [(t, p) for s in compiled.subtopologies for t in s.input_topics for p in range(s.partitions)]
+def input_partitions(compiled: CompiledApp, subtopologies: Collection[int] | None = None) -> list[tuple[str, int]]:
+    """Every input partition of every task (sources and joined tables, in task order); of the
+    tasks of `subtopologies` only, if given."""
+    return [(t, p) for s in compiled.subtopologies if subtopologies is None or s.id in subtopologies
+            for t in s.input_topics for p in range(s.partitions)]
 
 
 def changelog_partitions(compiled: CompiledApp) -> dict[str, list[tuple[str, int]]]:
