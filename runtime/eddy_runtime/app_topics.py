@@ -10,6 +10,7 @@ from typing import Any
 
 from eddy_contract.spec import StreamAppSpec
 from eddy_runtime.compiler import CompiledApp
+from eddy_runtime.fences import fence_topic
 from eddy_runtime.topics import TopicRequirement, ensure_topics
 
 __all__ = ["app_topic_requirements", "ensure_app_topics"]
@@ -21,6 +22,11 @@ def app_topic_requirements(compiled: CompiledApp, spec: StreamAppSpec, *,
     reqs = [c.requirement() for c in compiled.changelog_topics()]
     reqs += [TopicRequirement(t, "repartition", n, check_partitions=True, cleanup_policy="delete")
              for t, n in compiled.repartition_topics.items()]
+    if (spec.execution == "continuous" and spec.processing_guarantee.value == "exactly_once"
+            and any(not s.uses_dataframe for s in compiled.subtopologies)):
+        # the runners' fence epochs (fences.py): one partition, the latest epoch per executor
+        reqs.append(TopicRequirement(fence_topic(compiled.app), "fences", 1, check_partitions=True,
+                                     cleanup_policy="compact"))
     if spec.dead_letter_topic:
         reqs.append(TopicRequirement(spec.dead_letter_topic, "dead-letter", 1))
     if create_outputs:

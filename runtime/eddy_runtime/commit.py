@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -39,13 +39,16 @@ from eddy_runtime.record_collector import ChangelogBatches, OutputRecord, Record
 
 __all__ = [
     "CommitFailed",
+    "CommitPart",
     "CommitResult",
     "Guarantee",
     "KafkaCommit",
     "OutputRecord",  # defined in record_collector.py, which sends it; named here beside the commit types
     "TaskCommitter",
     "TaskFenced",
+    "fence_transactional_id",
     "producer_settings",
+    "runner_transactional_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -72,6 +75,19 @@ class CommitFailed(RuntimeError):
 
 class TaskFenced(CommitFailed):
     """Another instance of this task took over (same transactional.id); this one must stop."""
+
+
+@dataclass(frozen=True)
+class CommitPart:
+    """One task's share of a commit: its changelog records, outputs and input positions."""
+
+    tx: ChangelogBatches | None
+    outputs: Iterable[OutputRecord]
+    input_offsets: Mapping[tuple[str, int], int]
+
+
+#: what `RecordCollector.send` reports for one part: (outputs, changelog records, {store: changelog partition})
+Sent = tuple[int, int, dict[str, tuple[str, int]]]
 
 
 @dataclass(frozen=True)
@@ -115,6 +131,26 @@ def producer_settings(app: str, task_id: str, guarantee: Guarantee, **overrides:
         conf["transaction.timeout.ms"] = 60_000
     conf.update(overrides)
     return conf
+
+
+def runner_transactional_id(executor: str) -> str:
+    """The task id under which an executor's runner commits its continuous tasks together
+    (``transactional.id = <app>-runner-<executor>``, continuous.py)."""
+    return f"runner-{executor}"
+
+
+def fence_transactional_id(kafka: KafkaClientConfig | str, transactional_id: str, timeout_s: float = 60.0) -> None:
+    """Fence whoever produces with `transactional_id` and abort its open transaction: a producer
+    of that id initialised, then dropped. Its records become visible (or not) at once instead of
+    holding read_committed readers until the transaction times out."""
+    producer = kafka_client.producer(kafka, {"transactional.id": transactional_id, "enable.idempotence": True,
+                                             "client.id": f"{transactional_id}-fence"})
+    try:
+        producer.init_transactions(timeout_s)
+    except KafkaException as e:
+        raise CommitFailed(f"fencing transactional id {transactional_id}: {e}") from e
+    finally:
+        producer.flush(1)
 
 
 class TaskCommitter:
@@ -164,6 +200,11 @@ class TaskCommitter:
             raise TaskFenced(f"{self._ctx}: committer is closed", fatal=True)
         return producer
 
+    @property
+    def usable(self) -> bool:
+        """False once fenced, broken (a fatal producer error) or closed."""
+        return self._unusable is None
+
     def committed_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The group's committed positions of input partitions (0 where nothing is committed).
 
@@ -191,37 +232,42 @@ class TaskCommitter:
         `group_metadata` is the input consumer's ``consumer_group_metadata()``; by default the
         committer's own (group `group_id`, partitions assigned, not subscribed).
         """
+        return self.commit_parts([CommitPart(tx, outputs, dict(input_offsets or {}))],
+                                 group_metadata=group_metadata)[0]
+
+    def commit_parts(self, parts: Sequence[CommitPart], *, group_metadata: Any = None) -> list[KafkaCommit]:
+        """`commit_to_kafka` for several tasks' batches at once, in one transaction under
+        exactly-once (a runner's committer on the continuous path, `runner_transactional_id`):
+        each part's changelog records carry its own input positions, and each part gets back its
+        own stores' changelog offsets. All of them commit, or none."""
         if self._unusable:
             raise TaskFenced(f"{self._ctx}: committer is unusable: {self._unusable}", fatal=True)
         started = time.monotonic()
-        inputs = dict(input_offsets or {})
         self._collector.begin()
         if self.guarantee == "exactly_once":
-            n_out, n_cl, last_of_store = self._exactly_once(tx, outputs, inputs, group_metadata)
+            sent = self._exactly_once(parts, group_metadata)
         else:
-            n_out, n_cl, last_of_store = self._at_least_once(tx, outputs, inputs)
-        offsets: dict[str, int | None] = {}
-        for store, (topic, partition) in last_of_store.items():
-            off = self._collector.last_offset(topic, partition)
-            if off is None:
-                raise CommitFailed(f"{self._ctx}: no delivery report for changelog {topic}[{partition}] of "
-                                   f"store {store}")
-            offsets[store] = off
-        return KafkaCommit(offsets, inputs, n_out, n_cl, started)
+            sent = self._at_least_once(parts)
+        commits = []
+        for part, (n_out, n_cl, last_of_store) in zip(parts, sent, strict=True):
+            offsets: dict[str, int | None] = {}
+            for store, (topic, partition) in last_of_store.items():
+                off = self._collector.last_offset(topic, partition)
+                if off is None:
+                    raise CommitFailed(f"{self._ctx}: no delivery report for changelog {topic}[{partition}] of "
+                                       f"store {store}")
+                offsets[store] = off
+            commits.append(KafkaCommit(offsets, dict(part.input_offsets), n_out, n_cl, started))
+        return commits
 
     # -- exactly once -------------------------------------------------------------------------
 
-    def _exactly_once(
-        self,
-        tx: ChangelogBatches | None,
-        outputs: Iterable[OutputRecord],
-        inputs: dict[tuple[str, int], int],
-        group_metadata: Any,
-    ) -> tuple[int, int, dict[str, tuple[str, int]]]:
+    def _exactly_once(self, parts: Sequence[CommitPart], group_metadata: Any) -> list[Sent]:
         errors = self._collector.errors
         try:
             self._producer.begin_transaction()
-            n_out, n_cl, last_of_store = self._collector.send(outputs, tx, inputs)
+            sent = [self._collector.send(p.outputs, p.tx, p.input_offsets) for p in parts]
+            inputs = {tp: off for p in parts for tp, off in p.input_offsets.items()}
             if inputs:
                 tps = [TopicPartition(t, part, off) for (t, part), off in inputs.items()]
                 metadata = group_metadata or self._consumer.consumer_group_metadata()
@@ -251,7 +297,7 @@ class TaskCommitter:
             # Cannot happen after a successful commit (the broker would have refused it); keep the
             # store untouched and the caller informed if it ever does.
             raise CommitFailed(f"{self._ctx}: delivery errors in a committed transaction: {errors[:3]}")
-        return n_out, n_cl, last_of_store
+        return sent
 
     def _bounded(self, what: str, call: Callable[[], None]) -> None:
         """`call()`, given up on after the committer's timeout even if the client ignores it.
@@ -317,12 +363,10 @@ class TaskCommitter:
 
     # -- at least once ------------------------------------------------------------------------
 
-    def _at_least_once(
-        self, tx: ChangelogBatches | None, outputs: Iterable[OutputRecord], inputs: dict[tuple[str, int], int]
-    ) -> tuple[int, int, dict[str, tuple[str, int]]]:
+    def _at_least_once(self, parts: Sequence[CommitPart]) -> list[Sent]:
         errors = self._collector.errors
         try:
-            n_out, n_cl, last_of_store = self._collector.send(outputs, tx, inputs)
+            sent = [self._collector.send(p.outputs, p.tx, p.input_offsets) for p in parts]
             remaining = self._producer.flush(self._timeout)
         except KafkaException as e:
             raise CommitFailed(f"{self._ctx}: produce failed: {e}", fatal=e.args[0].fatal()) from e
@@ -331,6 +375,7 @@ class TaskCommitter:
                 f"{self._ctx}: {remaining} records undelivered, errors: {errors[:3]}; input offsets "
                 "not committed, the batch will be processed again"
             )
+        inputs = {tp: off for p in parts for tp, off in p.input_offsets.items()}
         if inputs:
             tps = [TopicPartition(t, part, off) for (t, part), off in inputs.items()]
             try:
@@ -340,7 +385,7 @@ class TaskCommitter:
             bad = [tp for tp in result or [] if tp.error is not None]
             if bad:
                 raise CommitFailed(f"{self._ctx}: committing input offsets failed: {bad}")
-        return n_out, n_cl, last_of_store
+        return sent
 
     def close(self) -> None:
         """Flush and drop the Kafka clients (a producer is only destroyed with its last reference,

@@ -22,13 +22,15 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from eddy_contract.tasks import TaskId
 from eddy_runtime import kafka_client
+from eddy_runtime.commit import TaskCommitter, runner_transactional_id
+from eddy_runtime.fences import fence_topic, read_epochs
 from eddy_runtime.records import RawRecords
 from eddy_runtime.work import BatchSettings, ContinuousWork, InputRange, ItemResult, Role, SlotWork, WorkItem
 
@@ -71,6 +73,11 @@ class TaskHost(Protocol):
 
     def run_item(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork, item: WorkItem,
                  data: pa.Table | None, records: Sequence[RawRecords] | None = None) -> ItemResult: ...
+
+    def run_round(self, subs: dict[int, SubTopology], settings: BatchSettings,
+                  entries: Sequence[tuple[WorkItem, Sequence[RawRecords]]], committer: TaskCommitter
+                  ) -> list[ItemResult]:
+        """Process each entry's records and commit them all in one transaction of `committer`."""
 
 
 class InputPoller:
@@ -232,6 +239,16 @@ class ContinuousLoop:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        # Exactly-once: the runner's own committer, one transaction per round for every active
+        # (fences.py), made on the pool and valid up to the fence epoch it was checked against.
+        self._committer: TaskCommitter | None = None
+        self._committer_epoch = -1
+        self._committer_future: Future[None] | None = None
+        self._committer_retry_at = 0.0
+        #: a committer made under work of this epoch found a newer one in the fence topic
+        self._stale_epoch = -1
+        self._round_due = 0.0
+        self._round_future: Future[None] | None = None
 
     def sync(self, subs: dict[int, SubTopology], settings: BatchSettings, work: ContinuousWork) -> list[ItemResult]:
         """Take the driver's current work (unless an older generation's) and hand back what the
@@ -283,6 +300,10 @@ class ContinuousLoop:
             self._pool.shutdown(wait=True)
             self._pool = None
         self._inflight.clear()
+        if self._committer is not None:
+            with contextlib.suppress(Exception):
+                self._committer.close()
+            self._committer = None
         if self._poller is not None:
             self._poller.close()
             self._poller = None
@@ -310,6 +331,7 @@ class ContinuousLoop:
         if self._poller is None:
             self._poller = InputPoller(settings.kafka)
         poller = self._poller
+        shared = settings.guarantee == "exactly_once"
         busy = self._busy()
         now = time.monotonic()
         running: dict[str, list[TopicPartition]] = {}
@@ -334,28 +356,142 @@ class ContinuousLoop:
         self._fetching = set(running)
         self._start_steps(work, subs, settings, steps)
         poller.release({tp for tps in running.values() for tp in tps})
+        def due(task: str) -> float:
+            return self._round_due if shared else self._due.get(task, 0.0)
+
         # wake for the first task whose records are due; otherwise as records come (20 ms at most)
-        waits = [max(self._due.get(t, 0.0) - now, 0.0) for t, tps in running.items()
-                 if t not in busy and poller.buffered(tps)]
+        waits = [max(due(t) - now, 0.0) for t, tps in running.items() if t not in busy and poller.buffered(tps)]
         poller.poll(min([*waits, 0.02]))
         now = time.monotonic()
         busy = self._busy()
+        if shared:
+            if running and self._committer_ready(work, settings) and (
+                    self._round_future is None or self._round_future.done()):
+                batch = [(task, poller.take(tps)) for task, tps in self._due_tasks(subs, running, busy, now, due)]
+                if batch:
+                    self._round_due = now + work.commit_interval_s
+                    self._start_round(work, subs, settings, batch)
+            return
         steps = []
+        for task, tps in self._due_tasks(subs, running, busy, now, due):
+            steps.append((task, "active", poller.take(tps)))
+            self._due[task] = now + work.commit_interval_s
+        self._start_steps(work, subs, settings, steps)
+
+    def _due_tasks(self, subs: dict[int, SubTopology], running: Mapping[str, list[TopicPartition]], busy: set[str],
+                   now: float, due: Callable[[str], float]) -> list[tuple[str, list[TopicPartition]]]:
+        """The running actives to process now: their commit interval is up and records wait (or
+        so many wait that they go at once), or they punctuate on wall-clock time."""
+        assert self._poller is not None
+        poller = self._poller
+        out = []
         for task, tps in running.items():
             if task in busy:
                 continue
             full = poller.buffered(tps) >= MAX_BUFFERED_RECORDS
             # A process() step runs every commit interval, input or not: its wall-clock punctuations.
-            ticks = subs[TaskId.parse(task).subtopology].punctuates and self._due.get(task, 0.0) <= now
-            if ((self._due.get(task, 0.0) <= now or full) and poller.buffered(tps)) or ticks:
+            ticks = subs[TaskId.parse(task).subtopology].punctuates and due(task) <= now
+            if ((due(task) <= now or full) and poller.buffered(tps)) or ticks:
                 if len(tps) > 1 and not full and not poller.ready(tps):  # a join: wait for the other input
                     since = self._waiting.setdefault(task, now)
                     if now - since < MAX_TASK_IDLE_S:
                         continue
                 self._waiting.pop(task, None)
-                steps.append((task, "active", poller.take(tps)))
-                self._due[task] = now + work.commit_interval_s
-        self._start_steps(work, subs, settings, steps)
+                out.append((task, tps))
+        return out
+
+    # -- exactly-once: one transaction per round (fences.py) -------------------------------------
+
+    def _committer_ready(self, work: ContinuousWork, settings: BatchSettings) -> bool:
+        """Whether the runner's committer is there and valid for `work`; if not, start making one."""
+        if self._committer is not None and self._committer_epoch >= work.fence_epoch:
+            return True
+        if self._committer is not None:  # the driver fenced this runner since: a new one, checked again
+            self._drop_committer()
+        future = self._committer_future
+        if future is not None:
+            if not future.done():
+                return False
+            self._committer_future = None
+            if future.exception() is not None:
+                log.error("making the runner's committer failed: %s", future.exception())
+                self._committer_retry_at = time.monotonic() + RETRY_AFTER_S
+            return self._committer is not None
+        if work.fence_epoch > self._stale_epoch and time.monotonic() >= self._committer_retry_at:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=STEP_THREADS, thread_name_prefix="eddy-step")
+            self._committer_future = self._pool.submit(self._make_committer, work, settings)
+        return False
+
+    def _make_committer(self, work: ContinuousWork, settings: BatchSettings) -> None:
+        """A committer for this runner's transactional id (its init_transactions fences an earlier
+        one), kept only if the fence topic holds no newer epoch for this executor than `work`'s."""
+        executor = self.runner.executor_id
+        committer = TaskCommitter(settings.app, runner_transactional_id(executor), settings.kafka, "exactly_once")
+        try:
+            epoch = read_epochs(settings.kafka, fence_topic(settings.app)).get(executor, 0)
+        except Exception:
+            committer.close()
+            raise
+        if epoch > work.fence_epoch:
+            log.warning("generation %d is stale here (fence epoch %d, the driver's is %d): committing nothing "
+                        "until newer work comes", work.generation, work.fence_epoch, epoch)
+            committer.close()
+            self._stale_epoch = work.fence_epoch
+            return
+        log.info("runner committer ready for generation %d (fence epoch %d)", work.generation, work.fence_epoch)
+        self._committer, self._committer_epoch = committer, work.fence_epoch
+
+    def _drop_committer(self) -> None:
+        committer, self._committer = self._committer, None
+        if committer is not None:  # a fenced producer's flush may wait: not on the loop's thread
+            threading.Thread(target=_close_quietly, args=(committer,), name="eddy-committer-close",
+                             daemon=True).start()
+
+    def _start_round(self, work: ContinuousWork, subs: dict[int, SubTopology], settings: BatchSettings,
+                     batch: list[tuple[str, list[RawRecords]]]) -> None:
+        assert self._pool is not None and self._committer is not None
+        future = self._pool.submit(self._guarded_round, work, subs, settings, batch, self._committer)
+        self._round_future = future
+        for task, _ in batch:
+            self._inflight[task] = future
+
+    def _guarded_round(self, work: ContinuousWork, subs: dict[int, SubTopology], settings: BatchSettings,
+                       batch: list[tuple[str, list[RawRecords]]], committer: TaskCommitter) -> None:
+        """Commit the round's tasks together (`TaskRunner.run_round`); a task a newer generation
+        took away meanwhile is left out (whoever holds it now fetches its records again)."""
+        with self._lock:
+            current = self._work
+        entries = []
+        for task, records in batch:
+            if current is not None and current.generation != work.generation and (task, "active") not in current.tasks:
+                continue
+            positions = self.runner.positions(task)
+            if positions is None:  # closed meanwhile: its records are fetched again
+                continue
+            ranges = tuple(InputRange(r.topic, r.partition, positions[(r.topic, r.partition)], r.next_offset)
+                           for r in records)
+            entries.append((WorkItem(task, "active", ranges), records))
+        if not entries:
+            return
+        try:
+            results = self.runner.run_round(subs, settings, entries, committer)
+        except Exception:  # noqa: BLE001 - the loop goes on; the tasks read their positions again
+            log.exception("a commit round failed")
+            results = []
+        if not committer.usable and self._committer is committer:
+            log.warning("the runner's committer was fenced or broke: a new one is made and checked")
+            self._drop_committer()
+        for result in results:
+            if result.status not in ("processed", "aborted"):
+                log.warning("task %s: %s %s", result.task, result.status, result.message.splitlines()[:1])
+                self._paused[result.task] = time.monotonic() + RETRY_AFTER_S
+        if self.runner.metrics is not None:
+            self.runner.metrics.observe(settings.app, results)
+        with self._lock:
+            if self._work is not None and self._work.generation == work.generation:
+                for result in results:
+                    self._results[result.task] = merge_results(self._results.get(result.task), result)
 
     def _busy(self) -> set[str]:
         """The tasks whose step has not finished (the finished ones forgotten)."""
@@ -421,3 +557,10 @@ class ContinuousLoop:
             if self._work is not None and self._work.generation == work.generation:
                 self._results[task] = merge_results(self._results.get(task), result)
 
+
+
+def _close_quietly(committer: TaskCommitter) -> None:
+    try:
+        committer.close()
+    except Exception:  # noqa: BLE001 - a fenced or broken producer: nothing more to save
+        log.debug("closing a dropped committer failed", exc_info=True)

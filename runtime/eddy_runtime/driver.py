@@ -39,6 +39,7 @@ from eddy_contract.spec import StreamAppSpec
 from eddy_runtime.batch_plan import continuous_copies, plan_batch, task_lags
 from eddy_runtime.channel_io import AssignmentWatch, ChannelLocation, read_assignment, write_runtime_state
 from eddy_runtime.compiler import CompiledApp
+from eddy_runtime.fences import FenceBook
 from eddy_runtime.health import BatchProgress, HealthAndMetricsServer
 from eddy_runtime.kafka_client import KafkaClientConfig
 from eddy_runtime.metrics import DriverMetrics
@@ -154,6 +155,8 @@ class Driver:
         #: job runs: an executor died mid-batch, or the operator's new generation came)
         self.pushed: Assignment | None = None
         self.routing: QueryRouting | None = None
+        #: exactly-once continuous: the runners' fences (fences.py)
+        self._fences: FenceBook | None = None
 
     def prepare(self) -> CompiledApp:
         """Compile the pipeline against the topics and create the topics the app needs."""
@@ -162,6 +165,9 @@ class Driver:
         self.compiled = self._prepared.compiled
         if self.spec.execution == "continuous":
             self._continuous = frozenset(s.id for s in self.compiled.subtopologies if not s.uses_dataframe)
+        if self._continuous and self.spec.processing_guarantee.value == "exactly_once" and self._fences is None:
+            self._fences = FenceBook(self.kafka, self.app)
+            self._fences.start()
         return self.compiled
 
     @property
@@ -221,11 +227,30 @@ class Driver:
             if (not self._continuous or self.compiled is None
                     or (self.pushed is not None and assignment.generation <= self.pushed.generation)):
                 return
+            try:
+                self._fence_for(assignment)
+            except Exception:  # noqa: BLE001 - nothing pushed; the next batch fences and sends it
+                log.exception("fencing for generation %d failed; not pushed", assignment.generation)
+                return
             self.pushed = assignment
         work = continuous_copies(self.compiled, assignment, live, self._continuous)
         push_work(self._query_addresses,
-                  {e: ContinuousWork(assignment.generation, tuple(tasks), self.spec.trigger_interval_s)
+                  {e: ContinuousWork(assignment.generation, tuple(tasks), self.spec.trigger_interval_s,
+                                     self.fence_epochs().get(e, 0))
                    for e, tasks in work.items()}, self.app, self._push_token)
+
+    def _fence_for(self, assignment: Assignment) -> None:
+        """Exactly-once continuous: before any runner hears of `assignment`, fence the runner
+        transactions of the executors that lose a continuous active in it (fences.py)."""
+        if self._fences is None or self.compiled is None:
+            return
+        actives = {task: placement.active for sub in self.compiled.subtopologies if sub.id in self._continuous
+                   for task in sub.task_ids if (placement := assignment.tasks.get(task)) is not None}
+        self._fences.before_generation(assignment.generation, actives)
+
+    def fence_epochs(self) -> dict[str, int]:
+        """Each executor's fence epoch, as every generation's work carries it (fences.py)."""
+        return self._fences.epochs() if self._fences is not None else {}
 
     def _lost_mid_batch(self, executor: str) -> None:
         """On the batch watch's thread, when an executor dies while a job runs: cancelling the job
@@ -322,6 +347,7 @@ class Driver:
             time.sleep(1)
             return BatchReport(self.batch_id, "failed", 0.0, 0, error="no assignment yet")
         moves = diff(previous, assignment) if previous is None or assignment.generation != previous.generation else ()
+        self._fence_for(assignment)  # before any runner hears of it (raises: the batch fails, nothing sent)
         self.assignment = assignment
         for m in moves:
             log.info("assignment %d: task %s %s %s -> %s", assignment.generation, m.task, m.kind, m.source, m.target)
@@ -340,6 +366,7 @@ class Driver:
         job = batch_job(compiled, layout, plan, settings, (self._prepared.program_id, self._prepared.program),
                         fresh=fresh, inventory=fresh or self.batch_id % INVENTORY_EVERY_BATCHES == 0,
                         commit_interval_s=self.spec.trigger_interval_s if self._continuous else None,
+                        fence_epochs=self.fence_epochs(),
                         warm={e.id for e in layout.executor_slots} - self._ready)
         report = BatchReport(self.batch_id, "ok", 0.0, assignment.generation, moves=moves)
         report.plan_s = time.monotonic() - started
@@ -510,4 +537,6 @@ class Driver:
             if self._health is not None:
                 self._health.close()
                 self._health = None
+            if self._fences is not None:
+                self._fences.close()
             self._offsets.close()

@@ -12,17 +12,17 @@ import pickle
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import replace
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
 from eddy_contract.tasks import TaskId
 from eddy_runtime.bad_records import bad_record_output, failed_row_records
-from eddy_runtime.commit import CommitFailed, TaskFenced
+from eddy_runtime.commit import CommitFailed, CommitPart, OutputRecord, TaskCommitter, TaskFenced
 from eddy_runtime.compiler import SubTopology
 from eddy_runtime.continuous import ContinuousLoop
 from eddy_runtime.joins import TableUpdates, table_updates, write_table_updates
@@ -32,7 +32,7 @@ from eddy_runtime.placement import MisplacedTask, ensure_on_executor
 from eddy_runtime.queries import LocalCopy
 from eddy_runtime.query_routing import QueryRouting
 from eddy_runtime.records import BadRecord, RawRecords, decode_repartition, decode_source, range_reader
-from eddy_runtime.state import ProcessorStateManager, TaskDirectoryLocked
+from eddy_runtime.state import ProcessorStateManager, TaskDirectoryLocked, TaskTransaction
 from eddy_runtime.work import (
     LATENCY_BUCKETS_S,
     BadRecordInfo,
@@ -70,6 +70,24 @@ class _Task:
         self.closed = False
         #: input positions this runner committed (or found committed when it opened the task)
         self.positions: dict[tuple[str, int], int] | None = None
+
+
+@dataclass
+class _Prepared:
+    """An active's item processed and not committed yet (`TaskRunner._prepare`)."""
+
+    task: _Task
+    base: ItemResult
+    tx: TaskTransaction
+    outputs: list[OutputRecord]
+    input_offsets: dict[tuple[str, int], int]
+    records_in: int
+    out: BatchOutput
+    bad: list[BadRecord]
+    dead: int
+
+
+_R = TypeVar("_R")
 
 
 class TaskRunner:
@@ -281,14 +299,28 @@ class TaskRunner:
                   data: pa.Table | BatchOutput | None, base: ItemResult,
                   records: Sequence[RawRecords] | None) -> ItemResult:
         """`run_item`'s work on a task it holds (its lock held): the result, whatever happened."""
-        try:
-            if item.role == "standby":
+        if item.role == "standby":
+            def standby() -> ItemResult:
                 progress = t.manager.standby_chunk(max_seconds=settings.standby_chunk_seconds)
                 return replace(base, status="standby", figures=t.manager.figures(),
-                                  restored=progress.restored, restore_remaining=progress.remaining)
-            return self._active(settings, sub, item, t, data, base, records)
+                               restored=progress.restored, restore_remaining=progress.remaining)
+            return self._guarded(item.task, t, base, standby)
+
+        def active() -> ItemResult:
+            got = self._prepare(settings, sub, item, t, data, base, records)
+            if isinstance(got, ItemResult):
+                return got
+            t.manager.commit(got.tx, got.outputs, got.input_offsets)
+            return self._committed_result(got)
+        return self._guarded(item.task, t, base, active)
+
+    def _guarded(self, task_id: str, t: _Task, base: ItemResult, step: Callable[[], _R]) -> _R | ItemResult:
+        """`step()` on a held task, or the result its failure comes to (a fenced or broken task is
+        closed; after a failed commit its positions are read again)."""
+        try:
+            return step()
         except TaskFenced as e:
-            self._close_quietly(item.task, t)
+            self._close_quietly(task_id, t)
             return replace(base, status="fenced", message=str(e))
         except CommitFailed as e:
             status: ItemStatus = "aborted" if e.aborted else "failed"
@@ -297,10 +329,66 @@ class TaskRunner:
         except PipelineRuntimeError as e:
             return replace(base, status="failed", message=f"pipeline error: {e}")
         except Exception as e:  # noqa: BLE001
-            log.exception("task %s failed", item.task)
-            self._close_quietly(item.task, t)
+            log.exception("task %s failed", task_id)
+            self._close_quietly(task_id, t)
             return replace(base, status="failed",
-                              message=f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
+                           message=f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
+
+    def run_round(self, subs: dict[int, SubTopology], settings: BatchSettings,
+                  entries: Sequence[tuple[WorkItem, Sequence[RawRecords]]], committer: TaskCommitter
+                  ) -> list[ItemResult]:
+        """The continuous path under exactly-once: each entry's records processed on its task,
+        then all of them committed in one transaction of the runner's `committer` (fences.py),
+        then each task's stores written. A task that fails on its own (a bad record under
+        `fail`, a pipeline error) is left out; if the commit fails, none of them commits, and
+        each reads its positions again. The tasks' locks are held throughout, so none is
+        closed between its commit and its stores' write."""
+        results: list[ItemResult] = []
+        ready: list[tuple[_Task, _Prepared]] = []
+        with ExitStack() as held:
+            for item, records in entries:
+                base = ItemResult(item.task, self.executor_id, "active", "processed")
+                with self._tasks_lock:
+                    t = self._tasks.get(item.task)
+                if t is None or t.manager.role != "active":
+                    results.append(replace(base, status="aborted", message=f"task {item.task} is not held here"))
+                    continue
+                held.enter_context(t.lock)
+                if t.closed:
+                    results.append(replace(base, status="aborted", message=f"task {item.task} was closed meanwhile"))
+                    continue
+                sub = subs[TaskId.parse(item.task).subtopology]
+                got = self._guarded(item.task, t, base,
+                                    lambda: self._prepare(settings, sub, item, t, None, base, records))  # noqa: B023
+                if isinstance(got, _Prepared):
+                    ready.append((t, got))
+                    continue
+                if got.status not in ("processed", "restoring"):
+                    self._drop_processor(item.task, t)
+                results.append(got)
+            if ready:
+                results += self._commit_round(committer, ready)
+        return results
+
+    def _commit_round(self, committer: TaskCommitter, ready: Sequence[tuple[_Task, _Prepared]]) -> list[ItemResult]:
+        started = time.monotonic()
+        try:
+            commits = committer.commit_parts([CommitPart(p.tx, p.outputs, p.input_offsets) for _, p in ready])
+        except CommitFailed as e:
+            status: ItemStatus = "aborted" if e.aborted or isinstance(e, TaskFenced) else "failed"
+            failed = []
+            for t, p in ready:
+                t.positions = None  # read again: the batch is processed again from the committed ones
+                self._drop_processor(p.base.task, t)
+                if not e.aborted and not isinstance(e, TaskFenced):
+                    t.manager.recheck_changelogs()
+                failed.append(replace(p.base, status=status, message=str(e)))
+            return failed
+        out = []
+        for (t, p), kc in zip(ready, commits, strict=True):
+            t.manager.apply_commit(p.tx, kc)
+            out.append(replace(self._committed_result(p), duration_s=time.monotonic() - started))
+        return out
 
     def _close_quietly(self, task_id: str, t: _Task) -> None:
         """Close a task after it failed or was fenced (run_item holds its lock). Only this copy:
@@ -311,9 +399,11 @@ class TaskRunner:
         if not t.closed:
             self._shut(task_id, t)
 
-    def _active(self, settings: BatchSettings, sub: SubTopology, item: WorkItem, t: _Task,
-                data: pa.Table | BatchOutput | None, base: ItemResult,
-                records: Sequence[RawRecords] | None) -> ItemResult:
+    def _prepare(self, settings: BatchSettings, sub: SubTopology, item: WorkItem, t: _Task,
+                 data: pa.Table | BatchOutput | None, base: ItemResult,
+                 records: Sequence[RawRecords] | None) -> ItemResult | _Prepared:
+        """An active's item up to its commit: restored, its records read (unless given), decoded
+        and processed. What is left to commit, or the item's result if there is nothing to."""
         mgr = t.manager
         if not mgr.restored:
             progress = mgr.restore_chunk(max_records=settings.restore_chunk_records,
@@ -387,27 +477,32 @@ class TaskRunner:
             log.warning("app %s task %s: bad record %s[%d]@%d (%s): %s", settings.app, item.task, b.topic,
                         b.partition, b.offset, "dead-lettered" if dead else "skipped", b.error)
         input_offsets = {(r.topic, r.partition): r.end for r in item.ranges}
-        mgr.commit(tx, outputs, input_offsets)
-        t.positions.update(input_offsets)
+        return _Prepared(t, base, tx, outputs, input_offsets, records_in, out, bad, dead)
+
+    @staticmethod
+    def _committed_result(p: _Prepared) -> ItemResult:
+        """The result of an item whose commit went through (its positions move on)."""
+        assert p.task.positions is not None
+        p.task.positions.update(p.input_offsets)
         committed_at = time.time() * 1000
         counts: tuple[int, ...] = ()
         total = 0.0
-        if out.output_timestamps:
-            lat = (committed_at - np.concatenate(out.output_timestamps)) / 1000.0
+        if p.out.output_timestamps:
+            lat = (committed_at - np.concatenate(p.out.output_timestamps)) / 1000.0
             counts, total = latency_histogram(np.maximum(lat, 0.0))
         return replace(
-            base,
+            p.base,
             status="processed",
-            records_in=records_in,
-            records_out=len(out.outputs),
-            committed=input_offsets,
-            skipped=len(bad) - dead,
-            dead_lettered=dead,
-            dropped=out.dropped,
-            bad_records=tuple(BadRecordInfo(b.topic, b.partition, b.offset, b.error) for b in bad[:20]),
+            records_in=p.records_in,
+            records_out=len(p.out.outputs),
+            committed=dict(p.input_offsets),
+            skipped=len(p.bad) - p.dead,
+            dead_lettered=p.dead,
+            dropped=p.out.dropped,
+            bad_records=tuple(BadRecordInfo(b.topic, b.partition, b.offset, b.error) for b in p.bad[:20]),
             latency_counts=counts,
             latency_sum_s=total,
-            figures=mgr.figures(),
+            figures=p.task.manager.figures(),
         )
 
     def _stop_at(self, base: ItemResult, bad: Sequence[BadRecord], mgr: ProcessorStateManager) -> ItemResult:

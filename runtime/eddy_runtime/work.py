@@ -115,6 +115,8 @@ class ContinuousWork:
     generation: int
     tasks: tuple[tuple[str, Role], ...]
     commit_interval_s: float
+    #: exactly-once: the executor's fence epoch as of this generation (fences.py)
+    fence_epoch: int = 0
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,8 @@ _MAX_BODY = 1 << 20
 
 def encode_work(app: str, work: ContinuousWork) -> bytes:
     return json.dumps({"app": app, "generation": work.generation, "tasks": [list(t) for t in work.tasks],
-                       "commitIntervalS": work.commit_interval_s}, separators=(",", ":")).encode()
+                       "commitIntervalS": work.commit_interval_s, "fenceEpoch": work.fence_epoch},
+                      separators=(",", ":")).encode()
 
 
 def decode_work(body: bytes) -> tuple[str, ContinuousWork]:
@@ -53,10 +54,12 @@ def decode_work(body: bytes) -> tuple[str, ContinuousWork]:
         if not isinstance(task, str) or role not in ("active", "standby"):
             raise ValueError(f"not a (task, role) pair: {pair!r}")
         tasks.append((task, role))
-    generation, interval = doc["generation"], doc["commitIntervalS"]
+    generation, interval, epoch = doc["generation"], doc["commitIntervalS"], doc.get("fenceEpoch", 0)
     if not isinstance(generation, int) or not isinstance(interval, int | float) or interval <= 0:
         raise ValueError("generation must be an integer and commitIntervalS a positive number")
-    return str(doc["app"]), ContinuousWork(generation, tuple(tasks), float(interval))
+    if not isinstance(epoch, int) or epoch < 0:
+        raise ValueError("fenceEpoch must be a non-negative integer")
+    return str(doc["app"]), ContinuousWork(generation, tuple(tasks), float(interval), epoch)
 
 
 def push_work(addresses: Mapping[str, str], work: Mapping[str, ContinuousWork], app: str, token: str,

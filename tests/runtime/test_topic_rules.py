@@ -77,6 +77,9 @@ def test_every_topic_of_word_count_is_required_with_its_role_partitions_and_poli
                                                  cleanup_policy="delete"),
         "wc-dlq": TopicRequirement("wc-dlq", "dead-letter", 1),
         "counts-out": TopicRequirement("counts-out", "output", 4, internal=False),
+        # exactly-once on the continuous path: the runners' fence epochs (fences.py)
+        "wc-eddy-fences": TopicRequirement("wc-eddy-fences", "fences", 1, check_partitions=True,
+                                           cleanup_policy="compact"),
     }
     assert "counts-out" not in {r.name for r in app_topic_requirements(compiled, spec, create_outputs=False)}
 

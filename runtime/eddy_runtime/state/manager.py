@@ -289,7 +289,7 @@ class ProcessorStateManager:
             if not e.aborted:
                 # The outcome in Kafka is unknown: check the stores against the changelogs
                 # (and restore a delta) before the next batch.
-                self._recheck_changelogs()
+                self.recheck_changelogs()
             raise
 
     def apply_commit(self, tx: TaskTransaction | None, kc: KafkaCommit) -> CommitResult:
@@ -302,7 +302,9 @@ class ProcessorStateManager:
         self._maybe_checkpoint()
         return CommitResult(kc.changelog_offsets, kc.outputs, kc.changelog_records, latency)
 
-    def _recheck_changelogs(self) -> None:
+    def recheck_changelogs(self) -> None:
+        """After a commit whose outcome in Kafka is unknown: check the stores against the
+        changelogs; `restored` turns False until the delta is restored."""
         if self._reader is None:
             return
         try:
