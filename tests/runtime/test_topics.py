@@ -34,7 +34,10 @@ def word_count(kafka, topics: dict | None = None):
 
 
 def internal_topics(compiled: CompiledApp) -> list[str]:
-    return [f"{compiled.app}-counts-changelog", f"{compiled.app}-words-repartition", f"{compiled.app}-dlq"]
+    """The changelog, the repartition topic, the dead-letter topic and (exactly-once, continuous)
+    the runners' fence topic."""
+    return [f"{compiled.app}-counts-changelog", f"{compiled.app}-words-repartition", f"{compiled.app}-dlq",
+            f"{compiled.app}-eddy-fences"]
 
 
 def test_every_topic_is_created_with_the_brokers_default_replicas_and_the_configured_min_isr(kafka):
@@ -42,9 +45,10 @@ def test_every_topic_is_created_with_the_brokers_default_replicas_and_the_config
     out = f"{compiled.app}-counts"
     assert ensure_app_topics(kafka.admin, compiled, spec) == {t: True for t in [*internal_topics(compiled), out]}
     found = describe_topics(kafka.admin, [*internal_topics(compiled), out])
-    changelog, repartition, dlq = (found[t] for t in internal_topics(compiled))
+    changelog, repartition, dlq, fences = (found[t] for t in internal_topics(compiled))
     assert (changelog.partitions, changelog.cleanup_policy) == (2, "compact")
     assert (repartition.partitions, repartition.cleanup_policy) == (2, "delete")
+    assert (fences.partitions, fences.cleanup_policy) == (1, "compact")
     assert dlq.partitions == 1 and found[out].partitions == 2
     # -1 -> the test broker's default.replication.factor (1)
     assert {d.replication_factor for d in found.values()} == {1}
@@ -77,6 +81,7 @@ def test_an_existing_internal_topic_with_fewer_replicas_than_configured_is_rejec
     kafka.create_topic(f"{compiled.app}-counts-changelog", partitions=2, config={"cleanup.policy": "compact"})
     kafka.create_topic(f"{compiled.app}-words-repartition", partitions=2)
     kafka.create_topic(f"{compiled.app}-dlq")
+    kafka.create_topic(f"{compiled.app}-eddy-fences", config={"cleanup.policy": "compact"})
     kafka.create_topic(f"{compiled.app}-counts", partitions=2)  # the user's output: not held to it
     with pytest.raises(TopicMismatch) as err:
         ensure_app_topics(kafka.admin, compiled, spec)
