@@ -374,22 +374,29 @@ class TaskRunner:
         started = time.monotonic()
         try:
             commits = committer.commit_parts([CommitPart(p.tx, p.outputs, p.input_offsets) for _, p in ready])
-        except CommitFailed as e:
-            status: ItemStatus = "aborted" if e.aborted or isinstance(e, TaskFenced) else "failed"
+        except Exception as e:  # noqa: BLE001 - nothing of the round counts; each task reads its positions again
+            aborted = isinstance(e, CommitFailed) and (e.aborted or isinstance(e, TaskFenced))
+            if not isinstance(e, CommitFailed):
+                log.exception("committing a round of %d tasks failed", len(ready))
             failed = []
             for t, p in ready:
-                t.positions = None  # read again: the batch is processed again from the committed ones
+                t.positions = None  # the round is processed again from the committed positions
                 self._drop_processor(p.base.task, t)
-                if not e.aborted and not isinstance(e, TaskFenced):
+                if not aborted:  # the outcome in Kafka is unknown: the stores are checked against it
                     t.manager.recheck_changelogs()
-                failed.append(replace(p.base, status=status, message=str(e)))
+                failed.append(replace(p.base, status="aborted" if aborted else "failed", message=str(e)))
             return failed
         out = []
         for (t, p), kc in zip(ready, commits, strict=True):
-            t.manager.apply_commit(p.tx, kc)
+            try:
+                t.manager.apply_commit(p.tx, kc)
+            except Exception as e:  # noqa: BLE001 - committed in Kafka: the next open restores the store's delta
+                log.exception("task %s: writing its stores after the commit failed", p.base.task)
+                self._close_quietly(p.base.task, t)
+                out.append(replace(p.base, status="failed", message=f"{type(e).__name__}: {e}"))
+                continue
             out.append(replace(self._committed_result(p), duration_s=time.monotonic() - started))
         return out
-
     def _close_quietly(self, task_id: str, t: _Task) -> None:
         """Close a task after it failed or was fenced (run_item holds its lock). Only this copy:
         the runner may hold a newer one of the same task by now."""
