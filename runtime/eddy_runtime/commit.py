@@ -344,7 +344,9 @@ class TaskCommitter:
 
     def _fail(self, e: KafkaException) -> None:
         err: KafkaError = e.args[0]
-        if err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+        # _FATAL: what commit_transaction raises once a fence came mid-transaction (err.fatal()
+        # is False on it): the transaction did not commit, the producer is done.
+        if err.fatal() or err.code() in (KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                                          KafkaError.INVALID_PRODUCER_EPOCH):
             self._unusable = str(err)
             raise TaskFenced(f"{self._ctx}: fenced or fatal producer error: {err}", fatal=True) from e
