@@ -74,6 +74,9 @@ class TaskHost(Protocol):
     def run_item(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork, item: WorkItem,
                  data: pa.Table | None, records: Sequence[RawRecords] | None = None) -> ItemResult: ...
 
+    def forget_positions(self, task_id: str) -> None:
+        """Read the task's committed positions again before it processes more."""
+
     def run_round(self, subs: dict[int, SubTopology], settings: BatchSettings,
                   entries: Sequence[tuple[WorkItem, Sequence[RawRecords]]], committer: TaskCommitter
                   ) -> list[ItemResult]:
@@ -460,24 +463,19 @@ class ContinuousLoop:
                        batch: list[tuple[str, list[RawRecords]]], committer: TaskCommitter) -> None:
         """Commit the round's tasks together (`TaskRunner.run_round`); a task a newer generation
         took away meanwhile is left out (whoever holds it now fetches its records again)."""
-        with self._lock:
-            current = self._work
         entries = []
         for task, records in batch:
-            if current is not None and current.generation != work.generation and (task, "active") not in current.tasks:
-                continue
-            positions = self.runner.positions(task)
-            if positions is None:  # closed meanwhile: its records are fetched again
-                continue
-            ranges = tuple(InputRange(r.topic, r.partition, positions[(r.topic, r.partition)], r.next_offset)
-                           for r in records)
-            entries.append((WorkItem(task, "active", ranges), records))
+            item = None if self._taken_away(work, task, "active") else self._process_item(task, records)
+            if item is not None:
+                entries.append((item, records))
         if not entries:
             return
         try:
             results = self.runner.run_round(subs, settings, entries, committer)
         except Exception:  # noqa: BLE001 - the loop goes on; the tasks read their positions again
             log.exception("a commit round failed")
+            for item, _ in entries:  # their records were taken off the poller, and not committed
+                self.runner.forget_positions(item.task)
             results = []
         if not committer.usable and self._committer is committer:
             log.warning("the runner's committer was fenced or broke: a new one is made and checked")
@@ -517,15 +515,28 @@ class ContinuousLoop:
         """`_step`, unless a newer generation took the task (or its role) away meanwhile: a step
         queued under the old work must not reopen a task the runner just released. A step that
         raises pauses its task as a failed one does."""
-        with self._lock:
-            current = self._work
-        if current is not None and current.generation != work.generation and (task, role) not in current.tasks:
+        if self._taken_away(work, task, role):
             return
         try:
             self._step(work, subs, settings, task, role, records)
         except Exception:  # noqa: BLE001 - the loop goes on; this task retries later
             log.exception("task %s (%s): step failed", task, role)
             self._paused[task] = time.monotonic() + RETRY_AFTER_S
+
+    def _taken_away(self, work: ContinuousWork, task: str, role: Role) -> bool:
+        """Whether a newer generation than `work` took `task` (in `role`) from this runner."""
+        with self._lock:
+            current = self._work
+        return current is not None and current.generation != work.generation and (task, role) not in current.tasks
+
+    def _process_item(self, task: str, records: Sequence[RawRecords]) -> WorkItem | None:
+        """The item that processes `records` (each from the task's position); None if the task
+        was closed meanwhile (its records are fetched again)."""
+        positions = self.runner.positions(task)
+        if positions is None:
+            return None
+        return WorkItem(task, "active", tuple(InputRange(r.topic, r.partition, positions[(r.topic, r.partition)],
+                                                         r.next_offset) for r in records))
 
     def _inputs(self, subs: dict[int, SubTopology], task: str) -> list[TopicPartition]:
         tid = TaskId.parse(task)
@@ -536,11 +547,10 @@ class ContinuousLoop:
         """One unit of a task's work: open/restore/tail (`records` None) or process and commit."""
         ranges: tuple[InputRange, ...] = ()
         if records is not None:
-            positions = self.runner.positions(task)
-            if positions is None:  # closed meanwhile: its records are fetched again
+            process = self._process_item(task, records)
+            if process is None:
                 return
-            ranges = tuple(InputRange(r.topic, r.partition, positions[(r.topic, r.partition)], r.next_offset)
-                           for r in records)
+            ranges = process.ranges
         elif role == "active":
             ranges = tuple(InputRange(topic, p, -1, -1) for topic, p in self._inputs(subs, task))
         item = WorkItem(task, role, ranges, restore_only=records is None and role == "active")

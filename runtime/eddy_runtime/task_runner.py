@@ -229,6 +229,14 @@ class TaskRunner:
             return None
         return t.positions
 
+    def forget_positions(self, task_id: str) -> None:
+        """Read the task's committed positions again before it processes more (records taken for
+        it were not committed)."""
+        with self._tasks_lock:
+            t = self._tasks.get(task_id)
+        if t is not None:
+            t.positions = None
+
     def _task(self, settings: BatchSettings, sub: SubTopology, task_id: str, role: str) -> _Task:
         """The held task in `role`: opened, promoted from standby, or reopened as a standby."""
         with self._tasks_lock:
