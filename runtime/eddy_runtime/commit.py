@@ -49,6 +49,7 @@ __all__ = [
     "fence_transactional_id",
     "producer_settings",
     "runner_transactional_id",
+    "transactional_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -127,10 +128,15 @@ def producer_settings(app: str, task_id: str, guarantee: Guarantee, **overrides:
         "retry.backoff.ms": 10,
     }
     if guarantee == "exactly_once":
-        conf["transactional.id"] = f"{app}-{task_id}"
+        conf["transactional.id"] = transactional_id(app, task_id)
         conf["transaction.timeout.ms"] = 60_000
     conf.update(overrides)
     return conf
+
+
+def transactional_id(app: str, task_id: str) -> str:
+    """``<app>-<task>``: a task's transactional id (a runner's too, `runner_transactional_id`)."""
+    return f"{app}-{task_id}"
 
 
 def runner_transactional_id(executor: str) -> str:
@@ -139,16 +145,17 @@ def runner_transactional_id(executor: str) -> str:
     return f"runner-{executor}"
 
 
-def fence_transactional_id(kafka: KafkaClientConfig | str, transactional_id: str, timeout_s: float = 60.0) -> None:
-    """Fence whoever produces with `transactional_id` and abort its open transaction: a producer
-    of that id initialised, then dropped. Its records become visible (or not) at once instead of
-    holding read_committed readers until the transaction times out."""
-    producer = kafka_client.producer(kafka, {"transactional.id": transactional_id, "enable.idempotence": True,
-                                             "client.id": f"{transactional_id}-fence"})
+def fence_transactional_id(kafka: KafkaClientConfig | str, app: str, task_id: str, timeout_s: float = 60.0) -> None:
+    """Fence whoever produces with `task_id`'s transactional id and abort its open transaction: a
+    producer of that id initialised, then dropped. Its records become visible (or not) at once
+    instead of holding read_committed readers until the transaction times out."""
+    tid = transactional_id(app, task_id)
+    producer = kafka_client.producer(kafka, {"transactional.id": tid, "enable.idempotence": True,
+                                             "client.id": f"{tid}-fence"})
     try:
         producer.init_transactions(timeout_s)
     except KafkaException as e:
-        raise CommitFailed(f"fencing transactional id {transactional_id}: {e}") from e
+        raise CommitFailed(f"fencing transactional id {tid}: {e}") from e
     finally:
         producer.flush(1)
 
@@ -244,10 +251,11 @@ class TaskCommitter:
             raise TaskFenced(f"{self._ctx}: committer is unusable: {self._unusable}", fatal=True)
         started = time.monotonic()
         self._collector.begin()
+        inputs = {tp: off for p in parts for tp, off in p.input_offsets.items()}
         if self.guarantee == "exactly_once":
-            sent = self._exactly_once(parts, group_metadata)
+            sent = self._exactly_once(parts, inputs, group_metadata)
         else:
-            sent = self._at_least_once(parts)
+            sent = self._at_least_once(parts, inputs)
         commits = []
         for part, (n_out, n_cl, last_of_store) in zip(parts, sent, strict=True):
             offsets: dict[str, int | None] = {}
@@ -262,12 +270,12 @@ class TaskCommitter:
 
     # -- exactly once -------------------------------------------------------------------------
 
-    def _exactly_once(self, parts: Sequence[CommitPart], group_metadata: Any) -> list[Sent]:
+    def _exactly_once(self, parts: Sequence[CommitPart], inputs: Mapping[tuple[str, int], int],
+                      group_metadata: Any) -> list[Sent]:
         errors = self._collector.errors
         try:
             self._producer.begin_transaction()
             sent = [self._collector.send(p.outputs, p.tx, p.input_offsets) for p in parts]
-            inputs = {tp: off for p in parts for tp, off in p.input_offsets.items()}
             if inputs:
                 tps = [TopicPartition(t, part, off) for (t, part), off in inputs.items()]
                 metadata = group_metadata or self._consumer.consumer_group_metadata()
@@ -365,7 +373,7 @@ class TaskCommitter:
 
     # -- at least once ------------------------------------------------------------------------
 
-    def _at_least_once(self, parts: Sequence[CommitPart]) -> list[Sent]:
+    def _at_least_once(self, parts: Sequence[CommitPart], inputs: Mapping[tuple[str, int], int]) -> list[Sent]:
         errors = self._collector.errors
         try:
             sent = [self._collector.send(p.outputs, p.tx, p.input_offsets) for p in parts]
@@ -377,7 +385,6 @@ class TaskCommitter:
                 f"{self._ctx}: {remaining} records undelivered, errors: {errors[:3]}; input offsets "
                 "not committed, the batch will be processed again"
             )
-        inputs = {tp: off for p in parts for tp, off in p.input_offsets.items()}
         if inputs:
             tps = [TopicPartition(t, part, off) for (t, part), off in inputs.items()]
             try:

@@ -234,9 +234,10 @@ class Driver:
                 return
             self.pushed = assignment
         work = continuous_copies(self.compiled, assignment, live, self._continuous)
+        epochs = self.fence_epochs()
         push_work(self._query_addresses,
                   {e: ContinuousWork(assignment.generation, tuple(tasks), self.spec.trigger_interval_s,
-                                     self.fence_epochs().get(e, 0))
+                                     epochs.get(e, 0))
                    for e, tasks in work.items()}, self.app, self._push_token)
 
     def _fence_for(self, assignment: Assignment) -> None:

@@ -128,9 +128,9 @@ class FenceBook:
         raised = {e: self._epochs.get(e, 0) + 1 for e in executors}
         self._write(raised)  # first the epochs, then the fences (see the module's docstring)
         self._epochs.update(raised)
-        ids = [f"{self.app}-{runner_transactional_id(e)}" for e in raised]
-        with ThreadPoolExecutor(max_workers=min(8, len(ids))) as pool:
-            for done in [pool.submit(fence_transactional_id, self.kafka, tid, self._timeout) for tid in ids]:
+        with ThreadPoolExecutor(max_workers=min(8, len(raised))) as pool:
+            for done in [pool.submit(fence_transactional_id, self.kafka, self.app, runner_transactional_id(e),
+                                     self._timeout) for e in raised]:
                 done.result()
 
     def _write(self, epochs: Mapping[str, int]) -> None:
