@@ -22,7 +22,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -76,6 +77,9 @@ class TaskHost(Protocol):
 
     def forget_positions(self, task_id: str) -> None:
         """Read the task's committed positions again before it processes more."""
+
+    def close_task(self, task_id: str, why: str) -> None:
+        """Close a held task (it is opened again, and restores its delta, if it comes back)."""
 
     def run_round(self, subs: dict[int, SubTopology], settings: BatchSettings,
                   entries: Sequence[tuple[WorkItem, Sequence[RawRecords]]], committer: TaskCommitter
@@ -252,6 +256,13 @@ class ContinuousLoop:
         self._stale_epoch = -1
         self._round_due = 0.0
         self._round_future: Future[None] | None = None
+        #: task -> the generation it was released for: not processed under older work (`release`)
+        self._released: dict[str, int] = {}
+        #: the tasks in a step or round that may commit, and those whose last one did not commit
+        #: cleanly; `_changed` (on `_lock`) wakes `release` when a step or round ends
+        self._committing: Counter[str] = Counter()
+        self._unclean: set[str] = set()
+        self._changed = threading.Condition(self._lock)
 
     def sync(self, subs: dict[int, SubTopology], settings: BatchSettings, work: ContinuousWork) -> list[ItemResult]:
         """Take the driver's current work (unless an older generation's) and hand back what the
@@ -280,6 +291,57 @@ class ContinuousLoop:
         log.info("generation %d pushed: %d tasks here", work.generation, len(work.tasks))
         self._ensure_running(work)
         return True
+
+    def release(self, generation: int, tasks: Sequence[str], timeout_s: float) -> bool:
+        """Let `tasks` go ahead of `generation`, which takes them away from this runner (work_push.py):
+        no step or round under older work processes them from now on; once the step or round that
+        holds one has ended, they are closed. True if that happened within `timeout_s` and every
+        one of them ended cleanly (committed, or had nothing to commit), so that the driver need
+        not fence this runner; False otherwise (it fences it)."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            for task in tasks:
+                self._released[task] = max(self._released.get(task, -1), generation)
+                self._unclean.discard(task)
+            while any(self._committing[t] for t in tasks):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning("generation %d: %s still committing after %.1fs; not released", generation,
+                                sorted(t for t in tasks if self._committing[t]), timeout_s)
+                    return False
+                self._changed.wait(left)
+            clean = not self._unclean.intersection(tasks)
+        for task in tasks:
+            self.runner.close_task(task, f"released for generation {generation}")
+        log.info("generation %d: released %s%s", generation, sorted(tasks),
+                 "" if clean else " (a round holding them did not commit cleanly)")
+        return clean
+
+    def _held_back(self, work: ContinuousWork, task: str, role: Role) -> bool:
+        """Whether `task` (in `role`) was released for a newer generation than `work` (under `_lock`)."""
+        return role == "active" and self._released.get(task, -1) > work.generation
+
+    @contextlib.contextmanager
+    def _committing_tasks(self, work: ContinuousWork, tasks: Sequence[str],
+                          role: Role) -> Iterator[tuple[list[str], list[bool]]]:
+        """The tasks of `tasks` that `work` may still run (neither taken away by a newer
+        generation nor released), marked as committing until the block ends; the block sets the
+        flag it is given to True once what it did committed cleanly (or had nothing to commit)."""
+        with self._lock:
+            allowed = [t for t in tasks if not self._held_back(work, t, role) and not self._taken(work, t, role)]
+            self._committing.update(allowed)
+        clean = [False]
+        try:
+            yield allowed, clean
+        finally:
+            with self._lock:
+                self._committing.subtract(allowed)
+                for t in allowed:
+                    if self._committing[t] <= 0:
+                        del self._committing[t]
+                if not clean[0]:
+                    self._unclean.update(allowed)
+                self._changed.notify_all()
 
     def app_token(self) -> tuple[str, str] | None:
         """The app and push token of the last sync's settings (None before the first)."""
@@ -331,6 +393,8 @@ class ContinuousLoop:
                 time.sleep(RETRY_AFTER_S)
 
     def _round(self, work: ContinuousWork, subs: dict[int, SubTopology], settings: BatchSettings) -> None:
+        with self._lock:
+            released = {t for t, _ in work.tasks if self._held_back(work, t, "active")}
         if self._poller is None:
             self._poller = InputPoller(settings.kafka)
         poller = self._poller
@@ -340,7 +404,7 @@ class ContinuousLoop:
         running: dict[str, list[TopicPartition]] = {}
         steps: list[tuple[str, Role, list[RawRecords] | None]] = []
         for task, role in work.tasks:
-            if self._paused.get(task, 0.0) > now:
+            if self._paused.get(task, 0.0) > now or (role == "active" and task in released):
                 continue
             if role == "active":
                 tps = self._inputs(subs, task)
@@ -463,20 +527,24 @@ class ContinuousLoop:
                        batch: list[tuple[str, list[RawRecords]]], committer: TaskCommitter) -> None:
         """Commit the round's tasks together (`TaskRunner.run_round`); a task a newer generation
         took away meanwhile is left out (whoever holds it now fetches its records again)."""
-        entries = []
-        for task, records in batch:
-            item = None if self._taken_away(work, task, "active") else self._process_item(task, records)
-            if item is not None:
-                entries.append((item, records))
-        if not entries:
-            return
-        try:
-            results = self.runner.run_round(subs, settings, entries, committer)
-        except Exception:  # noqa: BLE001 - the loop goes on; the tasks read their positions again
-            log.exception("a commit round failed")
-            for item, _ in entries:  # their records were taken off the poller, and not committed
-                self.runner.forget_positions(item.task)
-            results = []
+        with self._committing_tasks(work, [task for task, _ in batch], "active") as (allowed, clean):
+            entries = []
+            for task, records in batch:
+                item = self._process_item(task, records) if task in allowed else None
+                if item is not None:
+                    entries.append((item, records))
+            if not entries:
+                clean[0] = True
+                return
+            try:
+                results = self.runner.run_round(subs, settings, entries, committer)
+            except Exception:  # noqa: BLE001 - the loop goes on; the tasks read their positions again
+                log.exception("a commit round failed")
+                for item, _ in entries:  # their records were taken off the poller, and not committed
+                    self.runner.forget_positions(item.task)
+                results = []
+            else:
+                clean[0] = committer.usable and all(r.status in ("processed", "aborted") for r in results)
         if not committer.usable and self._committer is committer:
             log.warning("the runner's committer was fenced or broke: a new one is made and checked")
             self._drop_committer()
@@ -515,18 +583,19 @@ class ContinuousLoop:
         """`_step`, unless a newer generation took the task (or its role) away meanwhile: a step
         queued under the old work must not reopen a task the runner just released. A step that
         raises pauses its task as a failed one does."""
-        if self._taken_away(work, task, role):
-            return
-        try:
-            self._step(work, subs, settings, task, role, records)
-        except Exception:  # noqa: BLE001 - the loop goes on; this task retries later
-            log.exception("task %s (%s): step failed", task, role)
-            self._paused[task] = time.monotonic() + RETRY_AFTER_S
+        with self._committing_tasks(work, [task], role) as (allowed, clean):
+            if not allowed:
+                clean[0] = True
+                return
+            try:
+                clean[0] = self._step(work, subs, settings, task, role, records)
+            except Exception:  # noqa: BLE001 - the loop goes on; this task retries later
+                log.exception("task %s (%s): step failed", task, role)
+                self._paused[task] = time.monotonic() + RETRY_AFTER_S
 
-    def _taken_away(self, work: ContinuousWork, task: str, role: Role) -> bool:
-        """Whether a newer generation than `work` took `task` (in `role`) from this runner."""
-        with self._lock:
-            current = self._work
+    def _taken(self, work: ContinuousWork, task: str, role: Role) -> bool:
+        """Whether a newer generation than `work` took `task` (in `role`) from this runner (under `_lock`)."""
+        current = self._work
         return current is not None and current.generation != work.generation and (task, role) not in current.tasks
 
     def _process_item(self, task: str, records: Sequence[RawRecords]) -> WorkItem | None:
@@ -543,13 +612,14 @@ class ContinuousLoop:
         return [(topic, tid.partition) for topic in subs[tid.subtopology].input_topics]
 
     def _step(self, work: ContinuousWork, subs: dict[int, SubTopology], settings: BatchSettings, task: str,
-              role: Role, records: list[RawRecords] | None) -> None:
-        """One unit of a task's work: open/restore/tail (`records` None) or process and commit."""
+              role: Role, records: list[RawRecords] | None) -> bool:
+        """One unit of a task's work: open/restore/tail (`records` None) or process and commit;
+        False if it ended without committing what it processed."""
         ranges: tuple[InputRange, ...] = ()
         if records is not None:
             process = self._process_item(task, records)
             if process is None:
-                return
+                return True
             ranges = process.ranges
         elif role == "active":
             ranges = tuple(InputRange(topic, p, -1, -1) for topic, p in self._inputs(subs, task))
@@ -566,6 +636,7 @@ class ContinuousLoop:
         with self._lock:
             if self._work is not None and self._work.generation == work.generation:
                 self._results[task] = merge_results(self._results.get(task), result)
+        return result.status in ("processed", "restoring", "standby", "aborted")
 
 
 

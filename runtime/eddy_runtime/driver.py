@@ -55,7 +55,7 @@ from eddy_runtime.runtime_state import Volumes, probe_inventories, runtime_state
 from eddy_runtime.spark_plan import BatchJob, SlotLayout, batch_job, close_runners, dataframe_item_slots, slot_layout
 from eddy_runtime.startup import PreparedApp, load_pipeline, prepare_app, ship_by_value
 from eddy_runtime.work import BatchSettings, ContinuousWork, ItemResult, WorkItem
-from eddy_runtime.work_push import push_work
+from eddy_runtime.work_push import push_work, release_tasks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,6 +66,9 @@ log = logging.getLogger("eddy.driver")
 
 #: every this many batches, executors report what their volumes hold even without a new assignment
 INVENTORY_EVERY_BATCHES = 20
+#: how long a live runner has to let go of the continuous actives a generation takes from it
+#: before it is fenced instead (fences.py; at least 5 commit intervals)
+RELEASE_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -241,13 +244,23 @@ class Driver:
                    for e, tasks in work.items()}, self.app, self._push_token)
 
     def _fence_for(self, assignment: Assignment) -> None:
-        """Exactly-once continuous: before any runner hears of `assignment`, fence the runner
-        transactions of the executors that lose a continuous active in it (fences.py)."""
+        """Exactly-once continuous: before any runner hears of `assignment`, the executors that
+        lose a continuous active in it let it go, or have their runner transactions fenced
+        (fences.py); only an executor that `assignment` still names is asked to let go."""
         if self._fences is None or self.compiled is None:
             return
         actives = {task: placement.active for sub in self.compiled.subtopologies if sub.id in self._continuous
                    for task in sub.task_ids if (placement := assignment.tasks.get(task)) is not None}
-        self._fences.before_generation(assignment.generation, actives)
+        named = set(assignment.executors()) - self._lost
+
+        def release(losing: Mapping[str, Sequence[str]]) -> set[str]:
+            asked = {e: tasks for e, tasks in losing.items() if e in named}
+            if not asked:
+                return set()
+            return release_tasks(self._query_addresses, asked, self.app, self._push_token, assignment.generation,
+                                 max(RELEASE_TIMEOUT_S, 5 * self.spec.trigger_interval_s))
+
+        self._fences.before_generation(assignment.generation, actives, release)
 
     def fence_epochs(self) -> dict[str, int]:
         """Each executor's fence epoch, as every generation's work carries it (fences.py)."""

@@ -9,8 +9,13 @@ owns the assignment instead of a consumer group, so it fences with a topic of it
 - ``<app>-eddy-fences`` (compacted, one partition) maps each executor to its fence epoch. Only the
   driver writes it.
 - Before any runner hears of a generation in which executor A no longer holds a continuous active
-  it held, the driver raises A's epoch, writes it, then fences A's transactional id (a producer of
-  that id initialised: A's open transaction is aborted and A's producer can no longer commit).
+  it held, the driver first asks A's runner, if A is live, to let those tasks go (work_push.py,
+  `ContinuousLoop.release`): A stops processing them, waits for the round holding them to commit
+  and closes them. A that answers so in time keeps its epoch and its committer, as a Kafka Streams
+  thread that revokes a task in a cooperative rebalance does. Otherwise (A died, does not answer,
+  or a round holding them did not commit cleanly) the driver raises A's epoch, writes it, then
+  fences A's transactional id (a producer of that id initialised: A's open transaction is aborted
+  and A's producer can no longer commit).
 - Each generation's work for A carries A's epoch. A runner that makes a committer (its
   ``init_transactions``) reads its epoch from the topic afterwards: above the epoch of the work it
   holds means a later generation fenced it first, so its work is stale and it commits nothing
@@ -25,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, Producer, TopicPartition
@@ -105,18 +110,27 @@ class FenceBook:
         with self._lock:
             return dict(self._epochs)
 
-    def before_generation(self, generation: int, actives: Mapping[str, str]) -> None:
+    def before_generation(self, generation: int, actives: Mapping[str, str],
+                          release: Callable[[Mapping[str, Sequence[str]]], Collection[str]] | None = None) -> None:
         """Before any runner hears of `generation` (`actives`: each continuous task's active
-        executor in it): fence each executor that held one of them last and holds it no longer.
-        Once per generation; a second caller waits for the first one's fences."""
+        executor in it): each executor that held one of them last and holds it no longer either
+        lets them go (`release`: executor -> the tasks it loses; gives back the executors that
+        did so cleanly) or is fenced. Once per generation; a second caller waits for the first."""
         with self._lock:
             if generation <= self._generation:
                 return
-            losers = {old for task, old in self._holders.items() if actives.get(task) != old}
-            fresh = {e for e in actives.values() if e not in self._epochs and e not in losers}
+            losing: dict[str, list[str]] = {}
+            for task, old in sorted(self._holders.items()):
+                if actives.get(task) != old:
+                    losing.setdefault(old, []).append(task)
+            fresh = {e for e in actives.values() if e not in self._epochs and e not in losing}
             # named in the topic, so that a later driver fences them
             self._write({e: 0 for e in fresh})
             self._epochs.update({e: 0 for e in fresh})
+            released = set(release(losing)) if release is not None and losing else set()
+            if released:
+                log.info("generation %d: %s let their tasks go", generation, sorted(released))
+            losers = set(losing) - released
             if losers:
                 log.info("generation %d: fencing the runner transactions of %s", generation, sorted(losers))
                 self._fence(losers)

@@ -44,7 +44,7 @@ from eddy_runtime.metrics import ExecutorMetrics
 from eddy_runtime.queries import StoreQueries
 from eddy_runtime.runner_client import PROTOCOL
 from eddy_runtime.task_runner import TaskRunner
-from eddy_runtime.work_push import PUSH_PATH, push_endpoint
+from eddy_runtime.work_push import PUSH_PATH, RELEASE_PATH, push_endpoint, release_endpoint
 
 __all__ = ["METRICS_ADDRESS_FILE", "main", "serve"]
 
@@ -120,7 +120,7 @@ METRICS_ADDRESS_FILE = "eddy-runner-metrics"
 
 def _serve_endpoint(state_dir: str, runner: TaskRunner) -> HealthAndMetricsServer | None:
     """The executor's metrics, interactive queries (queries.py) and the driver's pushes of new
-    generations (work_push.py), served over HTTP. On a
+    generations and releases (work_push.py), served over HTTP. On a
     Kubernetes pod: on the pod's metrics port (``EDDY_METRICS_PORT``, set by the executor pod
     template) and its IP. Elsewhere (local-cluster, where several executors share one host and the
     driver serves that port): on 127.0.0.1, with a port the kernel picks. Either way the address
@@ -133,8 +133,10 @@ def _serve_endpoint(state_dir: str, runner: TaskRunner) -> HealthAndMetricsServe
     queries = StoreQueries(lambda: runner.routing, runner, lambda: runner.query_address)
     try:
         server = HealthAndMetricsServer(int(port) if on_pod and port else 0, addr, runner.metrics.registry, None,
-                                        queries.wsgi, {PUSH_PATH: push_endpoint(runner.continuous.app_token,
-                                                                                runner.continuous.push)})
+                                        queries.wsgi,
+                                        {PUSH_PATH: push_endpoint(runner.continuous.app_token, runner.continuous.push),
+                                         RELEASE_PATH: release_endpoint(runner.continuous.app_token,
+                                                                        runner.continuous.release)})
     except (OSError, ValueError) as e:
         log.warning("cannot serve executor metrics and queries on %s:%s: %s", addr, port, e)
         return None

@@ -162,6 +162,10 @@ class TaskRunner:
         for task in gone:
             self._close(task, "no longer assigned here")
 
+    def close_task(self, task_id: str, why: str) -> None:
+        """Close a held task, if held (it is opened again, and restores its delta, if it comes back)."""
+        self._close(task_id, why)
+
     def _close(self, task_id: str, why: str) -> None:
         with self._tasks_lock:
             t = self._tasks.pop(task_id, None)

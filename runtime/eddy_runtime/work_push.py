@@ -11,8 +11,14 @@ already has the app's program and settings from an earlier sync; the Spark job f
 before (it also closes the copies the executor no longer holds). A push that fails or comes late
 changes nothing.
 
-The endpoint changes what an executor runs, so it takes a push only with the token the driver
-sent its runners in the batch settings (`BatchSettings.push_token`, over Spark's own channel).
+A release (`RELEASE_PATH`) comes before a generation that takes continuous actives away from a
+live executor under exactly-once: the runner stops processing them, waits for the round that
+holds them to commit, and answers whether they were let go cleanly (fences.py: the driver fences
+only the executors that did not).
+
+The endpoints change what an executor runs, so they take a request only with the token the
+driver sent its runners in the batch settings (`BatchSettings.push_token`, over Spark's own
+channel).
 """
 
 from __future__ import annotations
@@ -21,17 +27,31 @@ import hmac
 import json
 import logging
 import threading
+import time
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from eddy_runtime.work import ContinuousWork, Role
 
-__all__ = ["PUSH_PATH", "TOKEN_HEADER", "decode_work", "encode_work", "push_endpoint", "push_work"]
+__all__ = [
+    "PUSH_PATH",
+    "RELEASE_PATH",
+    "TOKEN_HEADER",
+    "decode_release",
+    "decode_work",
+    "encode_release",
+    "encode_work",
+    "push_endpoint",
+    "push_work",
+    "release_endpoint",
+    "release_tasks",
+]
 
 log = logging.getLogger("eddy.driver")
 
 PUSH_PATH = "/continuous-work"
+RELEASE_PATH = "/continuous-release"
 TOKEN_HEADER = "X-Eddy-Push-Token"
 PUSH_TIMEOUT_S = 2.0
 _MAX_BODY = 1 << 20
@@ -62,17 +82,40 @@ def decode_work(body: bytes) -> tuple[str, ContinuousWork]:
     return str(doc["app"]), ContinuousWork(generation, tuple(tasks), float(interval), epoch)
 
 
+def encode_release(app: str, generation: int, tasks: Sequence[str], timeout_s: float) -> bytes:
+    return json.dumps({"app": app, "generation": generation, "tasks": list(tasks), "timeoutS": timeout_s},
+                      separators=(",", ":")).encode()
+
+
+def decode_release(body: bytes) -> tuple[str, int, tuple[str, ...], float]:
+    """(app, generation, tasks, timeout) from a release; ValueError when it is not one."""
+    doc = json.loads(body)
+    if not isinstance(doc, dict):
+        raise ValueError("a release is a JSON object")
+    generation, tasks, timeout = doc["generation"], doc["tasks"], doc["timeoutS"]
+    if not isinstance(generation, int) or not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+        raise ValueError("generation must be an integer and tasks a list of task ids")
+    if not isinstance(timeout, int | float) or not 0 < timeout <= 60:
+        raise ValueError("timeoutS must be a number of seconds in (0, 60]")
+    return str(doc["app"]), generation, tuple(tasks), float(timeout)
+
+
+def _post(address: str, path: str, body: bytes, token: str, timeout_s: float) -> dict[str, Any]:
+    request = urllib.request.Request(f"http://{address}{path}", data=body, method="POST",
+                                     headers={"Content-Type": "application/json", TOKEN_HEADER: token})
+    with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+        answer = json.loads(reply.read())
+    return answer if isinstance(answer, dict) else {}
+
+
 def push_work(addresses: Mapping[str, str], work: Mapping[str, ContinuousWork], app: str, token: str,
               timeout_s: float = PUSH_TIMEOUT_S) -> list[threading.Thread]:
     """POST each executor's work to its runner (`addresses`: executor -> host:port), each on a
     thread of its own; the threads (already started) are returned, for whoever wants to wait."""
 
     def post(executor: str, address: str, body: bytes) -> None:
-        request = urllib.request.Request(f"http://{address}{PUSH_PATH}", data=body, method="POST",
-                                         headers={"Content-Type": "application/json", TOKEN_HEADER: token})
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-                taken = json.loads(reply.read()).get("taken")
+            taken = _post(address, PUSH_PATH, body, token, timeout_s).get("taken")
             log.debug("generation %d pushed to executor %s (taken: %s)", work[executor].generation, executor, taken)
         except Exception as e:  # noqa: BLE001 - the Spark job brings the same work a little later
             log.info("could not push generation %d to executor %s at %s: %s", work[executor].generation,
@@ -90,21 +133,94 @@ def push_work(addresses: Mapping[str, str], work: Mapping[str, ContinuousWork], 
     return threads
 
 
+def release_tasks(addresses: Mapping[str, str], releases: Mapping[str, Sequence[str]], app: str, token: str,
+                  generation: int, timeout_s: float) -> set[str]:
+    """Ask each executor of `releases` (executor -> the continuous actives it loses in
+    `generation`) to let its tasks go, all at once; the executors that answered, within
+    `timeout_s`, that they did so cleanly. One without an address, one that does not answer in
+    time and one that could not are left out (the caller fences them)."""
+    released: set[str] = set()
+    lock = threading.Lock()
+
+    def post(executor: str, address: str, body: bytes) -> None:
+        try:
+            answer = _post(address, RELEASE_PATH, body, token, timeout_s + 1.0)
+        except Exception as e:  # noqa: BLE001 - the caller fences it instead
+            log.info("executor %s did not release its tasks for generation %d: %s", executor, generation, e)
+            return
+        if answer.get("released") is True:
+            with lock:
+                released.add(executor)
+        else:
+            log.info("executor %s could not release %s cleanly for generation %d", executor,
+                     sorted(releases[executor]), generation)
+
+    threads = []
+    for executor, tasks in releases.items():
+        address = addresses.get(executor)
+        if not address:
+            continue
+        thread = threading.Thread(target=post, args=(executor, address,
+                                                     encode_release(app, generation, tasks, timeout_s)),
+                                  name=f"eddy-release-{executor}", daemon=True)
+        thread.start()
+        threads.append(thread)
+    deadline = time.monotonic() + timeout_s + 2.0
+    for thread in threads:
+        thread.join(max(deadline - time.monotonic(), 0.0))
+    with lock:
+        return set(released)
+
+
 def push_endpoint(app_token: Callable[[], tuple[str, str] | None],
                   take: Callable[[ContinuousWork], bool]) -> Callable[..., Iterable[bytes]]:
     """The runner's WSGI app for `PUSH_PATH`. `app_token`: the (app, token) of the runner's
     current settings (None before its first sync); `take`: hands the work to the loop, True if
     it took it."""
 
+    def answer(app: str, body: bytes) -> tuple[str, dict[str, Any]]:
+        try:
+            pushed_app, work = decode_work(body)
+        except (ValueError, KeyError, TypeError) as e:
+            return "400 Bad Request", {"error": f"not a generation's work: {e}"}
+        if pushed_app != app:
+            return "409 Conflict", {"error": f"this runner runs app {app!r}, not {pushed_app!r}"}
+        return "200 OK", {"taken": take(work)}
+
+    return _endpoint(app_token, PUSH_PATH, "a generation's work", answer)
+
+
+def release_endpoint(app_token: Callable[[], tuple[str, str] | None],
+                     release: Callable[[int, tuple[str, ...], float], bool]) -> Callable[..., Iterable[bytes]]:
+    """The runner's WSGI app for `RELEASE_PATH`; `release(generation, tasks, timeout)`: True once
+    the loop let the tasks go cleanly (`ContinuousLoop.release`)."""
+
+    def answer(app: str, body: bytes) -> tuple[str, dict[str, Any]]:
+        try:
+            asked_app, generation, tasks, timeout = decode_release(body)
+        except (ValueError, KeyError, TypeError) as e:
+            return "400 Bad Request", {"error": f"not a release: {e}"}
+        if asked_app != app:
+            return "409 Conflict", {"error": f"this runner runs app {app!r}, not {asked_app!r}"}
+        return "200 OK", {"released": release(generation, tasks, timeout)}
+
+    return _endpoint(app_token, RELEASE_PATH, "a release", answer)
+
+
+def _endpoint(app_token: Callable[[], tuple[str, str] | None], path: str, what: str,
+              answer: Callable[[str, bytes], tuple[str, dict[str, Any]]]) -> Callable[..., Iterable[bytes]]:
+    """A WSGI app that takes a POSTed JSON body with the push token of the runner's current
+    settings and hands (the runner's app, the body) to `answer`."""
+
     def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        status, body = _answer(environ)
+        status, body = _checked(environ)
         data = json.dumps(body, separators=(",", ":")).encode()
         start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
         return [data]
 
-    def _answer(environ: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _checked(environ: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         if environ.get("REQUEST_METHOD") != "POST":
-            return "405 Method Not Allowed", {"error": f"POST a generation's work to {PUSH_PATH}"}
+            return "405 Method Not Allowed", {"error": f"POST {what} to {path}"}
         current = app_token()
         given = environ.get("HTTP_" + TOKEN_HEADER.upper().replace("-", "_"), "")
         if current is None:
@@ -115,11 +231,9 @@ def push_endpoint(app_token: Callable[[], tuple[str, str] | None],
             length = int(environ.get("CONTENT_LENGTH") or 0)
             if not 0 < length <= _MAX_BODY:
                 raise ValueError(f"body of {length} bytes")
-            app, work = decode_work(environ["wsgi.input"].read(length))
+            body = environ["wsgi.input"].read(length)
         except (ValueError, KeyError, TypeError) as e:
-            return "400 Bad Request", {"error": f"not a generation's work: {e}"}
-        if app != current[0]:
-            return "409 Conflict", {"error": f"this runner runs app {current[0]!r}, not {app!r}"}
-        return "200 OK", {"taken": take(work)}
+            return "400 Bad Request", {"error": f"not {what}: {e}"}
+        return answer(current[0], body)
 
     return wsgi

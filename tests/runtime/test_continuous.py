@@ -1,7 +1,7 @@
 """The continuous path on real Kafka and a local-cluster: an app of Eddy's own steps runs in the
 executors' task runners without micro-batches, and keeps exactly-once through an executor
 SIGKILL and the assignment generations that follow (tasks fail over to the standbys, then move
-back onto the replacement executor)."""
+back onto the replacement executor, which the survivor lets them go to)."""
 
 from __future__ import annotations
 
@@ -76,8 +76,10 @@ def test_an_executor_kill_and_the_generations_after_it_lose_and_duplicate_no_upd
         run.stop()
     assert run.error is None, run.error
     # The survivors took the new generations from the driver's push, ahead of the syncs.
-    logs = (tmp_path / "state").glob("executor-*/eddy-runner.log")
-    assert any("pushed:" in log.read_text(errors="replace") for log in logs), "no runner took a pushed generation"
+    logs = [log.read_text(errors="replace") for log in (tmp_path / "state").glob("executor-*/eddy-runner.log")]
+    assert any("pushed:" in log for log in logs), "no runner took a pushed generation"
+    # The survivor let the tasks that moved onto the replacement go, instead of being fenced.
+    assert any("released [" in log for log in logs), "no runner let its tasks go"
     # Exactly once: each word's updates go up one commit at a time and end at its true count.
     updates: dict[str, list[int]] = {}
     for m in read_all(kafka.bootstrap, out):

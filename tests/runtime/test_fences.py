@@ -123,3 +123,33 @@ def test_a_driver_starting_fences_the_runners_of_an_earlier_one(kafka):
             commit_one(r, out, b"zombie")
         r.close()
     second.close()
+
+
+def test_a_runner_that_lets_its_tasks_go_keeps_its_transactions_and_one_that_does_not_is_fenced(kafka):
+    app = kafka.unique_name("fences")
+    kafka.create_topic(fence_topic(app), partitions=1, config={"cleanup.policy": "compact"})
+    out = kafka.create_topic(f"{app}-out", partitions=1)
+    book = FenceBook(kafka.bootstrap, app)
+    book.start()
+    book.before_generation(1, {"0_0": "1", "0_1": "2", "0_2": "2"})
+    runner1, runner2 = committer(kafka.bootstrap, app, "1"), committer(kafka.bootstrap, app, "2")
+    for r in (runner1, runner2):
+        commit_one(r, out, b"gen1")
+    asked: list[dict[str, list[str]]] = []
+
+    def release(losing):
+        asked.append({e: list(tasks) for e, tasks in losing.items()})
+        return {"1"}  # executor 2 did not answer
+
+    book.before_generation(2, {"0_0": "3", "0_1": "3", "0_2": "3"}, release)
+    assert asked == [{"1": ["0_0"], "2": ["0_1", "0_2"]}]
+    assert book.epochs() == {"1": 0, "2": 1, "3": 0}
+    assert read_epochs(kafka.bootstrap, fence_topic(app)) == {"1": 0, "2": 1, "3": 0}
+    commit_one(runner1, out, b"released")  # let go cleanly: its producer goes on (other tasks)
+    with pytest.raises(TaskFenced):
+        commit_one(runner2, out, b"zombie")
+    book.before_generation(3, {"0_0": "3", "0_1": "3", "0_2": "3"}, release)
+    assert len(asked) == 1  # nobody lost anything
+    runner1.close()
+    runner2.close()
+    book.close()

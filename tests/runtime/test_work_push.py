@@ -1,10 +1,13 @@
 """A new generation pushed to a runner's endpoint (work_push.py), over loopback HTTP: the loop
 takes it only with the driver's token, for its own app, when it is newer than what it runs and
-after a first sync; a push that is refused changes nothing."""
+after a first sync; a push that is refused changes nothing. A release answers only once no step
+or round of the released tasks is under way, and says whether they ended cleanly."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -17,7 +20,19 @@ from eddy_runtime.health import HealthAndMetricsServer
 from eddy_runtime.kafka_client import KafkaClientConfig
 from eddy_runtime.task_runner import TaskRunner
 from eddy_runtime.work import BatchSettings, ContinuousWork
-from eddy_runtime.work_push import PUSH_PATH, TOKEN_HEADER, decode_work, encode_work, push_endpoint, push_work
+from eddy_runtime.work_push import (
+    PUSH_PATH,
+    RELEASE_PATH,
+    TOKEN_HEADER,
+    decode_release,
+    decode_work,
+    encode_release,
+    encode_work,
+    push_endpoint,
+    push_work,
+    release_endpoint,
+    release_tasks,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -30,7 +45,8 @@ SETTINGS = BatchSettings(app="wc", batch_id=1, generation=3, kafka=KafkaClientCo
 def served(tmp_path) -> Iterator[tuple[ContinuousLoop, str]]:
     loop = TaskRunner("1", str(tmp_path)).continuous
     server = HealthAndMetricsServer(0, "127.0.0.1", CollectorRegistry(), None,
-                                    routes={PUSH_PATH: push_endpoint(loop.app_token, loop.push)})
+                                    routes={PUSH_PATH: push_endpoint(loop.app_token, loop.push),
+                                            RELEASE_PATH: release_endpoint(loop.app_token, loop.release)})
     try:
         yield loop, f"127.0.0.1:{server.port}"
     finally:
@@ -38,9 +54,10 @@ def served(tmp_path) -> Iterator[tuple[ContinuousLoop, str]]:
         loop.close()
 
 
-def post(address: str, body: bytes, token: str | None = "s3cret", method: str = "POST") -> tuple[int, dict]:
+def post(address: str, body: bytes, token: str | None = "s3cret", method: str = "POST",
+         path: str = PUSH_PATH) -> tuple[int, dict]:
     headers = {"Content-Type": "application/json", **({TOKEN_HEADER: token} if token is not None else {})}
-    request = urllib.request.Request(f"http://{address}{PUSH_PATH}", data=body if method == "POST" else None,
+    request = urllib.request.Request(f"http://{address}{path}", data=body if method == "POST" else None,
                                      method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=5) as reply:
@@ -92,3 +109,59 @@ def test_the_driver_side_pushes_each_executor_its_own_work_and_skips_those_witho
         t.join(5)
     assert loop.push(work(5)) is False  # the push already took generation 5
     assert loop.push(work(6)) is True
+
+
+def test_a_release_round_trips_as_json_and_anything_else_is_refused(served):
+    loop, address = served
+    assert decode_release(encode_release("wc", 7, ["1_0", "0_2"], 2.0)) == ("wc", 7, ("1_0", "0_2"), 2.0)
+    for bad in (b"[]", b'{"app":"wc","generation":7,"tasks":"1_0","timeoutS":2}',
+                b'{"app":"wc","generation":7,"tasks":["1_0"],"timeoutS":0}',
+                b'{"app":"wc","generation":7.5,"tasks":["1_0"],"timeoutS":2}'):
+        with pytest.raises((ValueError, KeyError, TypeError)):
+            decode_release(bad)
+    body = encode_release("wc", 4, ["1_0"], 1.0)
+    assert post(address, body, path=RELEASE_PATH)[0] == 503  # no sync yet
+    loop.sync({}, SETTINGS, work(3))
+    assert post(address, body, token="guess", path=RELEASE_PATH)[0] == 403
+    assert post(address, encode_release("other-app", 4, ["1_0"], 1.0), path=RELEASE_PATH)[0] == 409
+    assert post(address, b"{}", path=RELEASE_PATH)[0] == 400
+    assert post(address, body, path=RELEASE_PATH) == (200, {"released": True})  # nothing of it under way
+
+
+def test_a_release_waits_for_the_round_holding_the_task_and_says_whether_it_committed(served):
+    loop, address = served
+    loop.sync({}, SETTINGS, work(3))
+    old = work(3, ("1_0", "active"), ("1_1", "active"))
+    answers: list[set[str]] = []
+
+    def release_in_background(timeout_s: float) -> threading.Thread:
+        thread = threading.Thread(target=lambda: answers.append(
+            release_tasks({"1": address}, {"1": ["1_0"]}, "wc", "s3cret", 4, timeout_s)))
+        thread.start()
+        return thread
+
+    with loop._committing_tasks(old, ["1_0", "1_1"], "active") as (allowed, clean):
+        assert allowed == ["1_0", "1_1"]
+        assert release_tasks({"1": address}, {"1": ["1_0"]}, "wc", "s3cret", 4, 0.3) == set()  # still committing
+        waiting = release_in_background(5.0)
+        time.sleep(0.3)
+        assert not answers  # it waits for the round
+        clean[0] = True
+    waiting.join(5)
+    assert answers == [{"1"}]
+
+    # Released for generation 4: work older than that may not run 1_0 any more; 1_1 and newer work may.
+    with loop._committing_tasks(old, ["1_0", "1_1"], "active") as (allowed, clean):
+        assert allowed == ["1_1"]
+        clean[0] = True
+    loop.sync({}, SETTINGS, work(5))  # (no tasks: the loop's thread does not start)
+    with loop._committing_tasks(work(5, ("1_0", "active")), ["1_0"], "active") as (allowed, clean):
+        assert allowed == ["1_0"]
+        clean[0] = False  # a round that did not commit cleanly: a release of it is refused
+    assert loop.release(6, ["1_0"], 1.0) is True  # a new release forgets the earlier outcome
+    loop.sync({}, SETTINGS, work(7))
+    with loop._committing_tasks(work(7, ("1_0", "active")), ["1_0"], "active") as (allowed, clean):
+        waiting = release_in_background(5.0)
+        time.sleep(0.2)
+    waiting.join(5)
+    assert answers[-1] == set()  # the round holding it did not commit cleanly: fence it
