@@ -54,6 +54,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: send_offsets_to_transaction takes milliseconds (AddOffsetsToTxn, TxnOffsetCommit); past this it
+#: waits on a group coordinator that went away (`TaskCommitter._bounded`)
+SEND_OFFSETS_TIMEOUT_S = 10.0
+
 Guarantee = Literal["exactly_once", "at_least_once"]
 
 GUARANTEES: tuple[str, ...] = ("exactly_once", "at_least_once")
@@ -279,8 +283,9 @@ class TaskCommitter:
             if inputs:
                 tps = [TopicPartition(t, part, off) for (t, part), off in inputs.items()]
                 metadata = group_metadata or self._consumer.consumer_group_metadata()
+                bound = min(self._timeout, SEND_OFFSETS_TIMEOUT_S)
                 self._bounded("send_offsets_to_transaction",
-                              lambda: self._producer.send_offsets_to_transaction(tps, metadata, self._timeout))
+                              lambda: self._producer.send_offsets_to_transaction(tps, metadata, bound), bound)
             # flush serves the delivery reports that carry the changelog offsets.
             remaining = self._producer.flush(self._timeout)
             if remaining:
@@ -307,8 +312,8 @@ class TaskCommitter:
             raise CommitFailed(f"{self._ctx}: delivery errors in a committed transaction: {errors[:3]}")
         return sent
 
-    def _bounded(self, what: str, call: Callable[[], None]) -> None:
-        """`call()`, given up on after the committer's timeout even if the client ignores it.
+    def _bounded(self, what: str, call: Callable[[], None], timeout_s: float) -> None:
+        """`call()`, given up on after `timeout_s` (its own timeout) even if the client ignores it.
 
         librdkafka's send_offsets_to_transaction can wait forever, past its timeout, when the
         group coordinator's broker goes away (confluentinc/librdkafka#5456, #5511; seen here with
@@ -325,10 +330,10 @@ class TaskCommitter:
 
         worker = threading.Thread(target=run, name=f"{what} {self._ctx}", daemon=True)
         worker.start()
-        worker.join(self._timeout + 5)
+        worker.join(timeout_s + 5)
         if not outcome:
-            self._unusable = f"{what} did not return within {self._timeout}s"
-            raise TaskFenced(f"{self._ctx}: {what} hung past its {self._timeout}s timeout; the task is "
+            self._unusable = f"{what} did not return within {timeout_s}s"
+            raise TaskFenced(f"{self._ctx}: {what} hung past its {timeout_s}s timeout; the task is "
                              "reopened with a new producer", fatal=True)
         if outcome[0] is not None:
             raise outcome[0]
