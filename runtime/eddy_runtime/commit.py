@@ -177,7 +177,11 @@ class TaskCommitter:
         group_id: str | None = None,
         producer_overrides: Mapping[str, Any] | None = None,
         timeout_s: float = 60.0,
+        fence: bool = True,
     ) -> None:
+        """`fence` False (exactly-once only): the task commits through its runner's transactions
+        (continuous.py, fences.py), so this committer only reads its committed positions; its
+        producer is not initialised (no fence of ``<app>-<task>``) and commits raise."""
         if guarantee not in GUARANTEES:
             raise ValueError(f"guarantee must be one of {GUARANTEES}, got {guarantee!r}")
         self.app = app
@@ -194,7 +198,10 @@ class TaskCommitter:
             kafka, {"group.id": self.group_id, "enable.auto.commit": False, "client.id": f"{app}-{task_id}-committer"}
         )
         self._unusable: str | None = None
-        if guarantee == "exactly_once":
+        #: why this committer may not commit (it only reads positions), if so
+        self._read_only = (None if fence or guarantee != "exactly_once"
+                           else "it commits through its runner's transactions")
+        if guarantee == "exactly_once" and fence:
             # Fences any zombie with this transactional.id and aborts its open transaction, so
             # the changelog's last stable offset is final before this task restores.
             try:
@@ -253,6 +260,8 @@ class TaskCommitter:
         own stores' changelog offsets. All of them commit, or none."""
         if self._unusable:
             raise TaskFenced(f"{self._ctx}: committer is unusable: {self._unusable}", fatal=True)
+        if self._read_only:
+            raise CommitFailed(f"{self._ctx}: this committer only reads positions: {self._read_only}", fatal=True)
         started = time.monotonic()
         self._collector.begin()
         inputs = {tp: off for p in parts for tp, off in p.input_offsets.items()}

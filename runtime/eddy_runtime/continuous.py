@@ -624,7 +624,7 @@ class ContinuousLoop:
         elif role == "active":
             ranges = tuple(InputRange(topic, p, -1, -1) for topic, p in self._inputs(subs, task))
         item = WorkItem(task, role, ranges, restore_only=records is None and role == "active")
-        slot = SlotWork(self.runner.executor_id, (item,))
+        slot = SlotWork(self.runner.executor_id, (item,), runner_transactions=settings.guarantee == "exactly_once")
         started = time.monotonic()
         result = replace(self.runner.run_item(subs, settings, slot, item, None, records),
                          duration_s=time.monotonic() - started)

@@ -241,8 +241,10 @@ class TaskRunner:
         if t is not None:
             t.positions = None
 
-    def _task(self, settings: BatchSettings, sub: SubTopology, task_id: str, role: str) -> _Task:
-        """The held task in `role`: opened, promoted from standby, or reopened as a standby."""
+    def _task(self, settings: BatchSettings, sub: SubTopology, task_id: str, role: str,
+              runner_transactions: bool = False) -> _Task:
+        """The held task in `role`: opened, promoted from standby, or reopened as a standby.
+        `runner_transactions`: it commits through the runner's transactions (`SlotWork`)."""
         with self._tasks_lock:
             t = self._tasks.get(task_id)
         if t is not None and t.manager.role == role:
@@ -264,6 +266,7 @@ class TaskRunner:
             role=role,  # type: ignore[arg-type]
             guarantee=settings.guarantee,
             lock_timeout=5.0,
+            fence_task_producer=not runner_transactions,
         )
         log.info("opened task %s as %s", task_id, role)
         t = _Task(manager)
@@ -291,7 +294,7 @@ class TaskRunner:
             return replace(base, status="misplaced", message=str(e))
         sub = subs[TaskId.parse(item.task).subtopology]
         try:
-            t = self._task(settings, sub, item.task, item.role)
+            t = self._task(settings, sub, item.task, item.role, slot.runner_transactions)
         except TaskDirectoryLocked as e:
             return replace(base, status="locked", message=str(e))
         except CommitFailed as e:  # init_transactions failed

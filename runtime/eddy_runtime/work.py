@@ -134,6 +134,9 @@ class SlotWork:
     inventory: bool = False
     #: executor slots only: what this executor runs continuously (continuous.py), and what it did since
     continuous: ContinuousWork | None = None
+    #: the continuous loop's own items under exactly-once: their tasks commit through the
+    #: runner's transactions, so opening one fences no producer of its own (fences.py)
+    runner_transactions: bool = False
 
     @property
     def idle(self) -> bool:

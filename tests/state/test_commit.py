@@ -165,3 +165,23 @@ def test_a_kafka_call_that_ignores_its_timeout_makes_the_committer_unusable(kafk
             committer.commit_to_kafka(None, [], {})
     finally:
         committer.close()
+
+
+def test_a_committer_of_a_task_on_its_runners_transactions_reads_positions_and_fences_nothing(kafka) -> None:
+    """On the continuous path under exactly-once a task commits through its runner's transactions;
+    opening it must not fence anything (that costs an init_transactions on the broker per task
+    moved), and its own committer must never commit."""
+    app = kafka.unique_name("readonly")
+    out = kafka.create_topic(f"{app}-out", partitions=1)
+    owner = TaskCommitter(app, "0_0", kafka.bootstrap, "exactly_once")
+    reader = TaskCommitter(app, "0_0", kafka.bootstrap, "exactly_once", fence=False)
+    try:
+        owner.commit_to_kafka(None, [OutputRecord(out, b"k", b"v", partition=0)], {(out, 0): 1})
+        assert owner.usable  # the read-only committer with the same transactional.id fenced nothing
+        assert reader.committed_offsets([(out, 0)]) == {(out, 0): 1}
+        with pytest.raises(CommitFailed, match="only reads positions"):
+            reader.commit_to_kafka(None, [], {(out, 0): 2})
+        assert reader.committed_offsets([(out, 0)]) == {(out, 0): 1}
+    finally:
+        owner.close()
+        reader.close()

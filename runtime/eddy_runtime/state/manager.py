@@ -124,6 +124,7 @@ class ProcessorStateManager:
         producer_overrides: Mapping[str, Any] | None = None,
         checkpoint_interval_s: float = 1.0,
         group_id: str | None = None,
+        fence_task_producer: bool = True,
     ) -> ProcessorStateManager:
         """Lock the task directory, open the stores and plan their restore (or standby tail).
 
@@ -131,13 +132,15 @@ class ProcessorStateManager:
         zombie of the task is fenced and its open transaction aborted first. Raises
         `TaskDirectoryLocked` naming the holder when another process has the task. `kafka`: the
         app's `KafkaClientConfig` (a bare bootstrap string means PLAINTEXT); `producer_overrides`
-        adjust the committer's producer settings.
+        adjust the committer's producer settings. `fence_task_producer` False: the task commits
+        through its runner's transactions (the continuous path under exactly-once), so its own
+        committer only reads positions and fences nothing (`TaskCommitter`'s `fence`).
         """
         if partition is None:
             partition = TaskId.parse(task_id).partition  # ValueError naming a malformed id
         kc = KafkaClientConfig.of(kafka)
         new_committer = functools.partial(TaskCommitter, app, task_id, kc, guarantee, group_id=group_id,
-                                          producer_overrides=producer_overrides)
+                                          producer_overrides=producer_overrides, fence=fence_task_producer)
         td = TaskDirectory(state_dir, app, task_id)
         return cls(app, task_id, stores, td, td.lock(timeout=lock_timeout), kc, partition,
                    role=role, new_committer=new_committer, checkpoint_interval_s=checkpoint_interval_s)
