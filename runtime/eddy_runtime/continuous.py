@@ -277,7 +277,9 @@ class ContinuousLoop:
                                          standby_chunk_seconds=STANDBY_CHUNK_S)
             results = list(self._results.values())
             self._results.clear()
-        self._ensure_running(work)
+        # Exactly-once: a runner with no continuous active yet (a newcomer's first sync) starts
+        # anyway and makes its committer, so the first tasks moved to it need not wait for that.
+        self._ensure_running(work, eager=settings.guarantee == "exactly_once")
         return results
 
     def push(self, work: ContinuousWork) -> bool:
@@ -349,9 +351,9 @@ class ContinuousLoop:
             settings = self._settings
         return (settings.app, settings.push_token) if settings is not None else None
 
-    def _ensure_running(self, work: ContinuousWork) -> None:
+    def _ensure_running(self, work: ContinuousWork, eager: bool = False) -> None:
         with self._start_lock:  # a sync and a push may come at once
-            if (self._thread is None or not self._thread.is_alive()) and work.tasks:
+            if (self._thread is None or not self._thread.is_alive()) and (work.tasks or eager):
                 self._stop.clear()
                 self._thread = threading.Thread(target=self._run, name="eddy-continuous", daemon=True)
                 self._thread.start()
@@ -432,8 +434,8 @@ class ContinuousLoop:
         now = time.monotonic()
         busy = self._busy()
         if shared:
-            if running and self._committer_ready(work, settings) and (
-                    self._round_future is None or self._round_future.done()):
+            ready = self._committer_ready(work, settings)  # made before the first active comes
+            if running and ready and (self._round_future is None or self._round_future.done()):
                 batch = [(task, poller.take(tps)) for task, tps in self._due_tasks(subs, running, busy, now, due)]
                 if batch:
                     self._round_due = now + work.commit_interval_s

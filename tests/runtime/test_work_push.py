@@ -37,7 +37,7 @@ from eddy_runtime.work_push import (
 pytestmark = pytest.mark.unit
 
 SETTINGS = BatchSettings(app="wc", batch_id=1, generation=3, kafka=KafkaClientConfig.of("127.0.0.1:9"),
-                         guarantee="exactly_once", bad_record_policy="fail", dead_letter_topic=None,
+                         guarantee="at_least_once", bad_record_policy="fail", dead_letter_topic=None,
                          state_dir="/nonexistent", per_executor_state_dirs=False, push_token="s3cret")
 
 
