@@ -30,17 +30,18 @@ lint:
 test-unit:
 	$(PYTEST) -m unit -q
 
-# The assignor's property tests again, with 1,000 examples each (tests/contract/conftest.py).
+# The assignor's property tests again, with 400 examples each (tests/contract/conftest.py).
 test-properties:
 	EDDY_HYPOTHESIS_PROFILE=thorough $(PYTEST) -m unit -q tests/contract
 
+# The slowest tests are listed at the end, so that a CI log shows where the stage's time went.
 test-integration:
-	$(PYTEST) -m integration -q
+	$(PYTEST) -m integration -q --durations=20
 
 # The slow end-to-end tests live in e2e/ and run in a stage of their own, on a real one-node
 # cluster inside a network namespace of their own (pod and Service addresses never leave it).
 test-e2e:
-	infra/cluster/netns.sh $(PYTEST) e2e -m e2e -q
+	infra/cluster/netns.sh $(PYTEST) e2e -m e2e -q --durations=13
 
 # Failover figures on real pods (bench/failover_pods.py): several minutes.
 bench-failover: setup

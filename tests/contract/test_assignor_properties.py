@@ -16,7 +16,7 @@ from tests.contract.test_assignor import prior_assignments
 
 pytestmark = pytest.mark.unit
 
-MANY = settings()  # examples: the profile (tests/contract/conftest.py): 1,000 in CI
+MANY = settings()  # examples: the profile (tests/contract/conftest.py): 400 in CI
 Scenario = tuple[list[Executor], dict[str, int], dict[str, dict[str, int]], Assignment | None, AssignorSettings,
                  list[str]]
 
