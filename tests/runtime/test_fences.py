@@ -23,16 +23,22 @@ def committer(bootstrap: str, app: str, executor: str) -> TaskCommitter:
     return TaskCommitter(app, runner_transactional_id(executor), bootstrap, "exactly_once")
 
 
-def commit_one(c: TaskCommitter, topic: str, value: bytes) -> None:
-    c.commit_parts([CommitPart(None, [OutputRecord(topic, b"k", value, partition=0)], {})])
-
-
-def test_a_runner_losing_an_active_is_fenced_first_and_its_open_transaction_aborted_at_once(kafka):
+def started_book(kafka) -> tuple[str, str, FenceBook]:
+    """A new app's fence topic and output topic, and its driver's fences, started."""
     app = kafka.unique_name("fences")
     kafka.create_topic(fence_topic(app), partitions=1, config={"cleanup.policy": "compact"})
     out = kafka.create_topic(f"{app}-out", partitions=1)
     book = FenceBook(kafka.bootstrap, app)
     book.start()
+    return app, out, book
+
+
+def commit_one(c: TaskCommitter, topic: str, value: bytes) -> None:
+    c.commit_parts([CommitPart(None, [OutputRecord(topic, b"k", value, partition=0)], {})])
+
+
+def test_a_runner_losing_an_active_is_fenced_first_and_its_open_transaction_aborted_at_once(kafka):
+    app, out, book = started_book(kafka)
     book.before_generation(1, {"0_0": "1", "0_1": "2"})
     assert book.epochs() == {"1": 0, "2": 0}
     assert read_epochs(kafka.bootstrap, fence_topic(app)) == {"1": 0, "2": 0}
@@ -126,11 +132,7 @@ def test_a_driver_starting_fences_the_runners_of_an_earlier_one(kafka):
 
 
 def test_a_runner_that_lets_its_tasks_go_keeps_its_transactions_and_one_that_does_not_is_fenced(kafka):
-    app = kafka.unique_name("fences")
-    kafka.create_topic(fence_topic(app), partitions=1, config={"cleanup.policy": "compact"})
-    out = kafka.create_topic(f"{app}-out", partitions=1)
-    book = FenceBook(kafka.bootstrap, app)
-    book.start()
+    app, out, book = started_book(kafka)
     book.before_generation(1, {"0_0": "1", "0_1": "2", "0_2": "2"})
     runner1, runner2 = committer(kafka.bootstrap, app, "1"), committer(kafka.bootstrap, app, "2")
     for r in (runner1, runner2):
