@@ -483,8 +483,13 @@ def test_the_eddy_operator_command_serves_liveness_and_metrics(kube, crd, namesp
         assert health == 200
         apply(kube, example(namespace))
         wait_for(lambda: get_or_none(kube, "statefulset", "wordcount-driver", namespace), 60, what="reconciled driver")
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
-        assert 'eddy_operator_reconciles_total{result="success"}' in metrics
+        # The driver's StatefulSet is created mid-reconcile: its success is counted when the
+        # reconcile returns, a moment later on a loaded machine.
+        def reconciled() -> str | None:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+            return text if 'eddy_operator_reconciles_total{result="success"}' in text else None
+
+        metrics = wait_for(reconciled, 30, interval=0.2, what="a successful reconcile in the metrics")
         assert "eddy_operator_reconcile_duration_seconds_count" in metrics
         kube.kubectl("delete", "streamapp", APP, "-n", namespace, "--wait=true", "--timeout=60s")
     finally:
