@@ -30,7 +30,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from eddy_runtime.work import ContinuousWork, Role
 
@@ -121,16 +121,7 @@ def push_work(addresses: Mapping[str, str], work: Mapping[str, ContinuousWork], 
             log.info("could not push generation %d to executor %s at %s: %s", work[executor].generation,
                      executor, address, e)
 
-    threads = []
-    for executor, w in work.items():
-        address = addresses.get(executor)
-        if not address:
-            continue
-        thread = threading.Thread(target=post, args=(executor, address, encode_work(app, w)),
-                                  name=f"eddy-push-{executor}", daemon=True)
-        thread.start()
-        threads.append(thread)
-    return threads
+    return _post_each(addresses, {e: encode_work(app, w) for e, w in work.items()}, "eddy-push", post)
 
 
 def release_tasks(addresses: Mapping[str, str], releases: Mapping[str, Sequence[str]], app: str, token: str,
@@ -155,16 +146,8 @@ def release_tasks(addresses: Mapping[str, str], releases: Mapping[str, Sequence[
             log.info("executor %s could not release %s cleanly for generation %d", executor,
                      sorted(releases[executor]), generation)
 
-    threads = []
-    for executor, tasks in releases.items():
-        address = addresses.get(executor)
-        if not address:
-            continue
-        thread = threading.Thread(target=post, args=(executor, address,
-                                                     encode_release(app, generation, tasks, timeout_s)),
-                                  name=f"eddy-release-{executor}", daemon=True)
-        thread.start()
-        threads.append(thread)
+    threads = _post_each(addresses, {e: encode_release(app, generation, tasks, timeout_s)
+                                     for e, tasks in releases.items()}, "eddy-release", post)
     deadline = time.monotonic() + timeout_s + 2.0
     for thread in threads:
         thread.join(max(deadline - time.monotonic(), 0.0))
@@ -172,22 +155,27 @@ def release_tasks(addresses: Mapping[str, str], releases: Mapping[str, Sequence[
         return set(released)
 
 
+def _post_each(addresses: Mapping[str, str], bodies: Mapping[str, bytes], name: str,
+               post: Callable[[str, str, bytes], None]) -> list[threading.Thread]:
+    """`post(executor, address, body)` for each executor of `bodies` with an address, each on a
+    thread of its own (started, and returned)."""
+    threads = []
+    for executor, body in bodies.items():
+        address = addresses.get(executor)
+        if not address:
+            continue
+        thread = threading.Thread(target=post, args=(executor, address, body), name=f"{name}-{executor}", daemon=True)
+        thread.start()
+        threads.append(thread)
+    return threads
+
+
 def push_endpoint(app_token: Callable[[], tuple[str, str] | None],
                   take: Callable[[ContinuousWork], bool]) -> Callable[..., Iterable[bytes]]:
     """The runner's WSGI app for `PUSH_PATH`. `app_token`: the (app, token) of the runner's
     current settings (None before its first sync); `take`: hands the work to the loop, True if
     it took it."""
-
-    def answer(app: str, body: bytes) -> tuple[str, dict[str, Any]]:
-        try:
-            pushed_app, work = decode_work(body)
-        except (ValueError, KeyError, TypeError) as e:
-            return "400 Bad Request", {"error": f"not a generation's work: {e}"}
-        if pushed_app != app:
-            return "409 Conflict", {"error": f"this runner runs app {app!r}, not {pushed_app!r}"}
-        return "200 OK", {"taken": take(work)}
-
-    return _endpoint(app_token, PUSH_PATH, "a generation's work", answer)
+    return _endpoint(app_token, PUSH_PATH, "a generation's work", decode_work, lambda work: {"taken": take(work)})
 
 
 def release_endpoint(app_token: Callable[[], tuple[str, str] | None],
@@ -195,22 +183,21 @@ def release_endpoint(app_token: Callable[[], tuple[str, str] | None],
     """The runner's WSGI app for `RELEASE_PATH`; `release(generation, tasks, timeout)`: True once
     the loop let the tasks go cleanly (`ContinuousLoop.release`)."""
 
-    def answer(app: str, body: bytes) -> tuple[str, dict[str, Any]]:
-        try:
-            asked_app, generation, tasks, timeout = decode_release(body)
-        except (ValueError, KeyError, TypeError) as e:
-            return "400 Bad Request", {"error": f"not a release: {e}"}
-        if asked_app != app:
-            return "409 Conflict", {"error": f"this runner runs app {app!r}, not {asked_app!r}"}
-        return "200 OK", {"released": release(generation, tasks, timeout)}
+    def decode(body: bytes) -> tuple[str, tuple[int, tuple[str, ...], float]]:
+        app, generation, tasks, timeout = decode_release(body)
+        return app, (generation, tasks, timeout)
 
-    return _endpoint(app_token, RELEASE_PATH, "a release", answer)
+    return _endpoint(app_token, RELEASE_PATH, "a release", decode, lambda asked: {"released": release(*asked)})
+
+
+_T = TypeVar("_T")
 
 
 def _endpoint(app_token: Callable[[], tuple[str, str] | None], path: str, what: str,
-              answer: Callable[[str, bytes], tuple[str, dict[str, Any]]]) -> Callable[..., Iterable[bytes]]:
+              decode: Callable[[bytes], tuple[str, _T]],
+              act: Callable[[_T], dict[str, Any]]) -> Callable[..., Iterable[bytes]]:
     """A WSGI app that takes a POSTed JSON body with the push token of the runner's current
-    settings and hands (the runner's app, the body) to `answer`."""
+    settings, decodes it into (app, request) and hands the request of the runner's own app to `act`."""
 
     def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         status, body = _checked(environ)
@@ -231,9 +218,11 @@ def _endpoint(app_token: Callable[[], tuple[str, str] | None], path: str, what: 
             length = int(environ.get("CONTENT_LENGTH") or 0)
             if not 0 < length <= _MAX_BODY:
                 raise ValueError(f"body of {length} bytes")
-            body = environ["wsgi.input"].read(length)
+            app, request = decode(environ["wsgi.input"].read(length))
         except (ValueError, KeyError, TypeError) as e:
             return "400 Bad Request", {"error": f"not {what}: {e}"}
-        return answer(current[0], body)
+        if app != current[0]:
+            return "409 Conflict", {"error": f"this runner runs app {current[0]!r}, not {app!r}"}
+        return "200 OK", act(request)
 
     return wsgi
