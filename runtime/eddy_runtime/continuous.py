@@ -60,6 +60,8 @@ STANDBY_CHUNK_S = 0.1
 STEP_THREADS = 8
 #: a task with two inputs (a join) waits at most this long for one of them to be fetched
 MAX_TASK_IDLE_S = 0.5
+#: how long the poller waits for the metadata of a topic it starts fetching
+METADATA_TIMEOUT_S = 2.0
 
 
 class TaskHost(Protocol):
@@ -113,6 +115,7 @@ class InputPoller:
         moved = [tp for tp, pos in positions.items() if self._start.get(tp) != pos]
         if not moved:
             return
+        self._learn_leaders({t for t, _ in moved} - {t for t, _ in self._start})
         assigned = [tp for tp in moved if tp in self._start]
         if assigned:
             self._consumer.incremental_unassign([KafkaPartition(t, p) for t, p in assigned])
@@ -120,6 +123,16 @@ class InputPoller:
         for tp in moved:
             self._start[tp] = positions[tp]
             self._buffers[tp] = RawRecords(tp[0], tp[1], next_offset=positions[tp])
+
+    def _learn_leaders(self, topics: set[str]) -> None:
+        """Ask for the metadata of topics this consumer fetches none of yet: left to itself, a
+        consumer learns their leaders only at its next metadata refresh, about half a second
+        after the assign, which a task moved here would spend waiting (a few ms this way)."""
+        for topic in sorted(topics):
+            try:
+                self._consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+            except Exception as e:  # noqa: BLE001 - the assign still works, only later
+                log.warning("metadata of %s: %s", topic, e)
 
     def release(self, keep: set[TopicPartition]) -> None:
         """Stop fetching every partition not in `keep`."""
