@@ -190,17 +190,20 @@ class TaskCommitter:
         self.group_id = group_id or app
         self._timeout = timeout_s
         self._ctx = f"app {app} task {task_id}"
-        self._collector = RecordCollector(kafka, producer_settings(app, task_id, guarantee,
-                                                                   **(producer_overrides or {})))
+        #: why this committer may not commit (it only reads positions), if so
+        self._read_only = (None if fence or guarantee != "exactly_once"
+                           else "it commits through its runner's transactions")
+        # A committer that only reads positions has no producer: a task moved on the continuous
+        # path opens and closes no more than its positions' consumer.
+        self._collector = (RecordCollector(kafka, producer_settings(app, task_id, guarantee,
+                                                                    **(producer_overrides or {})))
+                           if self._read_only is None else None)
         # Reads the group's committed positions (and, at-least-once, commits them): the same
         # brokers, settings and credentials as every other client of the app.
         self._consumer = kafka_client.consumer(
             kafka, {"group.id": self.group_id, "enable.auto.commit": False, "client.id": f"{app}-{task_id}-committer"}
         )
         self._unusable: str | None = None
-        #: why this committer may not commit (it only reads positions), if so
-        self._read_only = (None if fence or guarantee != "exactly_once"
-                           else "it commits through its runner's transactions")
         if guarantee == "exactly_once" and fence:
             # Fences any zombie with this transactional.id and aborts its open transaction, so
             # the changelog's last stable offset is final before this task restores.
@@ -213,10 +216,16 @@ class TaskCommitter:
     def _producer(self) -> Producer:
         # No attribute of its own and no local references: a traceback that outlives a failure
         # must not keep the producer connected after `close` dropped it.
-        producer = self._collector.producer
+        producer = self._collector.producer if self._collector is not None else None
         if producer is None:
             raise TaskFenced(f"{self._ctx}: committer is closed", fatal=True)
         return producer
+
+    @property
+    def _sender(self) -> RecordCollector:
+        if self._collector is None:
+            raise CommitFailed(f"{self._ctx}: this committer only reads positions: {self._read_only}", fatal=True)
+        return self._collector
 
     @property
     def usable(self) -> bool:
@@ -263,7 +272,7 @@ class TaskCommitter:
         if self._read_only:
             raise CommitFailed(f"{self._ctx}: this committer only reads positions: {self._read_only}", fatal=True)
         started = time.monotonic()
-        self._collector.begin()
+        self._sender.begin()
         inputs = {tp: off for p in parts for tp, off in p.input_offsets.items()}
         if self.guarantee == "exactly_once":
             sent = self._exactly_once(parts, inputs, group_metadata)
@@ -273,7 +282,7 @@ class TaskCommitter:
         for part, (n_out, n_cl, last_of_store) in zip(parts, sent, strict=True):
             offsets: dict[str, int | None] = {}
             for store, (topic, partition) in last_of_store.items():
-                off = self._collector.last_offset(topic, partition)
+                off = self._sender.last_offset(topic, partition)
                 if off is None:
                     raise CommitFailed(f"{self._ctx}: no delivery report for changelog {topic}[{partition}] of "
                                        f"store {store}")
@@ -285,10 +294,10 @@ class TaskCommitter:
 
     def _exactly_once(self, parts: Sequence[CommitPart], inputs: Mapping[tuple[str, int], int],
                       group_metadata: Any) -> list[Sent]:
-        errors = self._collector.errors
+        errors = self._sender.errors
         try:
             self._producer.begin_transaction()
-            sent = [self._collector.send(p.outputs, p.tx, p.input_offsets) for p in parts]
+            sent = [self._sender.send(p.outputs, p.tx, p.input_offsets) for p in parts]
             if inputs:
                 tps = [TopicPartition(t, part, off) for (t, part), off in inputs.items()]
                 metadata = group_metadata or self._consumer.consumer_group_metadata()
@@ -372,7 +381,7 @@ class TaskCommitter:
                                          KafkaError.INVALID_PRODUCER_EPOCH):
             self._unusable = str(err)
             raise TaskFenced(f"{self._ctx}: fenced or fatal producer error: {err}", fatal=True) from e
-        errors = self._collector.errors
+        errors = self._sender.errors
         detail = f"; failed records: {errors[:3]}" if errors else ""
         if err.txn_requires_abort():
             self._abort_quietly()
@@ -388,9 +397,9 @@ class TaskCommitter:
     # -- at least once ------------------------------------------------------------------------
 
     def _at_least_once(self, parts: Sequence[CommitPart], inputs: Mapping[tuple[str, int], int]) -> list[Sent]:
-        errors = self._collector.errors
+        errors = self._sender.errors
         try:
-            sent = [self._collector.send(p.outputs, p.tx, p.input_offsets) for p in parts]
+            sent = [self._sender.send(p.outputs, p.tx, p.input_offsets) for p in parts]
             remaining = self._producer.flush(self._timeout)
         except KafkaException as e:
             raise CommitFailed(f"{self._ctx}: produce failed: {e}", fatal=e.args[0].fatal()) from e
@@ -413,13 +422,15 @@ class TaskCommitter:
     def close(self) -> None:
         """Flush and drop the Kafka clients (a producer is only destroyed with its last reference,
         and a traceback that keeps this committer alive must not keep the producer connected)."""
-        if self._collector.producer is None:
+        if self._unusable == "closed":
             return
         try:
-            self._producer.flush(self._timeout)
+            if self._collector is not None and self._collector.producer is not None:
+                self._producer.flush(self._timeout)
         finally:
             self._consumer.close()
-            self._collector.producer = None
+            if self._collector is not None:
+                self._collector.producer = None
             self._unusable = "closed"
 
 
