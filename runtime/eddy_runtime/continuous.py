@@ -60,6 +60,8 @@ STANDBY_CHUNK_S = 0.1
 STEP_THREADS = 8
 #: a task with two inputs (a join) waits at most this long for one of them to be fetched
 MAX_TASK_IDLE_S = 0.5
+#: a standby's step waits for the actives' step or round under way at most this long past its due time
+STANDBY_MAX_DEFER_S = 1.0
 #: how long the poller waits for the metadata of a topic it starts fetching
 METADATA_TIMEOUT_S = 2.0
 
@@ -416,6 +418,7 @@ class ContinuousLoop:
         shared = settings.guarantee == "exactly_once"
         busy = self._busy()
         now = time.monotonic()
+        processing = any(role == "active" and task in busy for task, role in work.tasks)
         running: dict[str, list[TopicPartition]] = {}
         steps: list[tuple[str, Role, list[RawRecords] | None]] = []
         for task, role in work.tasks:
@@ -433,6 +436,8 @@ class ContinuousLoop:
                     running[task] = tps
                     continue
             if task not in busy and self._due.get(task, 0.0) <= now:  # open, restore, tail: each commit interval
+                if role != "active" and processing and now - self._due.get(task, 0.0) < STANDBY_MAX_DEFER_S:
+                    continue  # a standby's tail waits while actives process (Python runs one thread at a time)
                 steps.append((task, role, None))
                 self._due[task] = now + (0.0 if role == "active" else work.commit_interval_s)
         self._fetching = set(running)
