@@ -365,6 +365,9 @@ class Driver:
         self.assignment = assignment
         for m in moves:
             log.info("assignment %d: task %s %s %s -> %s", assignment.generation, m.task, m.kind, m.source, m.target)
+        if previous is not None and assignment.generation != previous.generation:
+            # before planning the job (a tenth of a second or more): a task let go waits for it
+            self._push(assignment, {e.id for e in live})  # the job below brings it again
         settings = self._settings(live)
         layout = self._layout = slot_layout(self.spark, compiled, assignment, live, self._layout)
         lag = self.last_lag = task_lags(compiled, committed, ends)
@@ -374,8 +377,6 @@ class Driver:
                           restoring=self._volumes.restoring, poison=self._poison.found,
                           max_records=self.options.max_batch_records, fresh=fresh, continuous=self._continuous)
         self._planned_generation = assignment.generation
-        if previous is not None and assignment.generation != previous.generation:
-            self._push(assignment, {e.id for e in live})  # the job below brings it again
         self._dataframe_items = dataframe_item_slots(layout, plan)
         job = batch_job(compiled, layout, plan, settings, (self._prepared.program_id, self._prepared.program),
                         fresh=fresh, inventory=fresh or self.batch_id % INVENTORY_EVERY_BATCHES == 0,

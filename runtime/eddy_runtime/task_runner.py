@@ -152,6 +152,8 @@ class TaskRunner:
         out = results + continuous
         if self.query_address and out:
             out[0] = replace(out[0], query_address=self.query_address)
+        elif self.query_address:  # a newcomer with nothing to run yet: the driver pushes its first tasks here
+            out = [ItemResult("", self.executor_id, "active", "processed", query_address=self.query_address)]
         return out
 
     # -- tasks --------------------------------------------------------------------------------
