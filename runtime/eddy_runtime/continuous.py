@@ -62,6 +62,8 @@ STEP_THREADS = 8
 MAX_TASK_IDLE_S = 0.5
 #: a standby's step waits for the actives' step or round under way at most this long past its due time
 STANDBY_MAX_DEFER_S = 1.0
+#: how long a newcomer's first sync waits for its committer (exactly-once)
+NEWCOMER_WAIT_S = 10.0
 #: how long the poller waits for the metadata of a topic it starts fetching
 METADATA_TIMEOUT_S = 2.0
 
@@ -266,6 +268,9 @@ class ContinuousLoop:
         self._committer: TaskCommitter | None = None
         self._committer_epoch = -1
         self._committer_future: Future[None] | None = None
+        #: set once a committer was made (or found stale): what a newcomer's first sync waits for
+        self._committer_made = threading.Event()
+        self._synced = False
         self._committer_retry_at = 0.0
         #: a committer made under work of this epoch found a newer one in the fence topic
         self._stale_epoch = -1
@@ -293,8 +298,14 @@ class ContinuousLoop:
             results = list(self._results.values())
             self._results.clear()
         # Exactly-once: a runner with no continuous active yet (a newcomer's first sync) starts
-        # anyway and makes its committer, so the first tasks moved to it need not wait for that.
-        self._ensure_running(work, eager=settings.guarantee == "exactly_once")
+        # anyway and makes its committer, so the first tasks moved to it need not wait for that;
+        # a newcomer's first sync waits for it (the driver gives tasks only to an executor that
+        # answered a sync), so that the tasks it is given next are not held up by a cold start.
+        eager = settings.guarantee == "exactly_once"
+        self._ensure_running(work, eager=eager)
+        if eager and not self._synced and not any(role == "active" for _, role in work.tasks):
+            self._committer_made.wait(NEWCOMER_WAIT_S)
+        self._synced = True
         return results
 
     def push(self, work: ContinuousWork) -> bool:
@@ -525,9 +536,11 @@ class ContinuousLoop:
                         "until newer work comes", work.generation, work.fence_epoch, epoch)
             committer.close()
             self._stale_epoch = work.fence_epoch
+            self._committer_made.set()
             return
         log.info("runner committer ready for generation %d (fence epoch %d)", work.generation, work.fence_epoch)
         self._committer, self._committer_epoch = committer, work.fence_epoch
+        self._committer_made.set()
 
     def _drop_committer(self) -> None:
         committer, self._committer = self._committer, None
