@@ -19,7 +19,7 @@ from eddy_runtime.continuous import ContinuousLoop
 from eddy_runtime.health import HealthAndMetricsServer
 from eddy_runtime.kafka_client import KafkaClientConfig
 from eddy_runtime.task_runner import TaskRunner
-from eddy_runtime.work import BatchSettings, ContinuousWork
+from eddy_runtime.work import BatchSettings, ContinuousWork, SlotWork
 from eddy_runtime.work_push import (
     PUSH_PATH,
     RELEASE_PATH,
@@ -98,6 +98,16 @@ def test_a_runner_takes_a_newer_generation_only_with_the_token_after_its_first_s
     assert post(address, newer) == (200, {"taken": False})
     # The sync of the same generation that follows still hands over what the loop did.
     assert loop.sync({}, SETTINGS, work(4)) == []
+
+
+def test_a_runner_with_nothing_to_run_still_reports_its_endpoint(tmp_path):
+    # a newcomer's first sync has nothing to hand back; the driver pushes its first tasks to the
+    # endpoint it reports, ahead of the job that brings them
+    runner = TaskRunner("1", str(tmp_path))
+    assert runner.run({}, SETTINGS, SlotWork("1", ()), None) == []  # no endpoint served: nothing to say
+    runner.query_address = "127.0.0.1:4040"
+    [result] = runner.run({}, SETTINGS, SlotWork("1", ()), None)
+    assert (result.executor, result.query_address, result.task, result.records_in) == ("1", "127.0.0.1:4040", "", 0)
 
 
 def test_the_driver_side_pushes_each_executor_its_own_work_and_skips_those_without_an_address(served):
