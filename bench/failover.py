@@ -435,6 +435,8 @@ class Failover:
     recovered: bool = False
     outage_max_ms: float = math.nan
     late_records: int = 0
+    #: each run of late records (`late_episodes`): (start s after the kill, length s, records, max ms)
+    late_episodes: list[tuple[float, float, int, float]] = field(default_factory=list)
     reprocessed: int = 0
     aborted_updates: int = 0
     visible_duplicates: int = 0
@@ -477,6 +479,26 @@ def recovery(sent: Sequence[tuple[bytes, int]], lat: Sequence[float], kill_ms: f
     if late[-1] == len(sent) - 1:
         return math.nan, False, outage, len(late)
     return max(0.0, (sent[late[-1] + 1][1] - kill_ms) / 1000), True, outage, len(late)
+
+
+def late_episodes(sent: Sequence[tuple[bytes, int]], lat: Sequence[float], kill_ms: float, within_ms: float,
+                  from_ms: float, gap_ms: float = 1000.0) -> list[tuple[float, float, int, float]]:
+    """The late records (over `within_ms`, sent from `from_ms` on) in runs: a record sent less
+    than `gap_ms` after the previous late one continues its run. Per run: (its first record's
+    send, s after the kill; from its first to its last record's send, s; late records; their
+    largest latency, ms). What `recovery` alone does not show: whether the last late record
+    belongs to the kill or to something later."""
+    runs: list[list[float]] = []  # [first send, last send, records, max latency]
+    for (_, ts), x in zip(sent, lat, strict=True):
+        if ts < from_ms or x <= within_ms:
+            continue
+        x = math.inf if math.isnan(x) else x
+        if runs and ts - runs[-1][1] < gap_ms:
+            run = runs[-1]
+            run[1], run[2], run[3] = ts, run[2] + 1, max(run[3], x)
+        else:
+            runs.append([ts, ts, 1, x])
+    return [((a - kill_ms) / 1000, (b - a) / 1000, int(n), m) for a, b, n, m in runs]
 
 
 def topic_totals(bootstrap: str, topic: str, isolation: str, counts: bool) -> tuple[int, int]:
@@ -687,6 +709,7 @@ def run_scenario(s: Settings, sc: Scenario, words: Sequence[bytes]) -> Failover:
     result.steady_p50_ms, result.steady_p99_ms = tp.percentile(before, 0.5), tp.percentile(before, 0.99)
     result.recovery_s, result.recovered, result.outage_max_ms, result.late_records = recovery(
         sent, lat, kill_ms, within_ms, steady_end)
+    result.late_episodes = late_episodes(sent, lat, kill_ms, within_ms, steady_end)
     expected: dict[bytes, int] = {}
     for w, _ in sent:
         expected[w] = expected.get(w, 0) + 1
@@ -857,6 +880,11 @@ def report(results: Sequence[Failover], args: argparse.Namespace) -> str:
         if not r.warmup_met and r.killed:
             lines.append(f"{r.scenario}: the warm-up never had every probe within {w:g} s for {args.steady_s:g} s; "
                          f"killed after {r.warmup_s:.0f} s anyway")
+        if r.late_episodes:
+            shown = ", ".join(f"{a:+.1f} s ({d:.1f} s, {n}, max {tp.fmt(m)} ms)" for a, d, n, m in r.late_episodes[:8])
+            more = f" and {len(r.late_episodes) - 8} more" if len(r.late_episodes) > 8 else ""
+            lines.append(f"{r.scenario}: late records in runs (start after the kill (length, records, max)): "
+                         f"{shown}{more}")
         for n in r.notes:
             lines.append(f"{r.scenario}: {n}")
         if r.error:
