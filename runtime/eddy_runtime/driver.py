@@ -267,7 +267,7 @@ class Driver:
         return self._fences.epochs() if self._fences is not None else {}
 
     def _lost_mid_batch(self, executor: str) -> None:
-        """On the batch watch's thread, when an executor dies while a job runs: cancelling the job
+        """On a thread of the batch watch, when an executor dies while a job runs: cancelling the job
         takes seconds on a loaded machine, so the next generation (local mode: the assignor run
         here, as the next batch will) goes to the survivors now."""
         if not self._continuous or self.options.assignment_source is not None or self.assignment is None:

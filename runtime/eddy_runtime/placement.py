@@ -167,7 +167,7 @@ class BatchWatch:
     def __init__(self, sc: Any, group: str, executors: Iterable[str], poll_s: float = 0.1,
                  description: str = "", on_lost: Callable[[str], None] | None = None) -> None:
         self.sc = sc
-        #: called on the watch's thread with the executor that died, after the job is cancelled
+        #: called with the executor that died, on a thread of its own while the job is cancelled
         self.on_lost = on_lost
         self.group = group
         self.executors = tuple(sorted(set(executors)))
@@ -205,13 +205,18 @@ class BatchWatch:
                 if not alive:
                     self.lost = executor_id
                     log.info("%s: executor %s died; cancelling it", self.description, executor_id)
+                    if self.on_lost is not None:  # beside the cancel, which takes a while under load
+                        threading.Thread(target=self._react, args=(executor_id,), name=f"lost-{executor_id}",
+                                         daemon=True).start()
                     self.cancel(f"executor {executor_id} died")
-                    if self.on_lost is not None:
-                        try:
-                            self.on_lost(executor_id)
-                        except Exception:  # noqa: BLE001 - the batch after this one re-plans anyway
-                            log.exception("reacting to the loss of executor %s", executor_id)
                     break
+
+    def _react(self, executor_id: str) -> None:
+        assert self.on_lost is not None
+        try:
+            self.on_lost(executor_id)
+        except Exception:  # noqa: BLE001 - the batch after this one re-plans anyway
+            log.exception("reacting to the loss of executor %s", executor_id)
 
     def __exit__(self, *exc: object) -> None:
         self._done.set()
