@@ -661,6 +661,8 @@ def run_latency(system: str, settings: Settings, words: Sequence[bytes], rate: f
     result.self_p50_ms, result.self_p99_ms = float(line.get("p50_ms", -1)), float(line.get("p99_ms", -1))
     with seen_path.open("rb") as f:
         seen: list[tuple[bytes, int, float]] = pickle.load(f)
+    with (settings.work_dir / f"sent-{system}-{tag}.pickle").open("wb") as f:  # for a closer look (--keep)
+        pickle.dump(sent, f)
     latencies, missing = input_latencies(sent, seen, from_ms=start * 1000 + settle_s * 1000)
     result.records = len(latencies)
     result.p50_ms, result.p99_ms = percentile(latencies, 0.50), percentile(latencies, 0.99)
@@ -732,8 +734,9 @@ def eddy_word_count(spark: Any, args: argparse.Namespace, app_id: str, input_top
         now = time.monotonic()
         fig.lag = dict(driver.last_lag)
         # One line per batch in the program's log: where Eddy's time goes.
+        how = ", over HTTP" if report.over_http else ""
         print(f"eddy: {app_id} batch {report.batch_id} {report.outcome} in {report.duration_s:.2f} s (plan "
-              f"{report.plan_s:.2f} s): {report.records_in} in, {report.records_out} out, lag "
+              f"{report.plan_s:.2f} s{how}): {report.records_in} in, {report.records_out} out, lag "
               f"{sum(fig.lag.values())}" + (f": {report.error}" if report.error else ""), file=sys.stderr, flush=True)
         # Every task's lag was 0 when this batch was planned: all records were read before, and the
         # previous batch counted what they left in the repartition topic.

@@ -320,6 +320,15 @@ class ContinuousLoop:
         self._ensure_running(work)
         return True
 
+    def collect(self, work: ContinuousWork) -> list[ItemResult]:
+        """A sync over HTTP, between the driver's Spark jobs (work_push.SYNC_PATH): take `work` as a
+        push does (only if newer), and hand back what the loop did since the last sync."""
+        self.push(work)
+        with self._lock:
+            results = list(self._results.values())
+            self._results.clear()
+        return results
+
     def release(self, generation: int, tasks: Sequence[str], timeout_s: float) -> bool:
         """Let `tasks` go ahead of `generation`, which takes them away from this runner (work_push.py):
         no step or round under older work processes them from now on; once the step or round that

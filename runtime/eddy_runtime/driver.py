@@ -12,7 +12,9 @@ One batch:
    and warmup;
 3. run them as one Spark job (spark_plan.py, executor_steps.py); `BatchWatch` cancels the job
    when one of its executors dies, and the next batch re-plans without it; after a failed job,
-   find the records that make the user's DataFrame steps fail (poison.py);
+   find the records that make the user's DataFrame steps fail (poison.py). An app that runs
+   only continuously syncs its runners over HTTP instead while nothing changes what they hold
+   (`Driver._sync_over_http`, work_push.py);
 4. gather each item's figures: metrics, progress, the runtime state for the operator.
 
 Stopping (SIGTERM, Ctrl-C, `request_stop`): the running batch finishes (it is cancelled if it
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from eddy_contract.assignor import Assignment, AssignorSettings, Executor, assign_app, diff
 from eddy_contract.spec import StreamAppSpec
-from eddy_runtime.batch_plan import continuous_copies, plan_batch, task_lags
+from eddy_runtime.batch_plan import BatchPlan, continuous_copies, plan_batch, task_lags
 from eddy_runtime.channel_io import AssignmentWatch, ChannelLocation, read_assignment, write_runtime_state
 from eddy_runtime.compiler import CompiledApp
 from eddy_runtime.fences import FenceBook
@@ -55,7 +57,7 @@ from eddy_runtime.runtime_state import Volumes, probe_inventories, runtime_state
 from eddy_runtime.spark_plan import BatchJob, SlotLayout, batch_job, close_runners, dataframe_item_slots, slot_layout
 from eddy_runtime.startup import PreparedApp, load_pipeline, prepare_app, ship_by_value
 from eddy_runtime.work import BatchSettings, ContinuousWork, ItemResult, WorkItem
-from eddy_runtime.work_push import push_work, release_tasks
+from eddy_runtime.work_push import push_work, release_tasks, sync_runners
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -378,14 +380,19 @@ class Driver:
                           max_records=self.options.max_batch_records, fresh=fresh, continuous=self._continuous)
         self._planned_generation = assignment.generation
         self._dataframe_items = dataframe_item_slots(layout, plan)
-        job = batch_job(compiled, layout, plan, settings, (self._prepared.program_id, self._prepared.program),
-                        fresh=fresh, inventory=fresh or self.batch_id % INVENTORY_EVERY_BATCHES == 0,
-                        commit_interval_s=self.spec.trigger_interval_s if self._continuous else None,
-                        fence_epochs=self.fence_epochs(),
-                        warm={e.id for e in layout.executor_slots} - self._ready)
+        inventory = fresh or self.batch_id % INVENTORY_EVERY_BATCHES == 0
+        warm = {e.id for e in layout.executor_slots} - self._ready
         report = BatchReport(self.batch_id, "ok", 0.0, assignment.generation, moves=moves)
         report.plan_s = time.monotonic() - started
-        report.results = self._run_job(job, live, settings, report)
+        synced = None if inventory or warm else self._sync_over_http(plan, [e.id for e in layout.executor_slots])
+        if synced is not None:
+            report.results, report.over_http = synced, True
+        else:
+            job = batch_job(compiled, layout, plan, settings, (self._prepared.program_id, self._prepared.program),
+                            fresh=fresh, inventory=inventory,
+                            commit_interval_s=self.spec.trigger_interval_s if self._continuous else None,
+                            fence_epochs=self.fence_epochs(), warm=warm)
+            report.results = self._run_job(job, live, settings, report)
         if report.outcome == "ok":
             self._ready.update(e.id for e in layout.executor_slots)
         report.duration_s = time.monotonic() - started
@@ -394,6 +401,24 @@ class Driver:
         self._last_batch_end = time.monotonic()
         self._account(report, wall, assignment, live, lag)
         return report
+
+    def _sync_over_http(self, plan: BatchPlan, executors: Sequence[str]) -> list[ItemResult] | None:
+        """An app that runs only continuously, in a generation its executors already run: what
+        the runners did since the last sync, collected over HTTP instead of by a Spark job
+        (work_push.SYNC_PATH). None when the batch needs its Spark job: the app has other work, the
+        last batch failed, or a runner did not answer (the caller also runs one for whatever
+        changes what an executor holds, and every `INVENTORY_EVERY_BATCHES` batches)."""
+        if (self.compiled is None or self.assignment is None or self._failed_batches
+                or len(self._continuous) != len(self.compiled.subtopologies)
+                or plan.dataframe_items or any(plan.per_executor.values())):
+            return None
+        epochs = self.fence_epochs()
+        work = {e: ContinuousWork(self.assignment.generation, tuple(plan.continuous[e]), self.spec.trigger_interval_s,
+                                  epochs.get(e, 0)) for e in executors}
+        answers = sync_runners(self._query_addresses, work, self.app, self._push_token)
+        if answers is None:
+            return None
+        return [r for results in answers.values() for r in results]
 
     def _run_job(self, job: BatchJob, live: Sequence[ExecutorRef], settings: BatchSettings,
                  report: BatchReport) -> list[ItemResult]:

@@ -31,6 +31,8 @@ class BatchReport:
     #: seconds spent planning (offsets, assignment, plans) and in the Spark job
     plan_s: float = 0.0
     job_s: float = 0.0
+    #: an app that runs only continuously: the runners were synced over HTTP, not by a Spark job
+    over_http: bool = False
 
     @property
     def records_in(self) -> int:

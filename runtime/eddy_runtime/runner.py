@@ -44,7 +44,7 @@ from eddy_runtime.metrics import ExecutorMetrics
 from eddy_runtime.queries import StoreQueries
 from eddy_runtime.runner_client import PROTOCOL
 from eddy_runtime.task_runner import TaskRunner
-from eddy_runtime.work_push import PUSH_PATH, RELEASE_PATH, push_endpoint, release_endpoint
+from eddy_runtime.work_push import PUSH_PATH, RELEASE_PATH, SYNC_PATH, push_endpoint, release_endpoint, sync_endpoint
 
 __all__ = ["METRICS_ADDRESS_FILE", "main", "serve"]
 
@@ -151,7 +151,8 @@ def _serve_endpoint(state_dir: str, runner: TaskRunner) -> HealthAndMetricsServe
                                         queries.wsgi,
                                         {PUSH_PATH: push_endpoint(runner.continuous.app_token, runner.continuous.push),
                                          RELEASE_PATH: release_endpoint(runner.continuous.app_token,
-                                                                        runner.continuous.release)})
+                                                                        runner.continuous.release),
+                                         SYNC_PATH: sync_endpoint(runner.continuous.app_token, runner.collect)})
     except (OSError, ValueError) as e:
         log.warning("cannot serve executor metrics and queries on %s:%s: %s", addr, port, e)
         return None

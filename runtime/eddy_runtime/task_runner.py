@@ -37,6 +37,7 @@ from eddy_runtime.work import (
     LATENCY_BUCKETS_S,
     BadRecordInfo,
     BatchSettings,
+    ContinuousWork,
     InputRange,
     ItemResult,
     ItemStatus,
@@ -149,7 +150,15 @@ class TaskRunner:
             results.append(_with_duration(result, time.monotonic() - started))
         if self.metrics is not None:
             self.metrics.observe(settings.app, results)
-        out = results + continuous
+        return self._addressed(results + continuous)
+
+    def collect(self, work: ContinuousWork) -> list[ItemResult]:
+        """A sync over HTTP (work_push.SYNC_PATH): the continuous loop takes `work` if it is newer,
+        and hands back what it did since the last sync."""
+        return self._addressed(self.continuous.collect(work))
+
+    def _addressed(self, out: list[ItemResult]) -> list[ItemResult]:
+        """`out`, its first result carrying where this runner serves queries and pushes."""
         if self.query_address and out:
             out[0] = replace(out[0], query_address=self.query_address)
         elif self.query_address:  # a newcomer with nothing to run yet: the driver pushes its first tasks here

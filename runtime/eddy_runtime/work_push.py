@@ -16,42 +16,61 @@ live executor under exactly-once: the runner stops processing them, waits for th
 holds them to commit, and answers whether they were let go cleanly (fences.py: the driver fences
 only the executors that did not).
 
-The endpoints change what an executor runs, so they take a request only with the token the
-driver sent its runners in the batch settings (`BatchSettings.push_token`, over Spark's own
-channel).
+A sync (`SYNC_PATH`) is how the driver of an app that runs only continuously collects what
+the runners did, between the Spark jobs that carry its syncs: a Spark job per second and
+executor cost about 0.3 cores of the executors' and driver's JVMs on the 2-core bench machine
+(bench/throughput.py), taken from the loops' records exactly when they were due. In a steady
+generation the driver POSTs each executor's `ContinuousWork` to its runner and gets back the
+runner's `ItemResult`s since its last sync as JSON (`encode_results`). Whatever changes what an
+executor holds or how it runs (a new generation, an executor that is new or not ready, an
+inventory, a failed batch), and any sync that does not answer, goes through a Spark job as before
+(driver.py, `Driver._sync_over_http`).
+
+The endpoints change what an executor runs (or hand out what it did), so they take a request
+only with the token the driver sent its runners in the batch settings (`BatchSettings.push_token`,
+over Spark's own channel).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import logging
 import threading
 import time
+import types
+import typing
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from eddy_runtime.work import ContinuousWork, Role
+from eddy_runtime.work import ContinuousWork, ItemResult, Role
 
 __all__ = [
     "PUSH_PATH",
     "RELEASE_PATH",
+    "SYNC_PATH",
     "TOKEN_HEADER",
     "decode_release",
+    "decode_results",
     "decode_work",
     "encode_release",
+    "encode_results",
     "encode_work",
     "push_endpoint",
     "push_work",
     "release_endpoint",
     "release_tasks",
+    "sync_endpoint",
+    "sync_runners",
 ]
 
 log = logging.getLogger("eddy.driver")
 
 PUSH_PATH = "/continuous-work"
 RELEASE_PATH = "/continuous-release"
+SYNC_PATH = "/continuous-sync"
 TOKEN_HEADER = "X-Eddy-Push-Token"
 PUSH_TIMEOUT_S = 2.0
 _MAX_BODY = 1 << 20
@@ -98,6 +117,70 @@ def decode_release(body: bytes) -> tuple[str, int, tuple[str, ...], float]:
     if not isinstance(timeout, int | float) or not 0 < timeout <= 60:
         raise ValueError("timeoutS must be a number of seconds in (0, 60]")
     return str(doc["app"]), generation, tuple(tasks), float(timeout)
+
+
+def encode_results(results: Sequence[ItemResult]) -> list[Any]:
+    """`results` as JSON values (what a sync answers)."""
+    return [_to_json(r) for r in results]
+
+
+def decode_results(value: Any) -> list[ItemResult]:
+    """The `ItemResult`s of a sync's answer; ValueError when it is not a list of them."""
+    if not isinstance(value, list):
+        raise ValueError("a sync's results are a JSON list")
+    return [_from_json(ItemResult, v) for v in value]
+
+
+def _to_json(value: Any) -> Any:
+    """A dataclass, mapping or sequence of them (down to str, int, float, bool, None) as JSON
+    values: a dataclass as an object of its fields, a mapping as a list of [key, value] pairs
+    (its keys may be tuples), a tuple as a list."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return [[_to_json(k), _to_json(v)] for k, v in value.items()]
+    if isinstance(value, tuple | list):
+        return [_to_json(v) for v in value]
+    if value is None or isinstance(value, str | int | float):
+        return value
+    raise TypeError(f"cannot send a {type(value).__name__} in a sync")
+
+
+def _from_json(tp: Any, value: Any) -> Any:
+    """The value of type `tp` that `_to_json` made `value` of; ValueError when it is not one."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        kinds = [a for a in args if a is not type(None)]
+        if len(kinds) != 1:
+            raise ValueError(f"cannot read a {tp}")
+        return _from_json(kinds[0], value)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, dict):
+            raise ValueError(f"a {tp.__name__} is a JSON object")
+        hints = typing.get_type_hints(tp)
+        known = {f.name for f in dataclasses.fields(tp) if f.init}
+        return tp(**{k: _from_json(hints[k], v) for k, v in value.items() if k in known})
+    if origin is typing.Literal:
+        if value not in args:
+            raise ValueError(f"{value!r} is none of {args}")
+        return value
+    if origin in (tuple, Mapping, dict) and not isinstance(value, list):
+        raise ValueError(f"a {tp} is a JSON list")
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_from_json(args[0], v) for v in value)
+        if len(args) != len(value):
+            raise ValueError(f"a {tp} has {len(args)} items, not {len(value)}")
+        return tuple(_from_json(a, v) for a, v in zip(args, value, strict=True))
+    if origin in (Mapping, dict):
+        return {_from_json(args[0], k): _from_json(args[1], v) for k, v in value}
+    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if tp in (str, int, bool) and type(value) is tp:
+        return value
+    raise ValueError(f"{value!r} is not a {tp}")
 
 
 def _post(address: str, path: str, body: bytes, token: str, timeout_s: float) -> dict[str, Any]:
@@ -155,6 +238,33 @@ def release_tasks(addresses: Mapping[str, str], releases: Mapping[str, Sequence[
         return set(released)
 
 
+def sync_runners(addresses: Mapping[str, str], work: Mapping[str, ContinuousWork], app: str, token: str,
+                 timeout_s: float = PUSH_TIMEOUT_S) -> dict[str, list[ItemResult]] | None:
+    """Sync each executor of `work` over HTTP, all at once: per executor, what its runner did
+    since its last sync; None unless every one of them answered within `timeout_s` (the caller
+    runs a Spark job instead)."""
+    answers: dict[str, list[ItemResult]] = {}
+    lock = threading.Lock()
+
+    def post(executor: str, address: str, body: bytes) -> None:
+        try:
+            results = decode_results(_post(address, SYNC_PATH, body, token, timeout_s).get("results"))
+        except Exception as e:  # noqa: BLE001 - the caller syncs through Spark instead
+            log.info("executor %s did not answer a sync over HTTP at %s: %s", executor, address, e)
+            return
+        with lock:
+            answers[executor] = results
+
+    if any(not addresses.get(e) for e in work):
+        return None
+    threads = _post_each(addresses, {e: encode_work(app, w) for e, w in work.items()}, "eddy-sync", post)
+    deadline = time.monotonic() + timeout_s + 1.0
+    for thread in threads:
+        thread.join(max(deadline - time.monotonic(), 0.0))
+    with lock:
+        return dict(answers) if answers.keys() == work.keys() else None
+
+
 def _post_each(addresses: Mapping[str, str], bodies: Mapping[str, bytes], name: str,
                post: Callable[[str, str, bytes], None]) -> list[threading.Thread]:
     """`post(executor, address, body)` for each executor of `bodies` with an address, each on a
@@ -188,6 +298,14 @@ def release_endpoint(app_token: Callable[[], tuple[str, str] | None],
         return app, (generation, tasks, timeout)
 
     return _endpoint(app_token, RELEASE_PATH, "a release", decode, lambda asked: {"released": release(*asked)})
+
+
+def sync_endpoint(app_token: Callable[[], tuple[str, str] | None],
+                  collect: Callable[[ContinuousWork], list[ItemResult]]) -> Callable[..., Iterable[bytes]]:
+    """The runner's WSGI app for `SYNC_PATH`; `collect(work)`: takes the work if newer (as a push
+    does) and hands back what the loop did since the last sync (`TaskRunner.collect`)."""
+    return _endpoint(app_token, SYNC_PATH, "a sync", decode_work,
+                     lambda work: {"results": encode_results(collect(work))})
 
 
 _T = TypeVar("_T")

@@ -1,7 +1,8 @@
 """A new generation pushed to a runner's endpoint (work_push.py), over loopback HTTP: the loop
 takes it only with the driver's token, for its own app, when it is newer than what it runs and
 after a first sync; a push that is refused changes nothing. A release answers only once no step
-or round of the released tasks is under way, and says whether they ended cleanly."""
+or round of the released tasks is under way, and says whether they ended cleanly. A sync over
+HTTP hands back the runner's results as JSON, or nothing unless every runner answered."""
 
 from __future__ import annotations
 
@@ -18,20 +19,26 @@ from prometheus_client import CollectorRegistry
 from eddy_runtime.continuous import ContinuousLoop
 from eddy_runtime.health import HealthAndMetricsServer
 from eddy_runtime.kafka_client import KafkaClientConfig
+from eddy_runtime.state import StoreFigures, TaskFigures
 from eddy_runtime.task_runner import TaskRunner
-from eddy_runtime.work import BatchSettings, ContinuousWork, SlotWork
+from eddy_runtime.work import BadRecordInfo, BatchSettings, ContinuousWork, ItemResult, SlotWork
 from eddy_runtime.work_push import (
     PUSH_PATH,
     RELEASE_PATH,
+    SYNC_PATH,
     TOKEN_HEADER,
     decode_release,
+    decode_results,
     decode_work,
     encode_release,
+    encode_results,
     encode_work,
     push_endpoint,
     push_work,
     release_endpoint,
     release_tasks,
+    sync_endpoint,
+    sync_runners,
 )
 
 pytestmark = pytest.mark.unit
@@ -43,10 +50,13 @@ SETTINGS = BatchSettings(app="wc", batch_id=1, generation=3, kafka=KafkaClientCo
 
 @pytest.fixture
 def served(tmp_path) -> Iterator[tuple[ContinuousLoop, str]]:
-    loop = TaskRunner("1", str(tmp_path)).continuous
+    runner = TaskRunner("1", str(tmp_path))
+    loop = runner.continuous
     server = HealthAndMetricsServer(0, "127.0.0.1", CollectorRegistry(), None,
                                     routes={PUSH_PATH: push_endpoint(loop.app_token, loop.push),
-                                            RELEASE_PATH: release_endpoint(loop.app_token, loop.release)})
+                                            RELEASE_PATH: release_endpoint(loop.app_token, loop.release),
+                                            SYNC_PATH: sync_endpoint(loop.app_token, runner.collect)})
+    runner.query_address = f"127.0.0.1:{server.port}"
     try:
         yield loop, f"127.0.0.1:{server.port}"
     finally:
@@ -175,3 +185,40 @@ def test_a_release_waits_for_the_round_holding_the_task_and_says_whether_it_comm
         time.sleep(0.2)
     waiting.join(5)
     assert answers[-1] == set()  # the round holding it did not commit cleanly: fence it
+
+
+def test_item_results_round_trip_as_json_and_anything_else_is_refused():
+    store = StoreFigures("counts", "wc-counts-changelog", 2, 41, 7, 120.5, 0, None, 3, 4096, 12)
+    results = [
+        ItemResult("1_2", "1", "active", "processed", records_in=50, records_out=9,
+                   committed={("wc-repartition", 2): 1234}, skipped=1,
+                   bad_records=(BadRecordInfo("wc-words", 2, 17, "not UTF-8"),), latency_counts=(3, 0, 1),
+                   latency_sum_s=0.25, duration_s=0.031, message="",
+                   figures=TaskFigures("wc", "1_2", "active", False, (store,), (0.004, 0.012), 2),
+                   query_address="127.0.0.1:4040"),
+        ItemResult("1_3", "1", "standby", "standby", restored=8, restore_remaining=2),
+    ]
+    assert decode_results(json.loads(json.dumps(encode_results(results)))) == results
+    good = encode_results(results[1:])[0]
+    for bad in ({}, [{**good, "role": "leader"}], [{**good, "records_in": "8"}], [{**good, "records_in": True}],
+                [{**good, "committed": {"t": 1}}], [{**good, "latency_counts": 3}], [{**good, "status": None}]):
+        with pytest.raises((ValueError, KeyError, TypeError)):
+            decode_results(bad)
+
+
+def test_a_sync_over_http_takes_a_newer_generation_and_hands_back_the_runner_results(served):
+    loop, address = served
+    body = encode_work("wc", work(3))
+    assert post(address, body, path=SYNC_PATH)[0] == 503  # no Spark sync yet: the driver runs a job
+    loop.sync({}, SETTINGS, work(3))
+    assert post(address, body, token="guess", path=SYNC_PATH)[0] == 403
+    assert post(address, encode_work("other-app", work(3)), path=SYNC_PATH)[0] == 409
+    # Nothing done yet: the runner still says where it serves (the driver pushes and syncs there).
+    answers = sync_runners({"1": address}, {"1": work(3)}, "wc", "s3cret")
+    assert answers is not None and [(r.executor, r.query_address) for r in answers["1"]] == [("1", address)]
+    assert sync_runners({"1": address}, {"1": work(4)}, "wc", "s3cret") is not None
+    assert loop.push(work(4)) is False  # the sync took generation 4, as a push does
+    # One executor without an address, or not answering: no answer at all (the driver runs a Spark job).
+    assert sync_runners({"1": address}, {"1": work(4), "2": work(4)}, "wc", "s3cret") is None
+    assert sync_runners({"1": address, "2": "127.0.0.1:9"}, {"1": work(4), "2": work(4)}, "wc", "s3cret") is None
+    assert sync_runners({"1": address}, {"1": work(4)}, "wc", "guess") is None
