@@ -227,6 +227,10 @@ class TaskCommitter:
             raise CommitFailed(f"{self._ctx}: this committer only reads positions: {self._read_only}", fatal=True)
         return self._collector
 
+    def delivered(self) -> dict[tuple[str, int], int]:
+        """Per partition the last commit wrote to, the offset of its last record there."""
+        return self._sender.last_offsets()
+
     @property
     def usable(self) -> bool:
         """False once fenced, broken (a fatal producer error) or closed."""
@@ -295,15 +299,22 @@ class TaskCommitter:
         errors = self._sender.errors
         try:
             self._producer.begin_transaction()
-            sent = [self._sender.send(p.outputs, p.tx, p.input_offsets) for p in parts]
+            offsets_sent: Callable[[], None] | None = None
             if inputs:
+                # Two round trips to the coordinators, under way while the records go out.
                 tps = [TopicPartition(t, part, off) for (t, part), off in inputs.items()]
                 metadata = group_metadata or self._consumer.consumer_group_metadata()
                 bound = min(self._timeout, SEND_OFFSETS_TIMEOUT_S)
-                self._bounded("send_offsets_to_transaction",
-                              lambda: self._producer.send_offsets_to_transaction(tps, metadata, bound), bound)
-            # flush serves the delivery reports that carry the changelog offsets.
-            remaining = self._producer.flush(self._timeout)
+                offsets_sent = self._bounded_started(
+                    "send_offsets_to_transaction",
+                    lambda: self._producer.send_offsets_to_transaction(tps, metadata, bound), bound)
+            try:
+                sent = [self._sender.send(p.outputs, p.tx, p.input_offsets) for p in parts]
+                # flush serves the delivery reports that carry the changelog offsets.
+                remaining = self._producer.flush(self._timeout)
+            finally:
+                if offsets_sent is not None:
+                    offsets_sent()
             if remaining:
                 raise CommitFailed(f"{self._ctx}: {remaining} records not delivered in {self._timeout}s")
             self._commit_transaction()
@@ -328,8 +339,9 @@ class TaskCommitter:
             raise CommitFailed(f"{self._ctx}: delivery errors in a committed transaction: {errors[:3]}")
         return sent
 
-    def _bounded(self, what: str, call: Callable[[], None], timeout_s: float) -> None:
-        """`call()`, given up on after `timeout_s` (its own timeout) even if the client ignores it.
+    def _bounded_started(self, what: str, call: Callable[[], None], timeout_s: float) -> Callable[[], None]:
+        """`call()` started on a thread of its own; the function returned waits for it, and gives up
+        on it after `timeout_s` (its own timeout) even if the client ignores it.
 
         librdkafka's send_offsets_to_transaction can wait forever, past its timeout, when the
         group coordinator's broker goes away (confluentinc/librdkafka#5456, #5511; seen here with
@@ -346,13 +358,17 @@ class TaskCommitter:
 
         worker = threading.Thread(target=run, name=f"{what} {self._ctx}", daemon=True)
         worker.start()
-        worker.join(timeout_s + 5)
-        if not outcome:
-            self._unusable = f"{what} did not return within {timeout_s}s"
-            raise TaskFenced(f"{self._ctx}: {what} hung past its {timeout_s}s timeout; the task is "
-                             "reopened with a new producer", fatal=True)
-        if outcome[0] is not None:
-            raise outcome[0]
+
+        def wait() -> None:
+            worker.join(timeout_s + 5)
+            if not outcome:
+                self._unusable = f"{what} did not return within {timeout_s}s"
+                raise TaskFenced(f"{self._ctx}: {what} hung past its {timeout_s}s timeout; the task is "
+                                 "reopened with a new producer", fatal=True)
+            if outcome[0] is not None:
+                raise outcome[0]
+
+        return wait
 
     def _commit_transaction(self) -> None:
         """commit_transaction, again at once after a retriable error, until the committer's timeout.

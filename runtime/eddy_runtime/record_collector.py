@@ -89,6 +89,10 @@ class RecordCollector:
         """The highest offset Kafka acknowledged in this partition since `begin`."""
         return self._last_offsets.get((topic, partition))
 
+    def last_offsets(self) -> dict[tuple[str, int], int]:
+        """The highest offset Kafka acknowledged per partition since `begin`."""
+        return dict(self._last_offsets)
+
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
             try:

@@ -159,7 +159,7 @@ def test_a_kafka_call_that_ignores_its_timeout_makes_the_committer_unusable(kafk
     try:
         started = time.monotonic()
         with pytest.raises(TaskFenced, match="hung past its 0.5s timeout"):
-            committer._bounded("send_offsets_to_transaction", lambda: time.sleep(8), 0.5)
+            committer._bounded_started("send_offsets_to_transaction", lambda: time.sleep(8), 0.5)()
         assert time.monotonic() - started < 7
         with pytest.raises(TaskFenced, match="committer is unusable"):
             committer.commit_to_kafka(None, [], {})
