@@ -93,6 +93,25 @@ def test_restore_from_a_checkpoint_reads_only_the_delta(state_app: StateApp) -> 
         assert dict(counts.offsets.input_offsets) == {(state_app.input_topic, 0): 10}
 
 
+def test_a_periodic_checkpoint_is_written_off_the_commit_and_never_after_a_later_one(state_app: StateApp) -> None:
+    state_app.ensure_changelogs()
+    path = state_app.state_dir / state_app.name / "0_0" / ".checkpoint"
+    with open_task(state_app, specs=(COUNTS,), checkpoint_interval_s=0.0) as mgr:
+        for batch in range(5):
+            tx = mgr.transaction()
+            tx.key_value("counts").put_many(["w"], [batch])
+            mgr.commit(tx, input_offsets={(state_app.input_topic, 0): batch + 1})
+            # each commit hands one to the checkpoint writer (unless the last is still being written)
+            mgr._await_checkpoint()
+            assert f"{state_app.input_topic} 0 {batch}" in path.read_text()
+        tx = mgr.transaction()
+        tx.key_value("counts").put_many(["w"], [5])
+        mgr.commit(tx, input_offsets={(state_app.input_topic, 0): 6})
+    # close writes the last one after whatever the writer had under way
+    assert f"{state_app.input_topic} 0 5" in path.read_text()
+    assert f"{state_app.changelog()} 0 " in path.read_text()
+
+
 def test_reopening_a_caught_up_task_restores_nothing(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
     with open_task(state_app, specs=(COUNTS,)) as mgr:
