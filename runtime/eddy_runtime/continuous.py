@@ -66,6 +66,11 @@ STANDBY_MAX_DEFER_S = 1.0
 NEWCOMER_WAIT_S = 10.0
 #: how long the poller waits for the metadata of a topic it starts fetching
 METADATA_TIMEOUT_S = 2.0
+#: how long a round waits past its due time for the poller to fetch what the round before it
+#: committed to partitions this runner reads (`ContinuousLoop._own_output_fetched`)
+OWN_OUTPUT_WAIT_S = 0.05
+#: while a round runs, the loop polls this long at a time (a poll returns only when it is up)
+ROUND_END_POLL_S = 0.005
 
 
 class TaskHost(Protocol):
@@ -195,6 +200,10 @@ class InputPoller:
                 return False
         return True
 
+    def fetched(self, offsets: Mapping[TopicPartition, int]) -> bool:
+        """Whether every partition of `offsets` this poller fetches was fetched past its offset."""
+        return all(buf.next_offset > off for tp, off in offsets.items() if (buf := self._buffers.get(tp)) is not None)
+
     def buffered(self, tps: Sequence[TopicPartition]) -> int:
         return sum(len(self._buffers[tp]) for tp in tps if tp in self._buffers)
 
@@ -276,6 +285,9 @@ class ContinuousLoop:
         self._stale_epoch = -1
         self._round_due = 0.0
         self._round_future: Future[None] | None = None
+        #: what the last round committed (partition -> its last offset there), and when: the next
+        #: round first waits for the poller to fetch the part of it this runner reads
+        self._own_output: tuple[dict[TopicPartition, int], float] = ({}, 0.0)
         #: task -> the generation it was released for: not processed under older work (`release`)
         self._released: dict[str, int] = {}
         #: the tasks in a step or round that may commit, and those whose last one did not commit
@@ -468,12 +480,15 @@ class ContinuousLoop:
 
         # wake for the first task whose records are due; otherwise as records come (20 ms at most)
         waits = [max(due(t) - now, 0.0) for t, tps in running.items() if t not in busy and poller.buffered(tps)]
+        if self._own_output[0] or (self._round_future is not None and not self._round_future.done()):
+            waits.append(ROUND_END_POLL_S)  # the next round starts soon after this one ends
         poller.poll(min([*waits, 0.02]))
         now = time.monotonic()
         busy = self._busy()
         if shared:
             ready = self._committer_ready(work, settings)  # made before the first active comes
-            if running and ready and (self._round_future is None or self._round_future.done()):
+            if (running and ready and (self._round_future is None or self._round_future.done())
+                    and self._own_output_fetched(poller, now)):
                 batch = [(task, poller.take(tps)) for task, tps in self._due_tasks(subs, running, busy, now, due)]
                 if batch:
                     self._round_due = now + work.commit_interval_s
@@ -484,6 +499,20 @@ class ContinuousLoop:
             steps.append((task, "active", poller.take(tps)))
             self._due[task] = now + work.commit_interval_s
         self._start_steps(work, subs, settings, steps)
+
+    def _own_output_fetched(self, poller: InputPoller, now: float) -> bool:
+        """Whether the poller fetched what the last round committed to partitions this runner
+        reads (a repartition topic between two of its sub-topologies), or waited
+        `OWN_OUTPUT_WAIT_S` for it. Those records become readable only once the round's
+        transaction commits, a few milliseconds before the loop could start the next round: a
+        round started then would leave them to the round after it, a commit interval later."""
+        offsets, since = self._own_output
+        if not offsets:
+            return True
+        if now - since < OWN_OUTPUT_WAIT_S and not poller.fetched(offsets):
+            return False
+        self._own_output = ({}, 0.0)
+        return True
 
     def _due_tasks(self, subs: dict[int, SubTopology], running: Mapping[str, list[TopicPartition]], busy: set[str],
                    now: float, due: Callable[[str], float]) -> list[tuple[str, list[TopicPartition]]]:
@@ -587,6 +616,8 @@ class ContinuousLoop:
                 results = []
             else:
                 clean[0] = committer.usable and all(r.status in ("processed", "aborted") for r in results)
+                if clean[0]:
+                    self._own_output = (committer.delivered(), time.monotonic())
         if not committer.usable and self._committer is committer:
             log.warning("the runner's committer was fenced or broke: a new one is made and checked")
             self._drop_committer()
