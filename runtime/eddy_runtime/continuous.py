@@ -453,7 +453,9 @@ class ContinuousLoop:
         processing = any(role == "active" and task in busy for task, role in work.tasks)
         running: dict[str, list[TopicPartition]] = {}
         steps: list[tuple[str, Role, list[RawRecords] | None]] = []
-        for task, role in work.tasks:
+        # actives first: a standby's step waits while theirs run (a newcomer's tasks open beside
+        # standbys that restore from scratch)
+        for task, role in sorted(work.tasks, key=lambda copy: copy[1] != "active"):
             if self._paused.get(task, 0.0) > now or (role == "active" and task in released):
                 continue
             if role == "active":
@@ -467,9 +469,10 @@ class ContinuousLoop:
                     poller.ensure({tp: positions[tp] for tp in tps})
                     running[task] = tps
                     continue
-            if task not in busy and self._due.get(task, 0.0) <= now:  # open, restore, tail: each commit interval
-                if role != "active" and processing and now - self._due.get(task, 0.0) < STANDBY_MAX_DEFER_S:
+            if task not in busy and self._due.setdefault(task, now) <= now:  # open, restore, tail: each commit interval
+                if role != "active" and processing and now - self._due[task] < STANDBY_MAX_DEFER_S:
                     continue  # a standby's tail waits while actives process (Python runs one thread at a time)
+                processing = processing or role == "active"
                 steps.append((task, role, None))
                 self._due[task] = now + (0.0 if role == "active" else work.commit_interval_s)
         self._fetching = set(running)
