@@ -48,7 +48,8 @@ log = logging.getLogger("eddy.continuous")
 #: (topic, partition)
 TopicPartition = tuple[str, int]
 
-#: process a task before its commit interval is up once this many records wait
+#: process a task before its commit interval is up once this many records wait; a partition with
+#: this many buffered is not fetched until its task takes them (what a round holds stays bounded)
 MAX_BUFFERED_RECORDS = 100_000
 #: a task that failed (or was fenced) waits this long before it is opened again, unless a newer
 #: generation names it
@@ -116,6 +117,8 @@ class InputPoller:
         #: per assigned partition: the offset its buffer starts at (the task's position)
         self._start: dict[TopicPartition, int] = {}
         self._buffers: dict[TopicPartition, RawRecords] = {}
+        #: partitions not fetched while their buffer is full (`MAX_BUFFERED_RECORDS`)
+        self._full: set[TopicPartition] = set()
 
     def ensure(self, positions: Mapping[TopicPartition, int]) -> None:
         """Fetch these partitions from these positions (a partition fetched from elsewhere starts over)."""
@@ -132,6 +135,7 @@ class InputPoller:
         for tp in moved:
             self._start[tp] = positions[tp]
             self._buffers[tp] = RawRecords(tp[0], tp[1], next_offset=positions[tp])
+            self._full.discard(tp)  # assigned anew: fetched (not paused)
 
     def _learn_leaders(self, topics: set[str]) -> None:
         """Ask for the metadata of topics this consumer fetches none of yet: left to itself, a
@@ -153,6 +157,7 @@ class InputPoller:
             for tp in gone:
                 del self._start[tp]
                 del self._buffers[tp]
+                self._full.discard(tp)
 
     def poll(self, timeout_s: float) -> int:
         """Fetch what is there (waiting up to `timeout_s` for a first record); records fetched."""
@@ -181,6 +186,11 @@ class InputPoller:
                 buf = self._buffers[(tp.topic, tp.partition)]
                 if len(buf) and tp.offset > buf.next_offset:
                     buf.next_offset = tp.offset
+            full = [tp for tp, buf in self._buffers.items()
+                    if len(buf) >= MAX_BUFFERED_RECORDS and tp not in self._full]
+            if full:  # a backlog is fetched as its task takes it, not all into memory at once
+                self._consumer.pause([KafkaPartition(t, p) for t, p in full])
+                self._full.update(full)
         return n
 
     def ready(self, tps: Sequence[TopicPartition]) -> bool:
@@ -209,12 +219,18 @@ class InputPoller:
 
     def take(self, tps: Sequence[TopicPartition]) -> list[RawRecords]:
         """The buffered records of `tps` (each from its position); the buffers start after them."""
+        from confluent_kafka import TopicPartition as KafkaPartition
+
         out = []
         for tp in tps:
             buf = self._buffers[tp]
             out.append(buf)
             self._buffers[tp] = RawRecords(tp[0], tp[1], next_offset=buf.next_offset)
             self._start[tp] = buf.next_offset
+        emptied = [tp for tp in tps if tp in self._full]
+        if emptied:
+            self._consumer.resume([KafkaPartition(t, p) for t, p in emptied])
+            self._full.difference_update(emptied)
         return out
 
     def close(self) -> None:
