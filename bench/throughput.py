@@ -738,14 +738,18 @@ def eddy_word_count(spark: Any, args: argparse.Namespace, app_id: str, input_top
         print(f"eddy: {app_id} batch {report.batch_id} {report.outcome} in {report.duration_s:.2f} s (plan "
               f"{report.plan_s:.2f} s{how}): {report.records_in} in, {report.records_out} out, lag "
               f"{sum(fig.lag.values())}" + (f": {report.error}" if report.error else ""), file=sys.stderr, flush=True)
-        # Every task's lag was 0 when this batch was planned: all records were read before, and the
-        # previous batch counted what they left in the repartition topic.
+        # Every task's lag was 0 when this batch was planned: all records were read before, and
+        # their counts committed (the repartition topic's lag is in it too) before this batch began.
+        # On the continuous path a batch is a sync, which reports what the loop did since the last
+        # one: the clock starts at the end of the last sync that reported no input (or the start of
+        # the first batch, which hands out the tasks; a round under way at that sync may have read
+        # its records a little earlier) and stops at the start of the sync that saw no lag left.
         if fig.read >= expected and not any(fig.lag.values()):
-            fig.done_at = previous_end[0]
+            fig.done_at = now - report.duration_s
             return True
         first_batch = math.isnan(fig.first_input) and report.records_in > 0
         if first_batch:
-            fig.first_input = now - report.duration_s
+            fig.first_input = previous_end[0] or now - report.duration_s
         for r in report.results:
             if r.role == "active" and r.status == "processed":
                 if r.task in sources:
@@ -770,9 +774,10 @@ def eddy_program(argv: Sequence[str]) -> int:
     are started, as the peers' processes are before their first record; the measured app still
     starts its own task runners, stores and transactional producers in its first batch.
 
-    seconds: from the start of the first batch that read input to the end of the batch that counted
-    the last of the N records (its outputs committed). The first batch's length and the rate after
-    it are printed too. p50/p99: upper bounds of the histogram buckets of the runtime's own
+    seconds: from the end of the last batch (on the continuous path: sync) that reported no input
+    to the start of the first one that found every record read and counted (outputs committed);
+    with 1 s syncs that may count up to a second more than the work took. The first batch's length
+    and the rate after it are printed too. p50/p99: upper bounds of the histogram buckets of the runtime's own
     end-to-end latency (now - input timestamp at the count).
     """
     ap = argparse.ArgumentParser(prog="throughput.py _eddy")
