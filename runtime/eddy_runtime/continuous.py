@@ -323,8 +323,7 @@ class ContinuousLoop:
                 self._work, self._subs = work, subs
                 self._settings = replace(settings, restore_chunk_seconds=RESTORE_CHUNK_S,
                                          standby_chunk_seconds=STANDBY_CHUNK_S)
-            results = list(self._results.values())
-            self._results.clear()
+            results = self._take_results()
         # Exactly-once: a runner with no continuous active yet (a newcomer's first sync) starts
         # anyway and makes its committer, so the first tasks moved to it need not wait for that;
         # a newcomer's first sync waits for it (the driver gives tasks only to an executor that
@@ -353,8 +352,12 @@ class ContinuousLoop:
         push does (only if newer), and hand back what the loop did since the last sync."""
         self.push(work)
         with self._lock:
-            results = list(self._results.values())
-            self._results.clear()
+            return self._take_results()
+
+    def _take_results(self) -> list[ItemResult]:
+        """What the loop did since the last sync, forgotten here (under `_lock`)."""
+        results = list(self._results.values())
+        self._results.clear()
         return results
 
     def release(self, generation: int, tasks: Sequence[str], timeout_s: float) -> bool:
