@@ -229,11 +229,8 @@ def release_tasks(addresses: Mapping[str, str], releases: Mapping[str, Sequence[
             log.info("executor %s could not release %s cleanly for generation %d", executor,
                      sorted(releases[executor]), generation)
 
-    threads = _post_each(addresses, {e: encode_release(app, generation, tasks, timeout_s)
-                                     for e, tasks in releases.items()}, "eddy-release", post)
-    deadline = time.monotonic() + timeout_s + 2.0
-    for thread in threads:
-        thread.join(max(deadline - time.monotonic(), 0.0))
+    _join_all(_post_each(addresses, {e: encode_release(app, generation, tasks, timeout_s)
+                                     for e, tasks in releases.items()}, "eddy-release", post), timeout_s + 2.0)
     with lock:
         return set(released)
 
@@ -257,12 +254,17 @@ def sync_runners(addresses: Mapping[str, str], work: Mapping[str, ContinuousWork
 
     if any(not addresses.get(e) for e in work):
         return None
-    threads = _post_each(addresses, {e: encode_work(app, w) for e, w in work.items()}, "eddy-sync", post)
-    deadline = time.monotonic() + timeout_s + 1.0
-    for thread in threads:
-        thread.join(max(deadline - time.monotonic(), 0.0))
+    _join_all(_post_each(addresses, {e: encode_work(app, w) for e, w in work.items()}, "eddy-sync", post),
+              timeout_s + 1.0)
     with lock:
         return dict(answers) if answers.keys() == work.keys() else None
+
+
+def _join_all(threads: Sequence[threading.Thread], seconds: float) -> None:
+    """Wait for `threads`, at most `seconds` in all."""
+    deadline = time.monotonic() + seconds
+    for thread in threads:
+        thread.join(max(deadline - time.monotonic(), 0.0))
 
 
 def _post_each(addresses: Mapping[str, str], bodies: Mapping[str, bytes], name: str,
