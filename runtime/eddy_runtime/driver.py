@@ -384,15 +384,16 @@ class Driver:
         warm = {e.id for e in layout.executor_slots} - self._ready
         report = BatchReport(self.batch_id, "ok", 0.0, assignment.generation, moves=moves)
         report.plan_s = time.monotonic() - started
-        synced = None if inventory or warm else self._sync_over_http(plan, [e.id for e in layout.executor_slots])
-        if synced is not None:
+        synced, complete = ([], False) if inventory or warm else self._sync_over_http(
+            plan, [e.id for e in layout.executor_slots])
+        if complete:
             report.results, report.over_http = synced, True
-        else:
+        else:  # what runners answered over HTTP is theirs no more: it counts beside the job's
             job = batch_job(compiled, layout, plan, settings, (self._prepared.program_id, self._prepared.program),
                             fresh=fresh, inventory=inventory,
                             commit_interval_s=self.spec.trigger_interval_s if self._continuous else None,
                             fence_epochs=self.fence_epochs(), warm=warm)
-            report.results = self._run_job(job, live, settings, report)
+            report.results = synced + self._run_job(job, live, settings, report)
         if report.outcome == "ok":
             self._ready.update(e.id for e in layout.executor_slots)
         report.duration_s = time.monotonic() - started
@@ -402,23 +403,22 @@ class Driver:
         self._account(report, wall, assignment, live, lag)
         return report
 
-    def _sync_over_http(self, plan: BatchPlan, executors: Sequence[str]) -> list[ItemResult] | None:
+    def _sync_over_http(self, plan: BatchPlan, executors: Sequence[str]) -> tuple[list[ItemResult], bool]:
         """An app that runs only continuously, in a generation its executors already run: what
         the runners did since the last sync, collected over HTTP instead of by a Spark job
-        (work_push.SYNC_PATH). None when the batch needs its Spark job: the app has other work, the
-        last batch failed, or a runner did not answer (the caller also runs one for whatever
-        changes what an executor holds, and every `INVENTORY_EVERY_BATCHES` batches)."""
+        (work_push.SYNC_PATH), and whether every runner answered. Nothing is asked when the
+        batch needs its Spark job anyway: the app has other work or the last batch failed (the
+        caller also runs one for whatever changes what an executor holds, and every
+        `INVENTORY_EVERY_BATCHES` batches)."""
         if (self.compiled is None or self.assignment is None or self._failed_batches
                 or len(self._continuous) != len(self.compiled.subtopologies)
                 or plan.dataframe_items or any(plan.per_executor.values())):
-            return None
+            return [], False
         epochs = self.fence_epochs()
         work = {e: ContinuousWork(self.assignment.generation, tuple(plan.continuous[e]), self.spec.trigger_interval_s,
                                   epochs.get(e, 0)) for e in executors}
         answers = sync_runners(self._query_addresses, work, self.app, self._push_token)
-        if answers is None:
-            return None
-        return [r for results in answers.values() for r in results]
+        return [r for results in answers.values() for r in results], answers.keys() == work.keys()
 
     def _run_job(self, job: BatchJob, live: Sequence[ExecutorRef], settings: BatchSettings,
                  report: BatchReport) -> list[ItemResult]:

@@ -24,7 +24,7 @@ generation the driver POSTs each executor's `ContinuousWork` to its runner and g
 runner's `ItemResult`s since its last sync as JSON (`encode_results`). Whatever changes what an
 executor holds or how it runs (a new generation, an executor that is new or not ready, an
 inventory, a failed batch), and any sync that does not answer, goes through a Spark job as before
-(driver.py, `Driver._sync_over_http`).
+(driver.py, `Driver._sync_over_http`); what the other runners answered counts beside its results.
 
 The endpoints change what an executor runs (or hand out what it did), so they take a request
 only with the token the driver sent its runners in the batch settings (`BatchSettings.push_token`,
@@ -236,10 +236,10 @@ def release_tasks(addresses: Mapping[str, str], releases: Mapping[str, Sequence[
 
 
 def sync_runners(addresses: Mapping[str, str], work: Mapping[str, ContinuousWork], app: str, token: str,
-                 timeout_s: float = PUSH_TIMEOUT_S) -> dict[str, list[ItemResult]] | None:
-    """Sync each executor of `work` over HTTP, all at once: per executor, what its runner did
-    since its last sync; None unless every one of them answered within `timeout_s` (the caller
-    runs a Spark job instead)."""
+                 timeout_s: float = PUSH_TIMEOUT_S) -> dict[str, list[ItemResult]]:
+    """Sync each executor of `work` over HTTP, all at once: per executor that answered within
+    `timeout_s`, what its runner did since its last sync. A runner that answered has handed that
+    over: the caller accounts for it even when it syncs the others through a Spark job."""
     answers: dict[str, list[ItemResult]] = {}
     lock = threading.Lock()
 
@@ -253,11 +253,11 @@ def sync_runners(addresses: Mapping[str, str], work: Mapping[str, ContinuousWork
             answers[executor] = results
 
     if any(not addresses.get(e) for e in work):
-        return None
+        return {}
     _join_all(_post_each(addresses, {e: encode_work(app, w) for e, w in work.items()}, "eddy-sync", post),
               timeout_s + 1.0)
     with lock:
-        return dict(answers) if answers.keys() == work.keys() else None
+        return dict(answers)
 
 
 def _join_all(threads: Sequence[threading.Thread], seconds: float) -> None:
