@@ -186,6 +186,11 @@ class StoreChangelogReader:
             log.info("%s: store %s has data but no offset; replaying its changelog from the start",
                      self._ctx, t.store.spec.name)
         start = low if local is None else local + 1
+        if local is not None and t.mode == "tail" and start < t.position <= high:
+            # A standby being promoted read past its store's last record (the commit marker after
+            # it, aborted records): what lies between is no data, so there is nothing to read
+            # (reading it would wait a fetch of fetch.wait.max.ms for the end, 0.1 s).
+            start = t.position
         t.start = t.position = start
         t.end = high
         t.restored = 0
