@@ -91,7 +91,8 @@ class TaskHost(Protocol):
         """Read the task's committed positions again before it processes more."""
 
     def close_task(self, task_id: str, why: str) -> None:
-        """Close a held task (it is opened again, and restores its delta, if it comes back)."""
+        """Let go of a held task, closing it in the background (it is opened again, and restores
+        its delta, if it comes back)."""
 
     def run_round(self, subs: dict[int, SubTopology], settings: BatchSettings,
                   entries: Sequence[tuple[WorkItem, Sequence[RawRecords]]], committer: TaskCommitter
@@ -363,9 +364,9 @@ class ContinuousLoop:
     def release(self, generation: int, tasks: Sequence[str], timeout_s: float) -> bool:
         """Let `tasks` go ahead of `generation`, which takes them away from this runner (work_push.py):
         no step or round under older work processes them from now on; once the step or round that
-        holds one has ended, they are closed. True if that happened within `timeout_s` and every
-        one of them ended cleanly (committed, or had nothing to commit), so that the driver need
-        not fence this runner; False otherwise (it fences it)."""
+        holds one has ended, the runner lets go of them (`TaskHost.close_task`). True if that
+        happened within `timeout_s` and every one of them ended cleanly (committed, or had nothing
+        to commit), so that the driver need not fence this runner; False otherwise (it fences it)."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
             for task in tasks:

@@ -100,6 +100,8 @@ class TaskRunner:
         self.metrics = metrics
         self._tasks: dict[str, _Task] = {}
         self._tasks_lock = threading.Lock()
+        #: the closes of tasks let go of (`close_task`) under way
+        self._closing: list[threading.Thread] = []
         self._programs: dict[str, dict[int, SubTopology]] = {}
         #: (batch, task) -> bad records and the count of records a read step read for the sink
         self._stash: dict[tuple[int, str], tuple[list[BadRecord], int]] = {}
@@ -174,14 +176,29 @@ class TaskRunner:
             self._close(task, "no longer assigned here")
 
     def close_task(self, task_id: str, why: str) -> None:
-        """Close a held task, if held (it is opened again, and restores its delta, if it comes back)."""
-        self._close(task_id, why)
+        """Let go of a held task now and close it on a thread of its own (it is opened again, and
+        restores its delta, if it comes back). From here on a step finds the task not held and
+        opens it anew, which waits on the task directory's lock for the close to end; a released
+        stateful task so costs the release no flush, checkpoint or Kafka client close (0.1-0.2 s
+        each on a loaded machine, measured)."""
+        with self._tasks_lock:
+            t = self._tasks.pop(task_id, None)
+            if t is None:
+                return
+            self._closing = [c for c in self._closing if c.is_alive()]
+            closing = threading.Thread(target=self._close_held, args=(task_id, t, why), daemon=True,
+                                       name=f"eddy-close-{task_id}")
+            self._closing.append(closing)
+        closing.start()
 
     def _close(self, task_id: str, why: str) -> None:
         with self._tasks_lock:
             t = self._tasks.pop(task_id, None)
-        if t is None:
-            return
+        if t is not None:
+            self._close_held(task_id, t, why)
+
+    def _close_held(self, task_id: str, t: _Task, why: str) -> None:
+        """Close a task taken out of `_tasks`."""
         with t.lock:
             log.info("closing task %s (%s): %s", task_id, t.manager.role, why)
             self._shut(task_id, t)
@@ -214,6 +231,10 @@ class TaskRunner:
         self.continuous.close()
         for task in list(self._tasks):
             self._close(task, "runner closing")
+        with self._tasks_lock:
+            closing, self._closing = self._closing, []
+        for c in closing:  # the tasks let go of before
+            c.join()
 
     @contextmanager
     def reading(self, task_id: str, store: str) -> Iterator[LocalCopy | None]:
