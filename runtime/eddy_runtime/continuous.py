@@ -412,6 +412,11 @@ class ContinuousLoop:
                     self._unclean.update(allowed)
                 self._changed.notify_all()
 
+    def settings(self) -> BatchSettings | None:
+        """The last sync's settings (None before the first)."""
+        with self._lock:
+            return self._settings
+
     def app_token(self) -> tuple[str, str] | None:
         """The app and push token of the last sync's settings (None before the first)."""
         with self._lock:

@@ -384,8 +384,8 @@ class Driver:
         warm = {e.id for e in layout.executor_slots} - self._ready
         report = BatchReport(self.batch_id, "ok", 0.0, assignment.generation, moves=moves)
         report.plan_s = time.monotonic() - started
-        synced, complete = ([], False) if inventory or warm else self._sync_over_http(
-            plan, [e.id for e in layout.executor_slots])
+        synced, complete = ([], False) if fresh or warm else self._sync_over_http(
+            plan, [e.id for e in layout.executor_slots], inventory)
         if complete:
             report.results, report.over_http = synced, True
         else:  # what runners answered over HTTP is theirs no more: it counts beside the job's
@@ -403,13 +403,14 @@ class Driver:
         self._account(report, wall, assignment, live, lag)
         return report
 
-    def _sync_over_http(self, plan: BatchPlan, executors: Sequence[str]) -> tuple[list[ItemResult], bool]:
+    def _sync_over_http(self, plan: BatchPlan, executors: Sequence[str],
+                        inventory: bool) -> tuple[list[ItemResult], bool]:
         """An app that runs only continuously, in a generation its executors already run: what
-        the runners did since the last sync, collected over HTTP instead of by a Spark job
-        (work_push.SYNC_PATH), and whether every runner answered. Nothing is asked when the
-        batch needs its Spark job anyway: the app has other work or the last batch failed (the
-        caller also runs one for whatever changes what an executor holds, and every
-        `INVENTORY_EVERY_BATCHES` batches)."""
+        the runners did since the last sync (`inventory`: and what their volumes hold), collected
+        over HTTP instead of by a Spark job (work_push.SYNC_PATH), and whether every runner
+        answered. Nothing is asked when the batch needs its Spark job anyway: the app has other
+        work or the last batch failed (the caller also runs one for whatever changes what an
+        executor holds)."""
         if (self.compiled is None or self.assignment is None or self._failed_batches
                 or len(self._continuous) != len(self.compiled.subtopologies)
                 or plan.dataframe_items or any(plan.per_executor.values())):
@@ -417,8 +418,16 @@ class Driver:
         epochs = self.fence_epochs()
         work = {e: ContinuousWork(self.assignment.generation, tuple(plan.continuous[e]), self.spec.trigger_interval_s,
                                   epochs.get(e, 0)) for e in executors}
-        answers = sync_runners(self._query_addresses, work, self.app, self._push_token)
-        return [r for results in answers.values() for r in results], answers.keys() == work.keys()
+        answers = sync_runners(self._query_addresses, work, self.app, self._push_token, inventory)
+        results = self._take_inventories([r for results in answers.values() for r in results])
+        return results, answers.keys() == work.keys()
+
+    def _take_inventories(self, results: list[ItemResult]) -> list[ItemResult]:
+        """`results` less the volumes' inventories among them, which are recorded."""
+        for r in results:
+            if r.inventory is not None:
+                self._volumes.record_inventory(r.executor, r.inventory)
+        return [r for r in results if r.inventory is None]
 
     def _run_job(self, job: BatchJob, live: Sequence[ExecutorRef], settings: BatchSettings,
                  report: BatchReport) -> list[ItemResult]:
@@ -431,11 +440,7 @@ class Driver:
                             on_lost=self._lost_mid_batch) as watch:
                 self._watch = watch
                 rows = job.collect()
-            results: list[ItemResult] = [pickle.loads(r) for r in rows]
-            for r in results:
-                if r.inventory is not None:
-                    self._volumes.record_inventory(r.executor, r.inventory)
-            return [r for r in results if r.inventory is None]
+            return self._take_inventories([pickle.loads(r) for r in rows])
         except Exception as e:  # noqa: BLE001 - classified below; the next batch re-plans
             # The items of this batch may not all have run: plan every copy again next batch.
             self._planned_generation = -1

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from eddy_runtime.placement import MisplacedTask, ensure_on_executor
 from eddy_runtime.records import decode_source, range_reader
 from eddy_runtime.runner_client import RunnerClient
-from eddy_runtime.work import BatchSettings, ItemResult, SlotWork
+from eddy_runtime.work import BatchSettings, ItemResult, SlotWork, volume_inventory
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -167,16 +167,13 @@ def sink_step(settings: BatchSettings, program: Program, works: list[SlotWork], 
 def _executor_slot(settings: BatchSettings, program: Program, work: SlotWork) -> list[ItemResult]:
     """An executor slot's work: its items other than DataFrame tasks, its continuous tasks' sync,
     its inventory."""
-    from eddy_runtime.state import StateDirectory
-
     misplaced = _misplaced(settings, work)
     if misplaced is not None:
         return misplaced
     runner = work.items or work.held is not None or work.continuous is not None
     results = _call_runner(settings, program, work, None) if runner else []
     if work.inventory:
-        inventory = tuple(StateDirectory(settings.state_dir_for(work.executor)).inventory(settings.app))
-        results = [*results, ItemResult("", work.executor, "active", "processed", inventory=inventory)]
+        results = [*results, volume_inventory(settings, work.executor)]
     return results
 
 

@@ -43,6 +43,7 @@ from eddy_runtime.work import (
     ItemStatus,
     SlotWork,
     WorkItem,
+    volume_inventory,
 )
 
 __all__ = ["TaskRunner", "latency_histogram"]
@@ -154,10 +155,14 @@ class TaskRunner:
             self.metrics.observe(settings.app, results)
         return self._addressed(results + continuous)
 
-    def collect(self, work: ContinuousWork) -> list[ItemResult]:
+    def collect(self, work: ContinuousWork, inventory: bool = False) -> list[ItemResult]:
         """A sync over HTTP (work_push.SYNC_PATH): the continuous loop takes `work` if it is newer,
-        and hands back what it did since the last sync."""
-        return self._addressed(self.continuous.collect(work))
+        and hands back what it did since the last sync; `inventory`: and what the volume holds."""
+        out = self.continuous.collect(work)
+        settings = self.continuous.settings()
+        if inventory and settings is not None:
+            out.append(volume_inventory(settings, self.executor_id))
+        return self._addressed(out)
 
     def _addressed(self, out: list[ItemResult]) -> list[ItemResult]:
         """`out`, its first result carrying where this runner serves queries and pushes."""

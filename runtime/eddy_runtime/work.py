@@ -15,7 +15,7 @@ from typing import Literal
 
 from eddy_runtime.kafka_client import KafkaClientConfig
 from eddy_runtime.query_routing import QueryRouting
-from eddy_runtime.state import TaskFigures, TaskInventory
+from eddy_runtime.state import StateDirectory, TaskFigures, TaskInventory
 
 __all__ = [
     "BadRecordInfo",
@@ -26,6 +26,7 @@ __all__ = [
     "ItemStatus",
     "SlotWork",
     "WorkItem",
+    "volume_inventory",
     "LATENCY_BUCKETS_S",
     "Role",
 ]
@@ -185,3 +186,10 @@ class ItemResult:
     inventory: tuple[TaskInventory, ...] | None = None
     #: host:port of the executor's query endpoint (on one result of each reply)
     query_address: str = ""
+
+
+def volume_inventory(settings: BatchSettings, executor: str) -> ItemResult:
+    """What `executor`'s volume holds of the app (each task directory's stores and offsets), as
+    the result that carries it to the driver (a Spark job's slot, or a sync over HTTP)."""
+    held = tuple(StateDirectory(settings.state_dir_for(executor)).inventory(settings.app))
+    return ItemResult("", executor, "active", "processed", inventory=held)

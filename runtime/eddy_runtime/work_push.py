@@ -23,8 +23,9 @@ executor cost about 0.3 cores of the executors' and driver's JVMs on the 2-core 
 generation the driver POSTs each executor's `ContinuousWork` to its runner and gets back the
 runner's `ItemResult`s since its last sync as JSON (`encode_results`). Whatever changes what an
 executor holds or how it runs (a new generation, an executor that is new or not ready, an
-inventory, a failed batch), and any sync that does not answer, goes through a Spark job as before
-(driver.py, `Driver._sync_over_http`); what the other runners answered counts beside its results.
+a failed batch), and any sync that does not answer, goes through a Spark job as before (driver.py,
+`Driver._sync_over_http`); what the other runners answered counts beside its results. Every
+`INVENTORY_EVERY_BATCHES` syncs also ask each runner what its volume holds (the assignor's lags).
 
 The endpoints change what an executor runs (or hand out what it did), so they take a request
 only with the token the driver sent its runners in the batch settings (`BatchSettings.push_token`,
@@ -54,9 +55,11 @@ __all__ = [
     "TOKEN_HEADER",
     "decode_release",
     "decode_results",
+    "decode_sync",
     "decode_work",
     "encode_release",
     "encode_results",
+    "encode_sync",
     "encode_work",
     "push_endpoint",
     "push_work",
@@ -99,6 +102,21 @@ def decode_work(body: bytes) -> tuple[str, ContinuousWork]:
     if not isinstance(epoch, int) or epoch < 0:
         raise ValueError("fenceEpoch must be a non-negative integer")
     return str(doc["app"]), ContinuousWork(generation, tuple(tasks), float(interval), epoch)
+
+
+def encode_sync(app: str, work: ContinuousWork, inventory: bool) -> bytes:
+    """A sync: the executor's work as a push carries it, and whether to report the volume's inventory."""
+    doc = json.loads(encode_work(app, work))
+    return json.dumps({**doc, "inventory": inventory}, separators=(",", ":")).encode()
+
+
+def decode_sync(body: bytes) -> tuple[str, tuple[ContinuousWork, bool]]:
+    """(app, (work, inventory)) from a sync; ValueError when it is not one."""
+    app, work = decode_work(body)
+    inventory = json.loads(body).get("inventory", False)
+    if not isinstance(inventory, bool):
+        raise ValueError("inventory must be true or false")
+    return app, (work, inventory)
 
 
 def encode_release(app: str, generation: int, tasks: Sequence[str], timeout_s: float) -> bytes:
@@ -236,9 +254,10 @@ def release_tasks(addresses: Mapping[str, str], releases: Mapping[str, Sequence[
 
 
 def sync_runners(addresses: Mapping[str, str], work: Mapping[str, ContinuousWork], app: str, token: str,
-                 timeout_s: float = PUSH_TIMEOUT_S) -> dict[str, list[ItemResult]]:
+                 inventory: bool = False, timeout_s: float = PUSH_TIMEOUT_S) -> dict[str, list[ItemResult]]:
     """Sync each executor of `work` over HTTP, all at once: per executor that answered within
-    `timeout_s`, what its runner did since its last sync. A runner that answered has handed that
+    `timeout_s`, what its runner did since its last sync (`inventory`: and what its volume holds,
+    as one more result, `work.volume_inventory`). A runner that answered has handed that
     over: the caller accounts for it even when it syncs the others through a Spark job."""
     answers: dict[str, list[ItemResult]] = {}
     lock = threading.Lock()
@@ -254,7 +273,7 @@ def sync_runners(addresses: Mapping[str, str], work: Mapping[str, ContinuousWork
 
     if any(not addresses.get(e) for e in work):
         return {}
-    _join_all(_post_each(addresses, {e: encode_work(app, w) for e, w in work.items()}, "eddy-sync", post),
+    _join_all(_post_each(addresses, {e: encode_sync(app, w, inventory) for e, w in work.items()}, "eddy-sync", post),
               timeout_s + 1.0)
     with lock:
         return dict(answers)
@@ -303,11 +322,12 @@ def release_endpoint(app_token: Callable[[], tuple[str, str] | None],
 
 
 def sync_endpoint(app_token: Callable[[], tuple[str, str] | None],
-                  collect: Callable[[ContinuousWork], list[ItemResult]]) -> Callable[..., Iterable[bytes]]:
-    """The runner's WSGI app for `SYNC_PATH`; `collect(work)`: takes the work if newer (as a push
-    does) and hands back what the loop did since the last sync (`TaskRunner.collect`)."""
-    return _endpoint(app_token, SYNC_PATH, "a sync", decode_work,
-                     lambda work: {"results": encode_results(collect(work))})
+                  collect: Callable[[ContinuousWork, bool], list[ItemResult]]) -> Callable[..., Iterable[bytes]]:
+    """The runner's WSGI app for `SYNC_PATH`; `collect(work, inventory)`: takes the work if newer
+    (as a push does) and hands back what the loop did since the last sync, and if asked the
+    volume's inventory (`TaskRunner.collect`)."""
+    return _endpoint(app_token, SYNC_PATH, "a sync", decode_sync,
+                     lambda asked: {"results": encode_results(collect(*asked))})
 
 
 _T = TypeVar("_T")

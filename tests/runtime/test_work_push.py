@@ -2,16 +2,19 @@
 takes it only with the driver's token, for its own app, when it is newer than what it runs and
 after a first sync; a push that is refused changes nothing. A release answers only once no step
 or round of the released tasks is under way, and says whether they ended cleanly. A sync over
-HTTP hands back the runner's results as JSON, or nothing unless every runner answered."""
+HTTP hands back the runner's results as JSON (and, when asked, what its volume holds), per runner
+that answered."""
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -19,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from eddy_runtime.continuous import ContinuousLoop
 from eddy_runtime.health import HealthAndMetricsServer
 from eddy_runtime.kafka_client import KafkaClientConfig
-from eddy_runtime.state import StoreFigures, TaskFigures
+from eddy_runtime.state import StoreFigures, TaskDirectory, TaskFigures
 from eddy_runtime.task_runner import TaskRunner
 from eddy_runtime.work import BadRecordInfo, BatchSettings, ContinuousWork, ItemResult, SlotWork
 from eddy_runtime.work_push import (
@@ -29,9 +32,11 @@ from eddy_runtime.work_push import (
     TOKEN_HEADER,
     decode_release,
     decode_results,
+    decode_sync,
     decode_work,
     encode_release,
     encode_results,
+    encode_sync,
     encode_work,
     push_endpoint,
     push_work,
@@ -225,3 +230,28 @@ def test_a_sync_over_http_takes_a_newer_generation_and_hands_back_the_runner_res
     partial = sync_runners({"1": address, "2": "127.0.0.1:9"}, {"1": work(4), "2": work(4)}, "wc", "s3cret")
     assert partial.keys() == {"1"} and [r.query_address for r in partial["1"]] == [address]
     assert sync_runners({"1": address}, {"1": work(4)}, "wc", "guess") == {}
+
+
+def test_a_sync_over_http_reports_the_volume_inventory_when_asked(served, tmp_path):
+    loop, address = served
+    volume = tmp_path / "volume"
+    (TaskDirectory(volume, "wc", "1_2").store_path("counts")).mkdir(parents=True)
+    (volume / "other-app" / "0_0").mkdir(parents=True)
+    held = TaskDirectory(volume, "wc", "1_2").lock()  # the inventory says who holds it
+    try:
+        loop.sync({}, replace(SETTINGS, state_dir=str(volume)), work(3))
+        plain = sync_runners({"1": address}, {"1": work(3)}, "wc", "s3cret")["1"]
+        assert [r.inventory for r in plain] == [None]
+        asked = sync_runners({"1": address}, {"1": work(3)}, "wc", "s3cret", inventory=True)["1"]
+    finally:
+        held.release()
+    inventories = [r.inventory for r in asked if r.inventory is not None]
+    assert len(inventories) == 1 and [t.task_id for t in inventories[0]] == ["1_2"]
+    (task,) = inventories[0]
+    assert [s.name for s in task.stores] == ["counts"] and task.locked_by is not None
+    assert task.locked_by.pid == os.getpid()
+    body = json.loads(encode_sync("wc", work(3), True))
+    for bad in ({**body, "inventory": "yes"}, {**body, "inventory": 1}):
+        with pytest.raises(ValueError):
+            decode_sync(json.dumps(bad).encode())
+    assert decode_sync(encode_work("wc", work(3)))[1] == (work(3), False)  # a push's body: no inventory
