@@ -256,6 +256,8 @@ class StoreChangelogReader:
                 msgs = consume(max(1, min(budget, near)), timeout=min(left, 0.05))
             if msgs:
                 budget -= self._dispatch(msgs)
+            moved = near < self._batch_size and self._skip_markers()
+            if msgs or moved:
                 self._last_progress = time.monotonic()
             elif self.tail:
                 break  # nothing readable yet (e.g. the active's transaction is still open)
@@ -268,6 +270,24 @@ class StoreChangelogReader:
                         self._watermarks(t)
         self._finish_done_targets()
         return self.progress()
+
+    def _skip_markers(self) -> bool:
+        """Move each target still reading up to its consumer position, if that is further: the
+        consumer passes a commit marker (or aborted records) without handing out a message, and
+        reports the end of the partition only once a fetch at the end came back empty,
+        fetch.wait.max.ms later; a delta that is only the marker after the last record (a
+        promoted standby's, usually) is so read in one fetch. True if a target moved."""
+        reading = [t for t in self._targets.values() if t.assigned and not t.done]
+        if not reading:
+            return False
+        moved = False
+        for tp in self._consumer.position([t.tp for t in reading]):
+            t = self._targets[tp.topic]
+            if tp.error is None and tp.offset > t.position:
+                t.position = tp.offset
+                self._check_done(t)
+                moved = True
+        return moved
 
     def _offsets_left(self) -> int:
         return sum(max(0, t.end - t.position) for t in self._targets.values() if not t.done)
