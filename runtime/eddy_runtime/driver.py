@@ -269,9 +269,10 @@ class Driver:
         return self._fences.epochs() if self._fences is not None else {}
 
     def _lost_mid_batch(self, executor: str) -> None:
-        """On a thread of the batch watch, when an executor dies while a job runs: cancelling the job
-        takes seconds on a loaded machine, so the next generation (local mode: the assignor run
-        here, as the next batch will) goes to the survivors now."""
+        """On a thread of the batch watch, when an executor dies while a job or a sync over HTTP
+        runs: cancelling the job takes seconds on a loaded machine, and the next batch starts
+        only after the sync, so the next generation (local mode: the assignor run here, as the
+        next batch will) goes to the survivors now."""
         if not self._continuous or self.options.assignment_source is not None or self.assignment is None:
             return
         live = [e for e in live_executors(self.sc) if e.id != executor]
@@ -418,7 +419,10 @@ class Driver:
         epochs = self.fence_epochs()
         work = {e: ContinuousWork(self.assignment.generation, tuple(plan.continuous[e]), self.spec.trigger_interval_s,
                                   epochs.get(e, 0)) for e in executors}
-        answers = sync_runners(self._query_addresses, work, self.app, self._push_token, inventory)
+        # watched as a Spark job is: an executor that dies meanwhile has its tasks moved at once
+        with BatchWatch(self.sc, f"eddy-{self.app}-sync-{self.batch_id}", executors,
+                        description=f"eddy {self.app} sync {self.batch_id}", on_lost=self._lost_mid_batch):
+            answers = sync_runners(self._query_addresses, work, self.app, self._push_token, inventory)
         results = self._take_inventories([r for results in answers.values() for r in results])
         return results, answers.keys() == work.keys()
 
