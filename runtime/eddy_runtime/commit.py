@@ -177,8 +177,12 @@ def fence_transactional_id(kafka: KafkaClientConfig | str, app: str, task_id: st
     errors: list[str] = []
 
     def attempt(n: int, wait_s: float) -> None:
-        producer = kafka_client.producer(kafka, {"transactional.id": tid, "enable.idempotence": True,
-                                                 "client.id": f"{tid}-fence-{n}"})
+        try:
+            producer = kafka_client.producer(kafka, {"transactional.id": tid, "enable.idempotence": True,
+                                                     "client.id": f"{tid}-fence-{n}"})
+        except Exception as e:  # noqa: BLE001 - raised by the caller as the fence's failure
+            errors.append(f"{type(e).__name__}: {e}")
+            return
         try:
             producer.init_transactions(wait_s)
             fenced.set()
