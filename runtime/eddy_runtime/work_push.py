@@ -80,16 +80,47 @@ _MAX_BODY = 1 << 20
 
 
 def encode_work(app: str, work: ContinuousWork) -> bytes:
-    return json.dumps({"app": app, "generation": work.generation, "tasks": [list(t) for t in work.tasks],
-                       "commitIntervalS": work.commit_interval_s, "fenceEpoch": work.fence_epoch},
-                      separators=(",", ":")).encode()
+    return _dumps(_work_fields(app, work))
 
 
 def decode_work(body: bytes) -> tuple[str, ContinuousWork]:
     """(app, work) from a push; ValueError when it is not one."""
+    return _work_of(_object(body, "a push"))
+
+
+def encode_sync(app: str, work: ContinuousWork, inventory: bool) -> bytes:
+    """A sync: the executor's work as a push carries it, and whether to report the volume's inventory."""
+    return _dumps({**_work_fields(app, work), "inventory": inventory})
+
+
+def decode_sync(body: bytes) -> tuple[str, tuple[ContinuousWork, bool]]:
+    """(app, (work, inventory)) from a sync; ValueError when it is not one."""
+    doc = _object(body, "a sync")
+    app, work = _work_of(doc)
+    inventory = doc.get("inventory", False)
+    if not isinstance(inventory, bool):
+        raise ValueError("inventory must be true or false")
+    return app, (work, inventory)
+
+
+def _dumps(doc: Mapping[str, Any]) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _object(body: bytes, what: str) -> dict[str, Any]:
     doc = json.loads(body)
     if not isinstance(doc, dict):
-        raise ValueError("a push is a JSON object")
+        raise ValueError(f"{what} is a JSON object")
+    return doc
+
+
+def _work_fields(app: str, work: ContinuousWork) -> dict[str, Any]:
+    return {"app": app, "generation": work.generation, "tasks": [list(t) for t in work.tasks],
+            "commitIntervalS": work.commit_interval_s, "fenceEpoch": work.fence_epoch}
+
+
+def _work_of(doc: Mapping[str, Any]) -> tuple[str, ContinuousWork]:
+    """(app, work) from a push's or a sync's fields; ValueError when they are not a work's."""
     tasks: list[tuple[str, Role]] = []
     for pair in doc["tasks"]:
         task, role = pair
@@ -104,31 +135,13 @@ def decode_work(body: bytes) -> tuple[str, ContinuousWork]:
     return str(doc["app"]), ContinuousWork(generation, tuple(tasks), float(interval), epoch)
 
 
-def encode_sync(app: str, work: ContinuousWork, inventory: bool) -> bytes:
-    """A sync: the executor's work as a push carries it, and whether to report the volume's inventory."""
-    doc = json.loads(encode_work(app, work))
-    return json.dumps({**doc, "inventory": inventory}, separators=(",", ":")).encode()
-
-
-def decode_sync(body: bytes) -> tuple[str, tuple[ContinuousWork, bool]]:
-    """(app, (work, inventory)) from a sync; ValueError when it is not one."""
-    app, work = decode_work(body)
-    inventory = json.loads(body).get("inventory", False)
-    if not isinstance(inventory, bool):
-        raise ValueError("inventory must be true or false")
-    return app, (work, inventory)
-
-
 def encode_release(app: str, generation: int, tasks: Sequence[str], timeout_s: float) -> bytes:
-    return json.dumps({"app": app, "generation": generation, "tasks": list(tasks), "timeoutS": timeout_s},
-                      separators=(",", ":")).encode()
+    return _dumps({"app": app, "generation": generation, "tasks": list(tasks), "timeoutS": timeout_s})
 
 
 def decode_release(body: bytes) -> tuple[str, int, tuple[str, ...], float]:
     """(app, generation, tasks, timeout) from a release; ValueError when it is not one."""
-    doc = json.loads(body)
-    if not isinstance(doc, dict):
-        raise ValueError("a release is a JSON object")
+    doc = _object(body, "a release")
     generation, tasks, timeout = doc["generation"], doc["tasks"], doc["timeoutS"]
     if not isinstance(generation, int) or not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
         raise ValueError("generation must be an integer and tasks a list of task ids")
