@@ -22,8 +22,8 @@ executor cost about 0.3 cores of the executors' and driver's JVMs on the 2-core 
 (bench/throughput.py), taken from the loops' records exactly when they were due. In a steady
 generation the driver POSTs each executor's `ContinuousWork` to its runner and gets back the
 runner's `ItemResult`s since its last sync as JSON (`encode_results`). Whatever changes what an
-executor holds or how it runs (a new generation, an executor that is new or not ready, an
-a failed batch), and any sync that does not answer, goes through a Spark job as before (driver.py,
+executor holds or how it runs (a new generation, an executor that is new or not ready, a
+failed batch), and any sync that does not answer, goes through a Spark job as before (driver.py,
 `Driver._sync_over_http`); what the other runners answered counts beside its results. Every
 `INVENTORY_EVERY_BATCHES` syncs also ask each runner what its volume holds (the assignor's lags).
 
@@ -354,7 +354,7 @@ def _endpoint(app_token: Callable[[], tuple[str, str] | None], path: str, what: 
 
     def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         status, body = _checked(environ)
-        data = json.dumps(body, separators=(",", ":")).encode()
+        data = _dumps(body)
         start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
         return [data]
 
