@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay
@@ -44,6 +44,7 @@ __all__ = [
     "Guarantee",
     "KafkaCommit",
     "OutputRecord",  # defined in record_collector.py, which sends it; named here beside the commit types
+    "PlannedPositions",
     "TaskCommitter",
     "TaskFenced",
     "fence_transactional_id",
@@ -89,6 +90,23 @@ class CommitPart:
     tx: ChangelogBatches | None
     outputs: Iterable[OutputRecord]
     input_offsets: Mapping[tuple[str, int], int]
+
+
+@dataclass(frozen=True)
+class PlannedPositions:
+    """The input positions a round plans to commit (`to`), sent to the coordinators while its
+    parts are processed, and where each started (`back`): a partition whose part is left out
+    goes back there before the commit (`TaskCommitter.commit_parts`)."""
+
+    to: Mapping[tuple[str, int], int]
+    back: Mapping[tuple[str, int], int]
+
+    def corrections(self, committed: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """What must be sent again when the parts taken commit `committed`: positions that differ
+        from the plan, and the start of every planned partition that no part commits."""
+        out = {tp: off for tp, off in committed.items() if self.to.get(tp) != off}
+        out.update({tp: self.back[tp] for tp in self.to if tp not in committed})
+        return out
 
 
 #: what `RecordCollector.send` reports for one part: (outputs, changelog records, {store: changelog partition})
@@ -308,22 +326,30 @@ class TaskCommitter:
         return self.commit_parts([CommitPart(tx, outputs, dict(input_offsets or {}))],
                                  group_metadata=group_metadata)[0]
 
-    def commit_parts(self, parts: Sequence[CommitPart], *, group_metadata: Any = None) -> list[KafkaCommit]:
+    def commit_parts(self, parts: Iterable[CommitPart], *, group_metadata: Any = None,
+                     planned: PlannedPositions | None = None) -> list[KafkaCommit]:
         """`commit_to_kafka` for several tasks' batches at once, in one transaction under
         exactly-once (a runner's committer on the continuous path, `runner_transactional_id`):
         each part's changelog records carry its own input positions, and each part gets back its
-        own stores' changelog offsets. All of them commit, or none."""
+        own stores' changelog offsets. All of them commit, or none.
+
+        `parts` may be a generator that processes each task's batch when it is asked for the
+        part: under exactly-once each part's records go out as soon as it is yielded, while the
+        next one is processed (as Kafka Streams sends while it processes), so the commit waits
+        only for what the broker has not acknowledged yet. With `planned`, the input positions go
+        to the coordinators before the first part is asked for, and are corrected before the
+        commit for a part that was not yielded or moved other positions. A `parts` that yields
+        nothing commits nothing; one that raises aborts the transaction."""
         if self._unusable:
             raise TaskFenced(f"{self._ctx}: committer is unusable: {self._unusable}", fatal=True)
-        started = time.monotonic()
         self._sender.begin()  # a committer that only reads positions has none: it refuses here
-        inputs = {tp: off for p in parts for tp, off in p.input_offsets.items()}
         if self.guarantee == "exactly_once":
-            sent = self._exactly_once(parts, inputs, group_metadata)
+            taken, sent, started = self._exactly_once(parts, group_metadata, planned)
         else:
-            sent = self._at_least_once(parts, inputs)
+            taken, started = list(parts), time.monotonic()
+            sent = self._at_least_once(taken, _inputs_of(taken))
         commits = []
-        for part, (n_out, n_cl, last_of_store) in zip(parts, sent, strict=True):
+        for part, (n_out, n_cl, last_of_store) in zip(taken, sent, strict=True):
             offsets: dict[str, int | None] = {}
             for store, (topic, partition) in last_of_store.items():
                 off = self._sender.last_offset(topic, partition)
@@ -336,33 +362,75 @@ class TaskCommitter:
 
     # -- exactly once -------------------------------------------------------------------------
 
-    def _exactly_once(self, parts: Sequence[CommitPart], inputs: Mapping[tuple[str, int], int],
-                      group_metadata: Any) -> list[Sent]:
+    def _exactly_once(self, parts: Iterable[CommitPart], group_metadata: Any,
+                      planned: PlannedPositions | None) -> tuple[list[CommitPart], list[Sent], float]:
+        """The parts taken, what was sent of each, and when the commit proper started (the last
+        part sent)."""
         errors = self._sender.errors
+        taken: list[CommitPart] = []
+        sent: list[Sent] = []
+        begun = False
+        #: the send_offsets_to_transaction under way (the client takes one such call at a time)
+        pending: list[Callable[[], None]] = []
+
+        def settle() -> None:
+            while pending:
+                pending.pop()()
+
         try:
-            self._producer.begin_transaction()
-            offsets_sent: Callable[[], None] | None = None
-            if inputs:
-                # Two round trips to the coordinators, under way while the records go out.
-                tps = [TopicPartition(t, part, off) for (t, part), off in inputs.items()]
-                metadata = group_metadata or self._consumer.consumer_group_metadata()
-                bound = min(self._timeout, SEND_OFFSETS_TIMEOUT_S)
-                offsets_sent = self._bounded_started(
-                    "send_offsets_to_transaction",
-                    lambda: self._producer.send_offsets_to_transaction(tps, metadata, bound), bound)
-            try:
-                sent = [self._sender.send(p.outputs, p.tx, p.input_offsets) for p in parts]
-                # flush serves the delivery reports that carry the changelog offsets.
-                remaining = self._producer.flush(self._timeout)
-            finally:
-                if offsets_sent is not None:
-                    offsets_sent()
+            if planned is not None and planned.to:
+                # Two round trips to the coordinators, under way while the parts are processed.
+                self._producer.begin_transaction()
+                begun = True
+                pending.append(self._offsets_started(planned.to, group_metadata))
+            for part in parts:
+                if not begun:
+                    self._producer.begin_transaction()
+                    begun = True
+                taken.append(part)
+                sent.append(self._sender.send(part.outputs, part.tx, part.input_offsets))
+            started = time.monotonic()
+            if not taken:
+                if begun:
+                    settle()
+                    self._abort_quietly()
+                return taken, sent, started
+            inputs = _inputs_of(taken)
+            late = inputs if planned is None else planned.corrections(inputs)
+            if late:  # under way while the last records go out; it overrides the planned ones
+                settle()
+                pending.append(self._offsets_started(late, group_metadata))
+            # flush serves the delivery reports that carry the changelog offsets.
+            remaining = self._producer.flush(self._timeout)
+            settle()
             if remaining:
                 raise CommitFailed(f"{self._ctx}: {remaining} records not delivered in {self._timeout}s")
             self._commit_transaction()
-        except KafkaException as e:
+        except BaseException as e:
+            try:
+                settle()
+            except Exception:  # noqa: BLE001 - the transaction is aborted below either way
+                log.debug("%s: send_offsets_to_transaction failed", self._ctx, exc_info=True)
+            self._failed(e, begun)
+        if errors:
+            # Cannot happen after a successful commit (the broker would have refused it); keep the
+            # store untouched and the caller informed if it ever does.
+            raise CommitFailed(f"{self._ctx}: delivery errors in a committed transaction: {errors[:3]}")
+        return taken, sent, started
+
+    def _offsets_started(self, positions: Mapping[tuple[str, int], int], group_metadata: Any) -> Callable[[], None]:
+        """send_offsets_to_transaction of `positions` started; the function returned waits for it."""
+        tps = [TopicPartition(t, n, off) for (t, n), off in positions.items()]
+        metadata = group_metadata or self._consumer.consumer_group_metadata()
+        bound = min(self._timeout, SEND_OFFSETS_TIMEOUT_S)
+        return self._bounded_started("send_offsets_to_transaction",
+                                     lambda: self._producer.send_offsets_to_transaction(tps, metadata, bound), bound)
+
+    def _failed(self, e: BaseException, begun: bool) -> NoReturn:
+        """Raise what a failed exactly-once commit comes to (its transaction aborted if it can be)."""
+        if isinstance(e, KafkaException):
             self._fail(e)
-        except SystemError as e:
+        if isinstance(e, SystemError):
             # After a fatal error (e.g. fenced) the client runs delivery callbacks with that
             # error still set and the call fails with a SystemError; abort to learn the real error.
             try:
@@ -370,16 +438,14 @@ class TaskCommitter:
             except KafkaException as ke:
                 self._fail(ke)
             raise CommitFailed(f"{self._ctx}: Kafka client error, transaction aborted: {e}", aborted=True) from e
-        except TaskFenced:
-            raise
-        except CommitFailed as e:
+        if isinstance(e, TaskFenced):
+            raise e
+        if isinstance(e, CommitFailed):
             self._abort_quietly()
             raise CommitFailed(str(e), aborted=True) from e
-        if errors:
-            # Cannot happen after a successful commit (the broker would have refused it); keep the
-            # store untouched and the caller informed if it ever does.
-            raise CommitFailed(f"{self._ctx}: delivery errors in a committed transaction: {errors[:3]}")
-        return sent
+        if begun:  # the parts' generator failed: nothing of the round may commit
+            self._abort_quietly()
+        raise e
 
     def _bounded_started(self, what: str, call: Callable[[], None], timeout_s: float) -> Callable[[], None]:
         """`call()` started on a thread of its own; the function returned waits for it, and gives up
@@ -429,7 +495,7 @@ class TaskCommitter:
             with attempt:
                 self._producer.commit_transaction(max(1.0, deadline - time.monotonic()))
 
-    def _fail(self, e: KafkaException) -> None:
+    def _fail(self, e: KafkaException) -> NoReturn:
         err: KafkaError = e.args[0]
         # _FATAL: what commit_transaction raises once a fence came mid-transaction (err.fatal()
         # is False on it): the transaction did not commit, the producer is done.
@@ -488,6 +554,10 @@ class TaskCommitter:
             if self._collector is not None:
                 self._collector.producer = None
             self._unusable = "closed"
+
+
+def _inputs_of(parts: Iterable[CommitPart]) -> dict[tuple[str, int], int]:
+    return {tp: off for p in parts for tp, off in p.input_offsets.items()}
 
 
 def _flagged_retriable(e: BaseException) -> bool:

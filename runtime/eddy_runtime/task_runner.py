@@ -12,7 +12,7 @@ import pickle
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from eddy_contract.tasks import TaskId
 from eddy_runtime.bad_records import bad_record_output, failed_row_records
-from eddy_runtime.commit import CommitFailed, CommitPart, OutputRecord, TaskCommitter, TaskFenced
+from eddy_runtime.commit import CommitFailed, CommitPart, OutputRecord, PlannedPositions, TaskCommitter, TaskFenced
 from eddy_runtime.compiler import SubTopology
 from eddy_runtime.continuous import ContinuousLoop
 from eddy_runtime.joins import TableUpdates, table_updates, write_table_updates
@@ -389,16 +389,21 @@ class TaskRunner:
     def run_round(self, subs: dict[int, SubTopology], settings: BatchSettings,
                   entries: Sequence[tuple[WorkItem, Sequence[RawRecords]]], committer: TaskCommitter
                   ) -> list[ItemResult]:
-        """The continuous path under exactly-once: each entry's records processed on its task,
-        then all of them committed in one transaction of the runner's `committer` (fences.py),
-        then each task's stores written. A task that fails on its own (a bad record under
-        `fail`, a pipeline error) is left out; if the commit fails, none of them commits, and
-        each reads its positions again. The tasks' locks are held throughout, so none is
-        closed between its commit and its stores' write."""
+        """The continuous path under exactly-once: one transaction of the runner's `committer`
+        (fences.py) for all entries. Their input positions go to the coordinators first; each
+        entry's records are processed on its task and sent as soon as they are, while the next
+        entry is (`TaskCommitter.commit_parts`); then the transaction commits, then each task's
+        stores are written. A task that fails on its own (a bad record under `fail`, a pipeline
+        error) is left out, its positions sent back to where it started; if the commit fails, none
+        of them commits, and each reads its positions again. The tasks' locks are held
+        throughout, so none is closed between its commit and its stores' write."""
         results: list[ItemResult] = []
         ready: list[tuple[_Task, _Prepared]] = []
         with ExitStack() as held:
-            for item, records in entries:
+            tasks: dict[str, _Task] = {}
+            to: dict[tuple[str, int], int] = {}
+            back: dict[tuple[str, int], int] = {}
+            for item, _ in entries:
                 base = ItemResult(item.task, self.executor_id, "active", "processed")
                 with self._tasks_lock:
                     t = self._tasks.get(item.task)
@@ -409,23 +414,45 @@ class TaskRunner:
                 if t.closed:
                     results.append(replace(base, status="aborted", message=f"task {item.task} was closed meanwhile"))
                     continue
-                sub = subs[TaskId.parse(item.task).subtopology]
-                got = self._guarded(item.task, t, base,
-                                    lambda: self._prepare(settings, sub, item, t, None, base, records))  # noqa: B023
-                if isinstance(got, _Prepared):
-                    ready.append((t, got))
-                    continue
-                if got.status not in ("processed", "restoring"):
-                    self._drop_processor(item.task, t)
-                results.append(got)
-            if ready:
-                results += self._commit_round(committer, ready)
+                tasks[item.task] = t
+                positions = t.positions
+                if positions is not None and all(positions.get((r.topic, r.partition)) == r.start for r in item.ranges):
+                    to.update({(r.topic, r.partition): r.end for r in item.ranges})
+                    back.update({(r.topic, r.partition): r.start for r in item.ranges})
+
+            def prepared() -> Iterator[CommitPart]:
+                for item, records in entries:
+                    t = tasks.get(item.task)
+                    if t is None:
+                        continue
+                    base = ItemResult(item.task, self.executor_id, "active", "processed")
+                    sub = subs[TaskId.parse(item.task).subtopology]
+                    got = self._guarded(item.task, t, base,
+                                        lambda: self._prepare(settings, sub, item, t, None, base, records))  # noqa: B023
+                    if isinstance(got, _Prepared):
+                        ready.append((t, got))
+                        yield CommitPart(got.tx, got.outputs, got.input_offsets)
+                        continue
+                    if got.status not in ("processed", "restoring"):
+                        self._drop_processor(item.task, t)
+                    results.append(got)
+
+            results += self._commit_round(committer, prepared(), ready, PlannedPositions(to, back))
+        reached = {r.task for r in results}
+        for item, _ in entries:  # the commit failed before their turn: their records were not processed
+            if item.task not in reached:
+                self.forget_positions(item.task)
+                results.append(ItemResult(item.task, self.executor_id, "active", "aborted",
+                                          message="the round's transaction failed before this task was processed"))
         return results
 
-    def _commit_round(self, committer: TaskCommitter, ready: Sequence[tuple[_Task, _Prepared]]) -> list[ItemResult]:
+    def _commit_round(self, committer: TaskCommitter, parts: Iterable[CommitPart],
+                      ready: Sequence[tuple[_Task, _Prepared]], planned: PlannedPositions) -> list[ItemResult]:
+        """Commit the parts `parts` yields; `ready` holds the tasks prepared for them (filled as
+        `parts` is read)."""
         started = time.monotonic()
         try:
-            commits = committer.commit_parts([CommitPart(p.tx, p.outputs, p.input_offsets) for _, p in ready])
+            commits = committer.commit_parts(parts, planned=planned)
         except Exception as e:  # noqa: BLE001 - nothing of the round counts; each task reads its positions again
             aborted = isinstance(e, CommitFailed) and (e.aborted or isinstance(e, TaskFenced))
             if not isinstance(e, CommitFailed):
@@ -449,6 +476,7 @@ class TaskRunner:
                 continue
             out.append(replace(self._committed_result(p), duration_s=time.monotonic() - started))
         return out
+
     def _close_quietly(self, task_id: str, t: _Task) -> None:
         """Close a task after it failed or was fenced (run_item holds its lock). Only this copy:
         the runner may hold a newer one of the same task by now."""

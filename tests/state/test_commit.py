@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from eddy_runtime.commit import TaskCommitter
+from eddy_runtime.commit import CommitPart, PlannedPositions, TaskCommitter, runner_transactional_id
 from eddy_runtime.state import (
     ChangelogTopicMismatch,
     ChangelogTopicSpec,
@@ -185,3 +185,44 @@ def test_a_committer_of_a_task_on_its_runners_transactions_reads_positions_and_f
     finally:
         owner.close()
         reader.close()
+
+
+def test_a_round_sends_its_planned_positions_first_and_puts_back_those_of_a_part_left_out(kafka) -> None:
+    """A runner's round sends every task's input positions before it processes them
+    (`PlannedPositions`); a task left out of the round (a bad record under `fail`) must keep the
+    position it started at, and a round whose processing raises commits nothing."""
+    app = kafka.unique_name("planned")
+    inp = kafka.create_topic(f"{app}-in", partitions=3)
+    out = kafka.create_topic(f"{app}-out", partitions=1)
+    runner = TaskCommitter(app, runner_transactional_id("1"), kafka.bootstrap, "exactly_once")
+    a, b, c = (inp, 0), (inp, 1), (inp, 2)
+    try:
+        runner.commit_parts([CommitPart(None, [], {a: 5, b: 7})])
+        assert runner.committed_offsets([a, b, c]) == {a: 5, b: 7, c: 0}
+
+        def only_a():  # b's part is left out; a commits further than planned; c was not planned
+            yield CommitPart(None, [OutputRecord(out, b"k", b"a", partition=0)], {a: 11, c: 3})
+
+        commits = runner.commit_parts(only_a(), planned=PlannedPositions({a: 10, b: 20}, {a: 5, b: 7}))
+        assert len(commits) == 1
+        assert runner.committed_offsets([a, b, c]) == {a: 11, b: 7, c: 3}
+
+        def failing():
+            yield CommitPart(None, [OutputRecord(out, b"k", b"lost", partition=0)], {a: 12})
+            raise RuntimeError("processing failed")
+
+        with pytest.raises(RuntimeError, match="processing failed"):
+            runner.commit_parts(failing(), planned=PlannedPositions({a: 12, b: 8}, {a: 11, b: 7}))
+        assert runner.committed_offsets([a, b, c]) == {a: 11, b: 7, c: 3}
+
+        def nothing():
+            yield from ()
+
+        assert runner.commit_parts(nothing(), planned=PlannedPositions({b: 9}, {b: 7})) == []
+        assert runner.committed_offsets([a, b, c]) == {a: 11, b: 7, c: 3}
+        assert runner.usable
+        runner.commit_parts([CommitPart(None, [OutputRecord(out, b"k", b"after", partition=0)], {b: 8})])
+        assert runner.committed_offsets([a, b, c]) == {a: 11, b: 8, c: 3}
+    finally:
+        runner.close()
+    assert [v for _, _, v in read_all(kafka.bootstrap, out)] == [b"a", b"after"]
