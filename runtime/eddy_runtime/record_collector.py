@@ -116,17 +116,30 @@ class RecordCollector:
     ) -> tuple[int, int, dict[str, tuple[str, int]]]:
         """Produce the outputs and the changelog records; returns (outputs, changelog records,
         {store: its changelog partition}). Delivery is not awaited."""
+        assert self.producer is not None, "record collector is closed"
+        produce = self.producer.produce
         n_out = 0
-        for rec in outputs:
-            kwargs: dict[str, Any] = {}
-            if rec.partition is not None:
-                kwargs["partition"] = rec.partition
-            if rec.headers:
-                kwargs["headers"] = rec.headers
-            if rec.timestamp is not None:
-                kwargs["timestamp"] = rec.timestamp
-            self._produce(rec.topic, rec.key, rec.value, **kwargs)
+        # One call per record with no keyword dict built for it where it can be: a busy runner
+        # sends hundreds of thousands of records a second from here.
+        for topic, key, value, partition, headers, timestamp in outputs:
             n_out += 1
+            if partition is None and headers is None:
+                try:
+                    if timestamp is None:
+                        produce(topic, value, key)
+                    else:
+                        produce(topic, value, key, timestamp=timestamp)
+                    continue
+                except BufferError:
+                    pass  # the producer's queue is full: the loop below waits for room
+            kwargs: dict[str, Any] = {}
+            if partition is not None:
+                kwargs["partition"] = partition
+            if headers:
+                kwargs["headers"] = headers
+            if timestamp is not None:
+                kwargs["timestamp"] = timestamp
+            self._produce(topic, key, value, **kwargs)
         n_cl = 0
         last_of_store: dict[str, tuple[str, int]] = {}
         if tx is not None:
@@ -134,12 +147,17 @@ class RecordCollector:
             for store, topic, partition, records in tx.changelog_batches():
                 if not records:
                     continue
-                for k, v in records[:-1]:
-                    self._produce(topic, k, v, partition=partition)
-                k, v = records[-1]
-                # The last record of a store's batch carries the input offsets the batch
-                # reflects, for restores.
-                self._produce(topic, k, v, partition=partition, headers=header)
+                last = len(records) - 1
+                for i, (k, v) in enumerate(records):
+                    if i == last:
+                        # The last record of a store's batch carries the input offsets the batch
+                        # reflects, for restores.
+                        self._produce(topic, k, v, partition=partition, headers=header)
+                        break
+                    try:
+                        produce(topic, v, k, partition=partition)
+                    except BufferError:
+                        self._produce(topic, k, v, partition=partition)
                 n_cl += len(records)
                 last_of_store[store] = (topic, partition)
         return n_out, n_cl, last_of_store
