@@ -26,15 +26,15 @@ def build(topology: Topology, input_topic: str = "wordcount-input", output_topic
     words.group_by("word", name="words").count(name="counts").to(output_topic)
 
 
-# split_words' separators, [^\p{L}\p{N}']+: Python's \w is letters, digits and "_", so "_" is added.
-_SEPARATORS = re.compile(r"[^\w']+|_+")
+# split_words' words, runs of [\p{L}\p{N}']: Python's \w is letters, digits and "_", so "_" is left out.
+_WORD = re.compile(r"(?:[^\W_]|')+")
 
 
 def words_of(line: str | None) -> list[str]:
     """The words split_words finds in a line: lowercased, split on anything but letters, digits and '."""
     if line is None:
         return []
-    return [w for w in _SEPARATORS.split(line.lower()) if w]
+    return _WORD.findall(line.lower())
 
 
 def build_own_steps(topology: Topology, input_topic: str = "wordcount-input",
