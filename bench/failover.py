@@ -8,7 +8,7 @@ broker, run by each system with two instances:
 - ``kstreams``: Kafka Streams 4.x, two JVMs (``bench/kstreams/run.sh wordcount``, one stream
   thread each, ``num.standby.replicas=1``); the JVM holding the most active tasks (from its
   status file) is killed;
-- ``eddy-sb1`` and ``eddy-sb0``: Eddy's ``examples/wordcount/app.py`` with ``standbyReplicas`` 1
+- ``eddy-sb1`` and ``eddy-sb0``: Eddy's ``examples/wordcount/app.py`` (``build_words``) with ``standbyReplicas`` 1
   and 0, its driver on Spark ``local-cluster[2,1,1024]`` (two executor JVMs) in a child process
   (``failover.py _eddy ...``); the executor JVM holding the most active tasks (from the driver's
   assignment) is killed; its task runner (``python -m eddy_runtime.runner``) notices and exits.
@@ -790,7 +790,7 @@ def eddy_program(argv: Sequence[str]) -> int:
             "apiVersion": "eddy.dev/v1alpha1", "kind": "StreamApp", "metadata": {"name": args.app_id},
             "spec": {
                 "image": "eddy:bench",
-                "pipeline": {"module": "examples.wordcount.app", "function": "build_own_steps",
+                "pipeline": {"module": "examples.wordcount.app", "function": "build_words",
                              "args": {"input_topic": args.input, "output_topic": args.output}},
                 "kafka": {"bootstrapServers": args.bootstrap},
                 "processingGuarantee": "exactly_once",

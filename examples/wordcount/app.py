@@ -3,7 +3,9 @@
 Sub-topology 0 splits each line into words in a DataFrame step and re-keys by word through the
 ``<app>-words-repartition`` topic; sub-topology 1 counts per word in the ``counts`` store (a
 RocksDB store with its changelog) and writes each changed count to the output topic.
-`build_own_steps` is the same word count with Eddy's own record steps instead of the DataFrame step.
+`build_own_steps` is the same word count with Eddy's own record steps instead of the DataFrame step,
+and `build_words` the benchmarks' job: every value already one word, counted as it is (what the
+benchmarks' Kafka Streams, Quix Streams and Spark programs do).
 """
 
 from __future__ import annotations
@@ -45,4 +47,13 @@ def build_own_steps(topology: Topology, input_topic: str = "wordcount-input",
     """
     lines = topology.stream(input_topic, value_serde="string")
     words = lines.flat_map_values(words_of)
+    words.group_by(lambda key, word: word, name="words").count(name="counts").to(output_topic)
+
+
+def build_words(topology: Topology, input_topic: str = "wordcount-input",
+                output_topic: str = "wordcount-output") -> None:
+    """The benchmarks' word count (bench/throughput.py, bench/failover.py): each value is one word,
+    re-keyed by itself and counted, as Kafka Streams' ``selectKey((key, word) -> word)`` and the
+    other peers do; no split, no lowercasing. Same repartition topic, store and output as `build`."""
+    words = topology.stream(input_topic, value_serde="string")
     words.group_by(lambda key, word: word, name="words").count(name="counts").to(output_topic)
