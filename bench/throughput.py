@@ -1071,9 +1071,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             t0 = time.monotonic()
             produce_all(bootstrap, input_topic, workload.words)
             say(f"filled {input_topic} with {args.records} records in {time.monotonic() - t0:.1f} s")
-            took = warm_broker(bootstrap, input_topic, args.partitions, min(args.records, BROKER_WARMUP_RECORDS))
-            say(f"warmed the broker: {min(args.records, BROKER_WARMUP_RECORDS)} records copied in transactions "
-                f"in {took:.1f} s")
+            warmup = min(args.records, BROKER_WARMUP_RECORDS)
+            took = warm_broker(bootstrap, input_topic, args.partitions, warmup)
+            say(f"warmed the broker: {warmup} records copied in transactions in {took:.1f} s")
             for system in args.systems:
                 throughputs[system] = run_throughput(system, settings, input_topic, workload)
         if live:
