@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from eddy_runtime.compiler import SubTopology
     from eddy_runtime.metrics import ExecutorMetrics
 
-__all__ = ["ContinuousLoop", "InputPoller", "merge_results"]
+__all__ = ["CommitCycle", "ContinuousLoop", "InputPoller", "merge_results"]
 
 log = logging.getLogger("eddy.continuous")
 
@@ -98,6 +98,49 @@ class TaskHost(Protocol):
                   entries: Sequence[tuple[WorkItem, Sequence[RawRecords]]], committer: TaskCommitter
                   ) -> list[ItemResult]:
         """Process each entry's records and commit them all in one transaction of `committer`."""
+
+
+class CommitCycle:
+    """When a runner's rounds start under exactly-once (one transaction per round for all the
+    actives it runs; `ContinuousLoop`).
+
+    A cycle starts once a commit interval has passed since the last one started, with a round of
+    every task whose records wait. Once what a round committed to partitions the runner reads
+    itself (a repartition topic between two of its sub-topologies) has been fetched, the tasks
+    that read those partitions follow up at once in a round of their own, and so on down the
+    topology. So a record crosses a repartition topic within the cycle its input came in,
+    instead of waiting a commit interval for the next one. A task follows up at most once per
+    cycle, so a cycle holds at most one round more than the topology has levels; in a steady
+    flow a task fed by the runner's own output has nothing waiting when a cycle starts and
+    commits once per cycle, in its follow-up: a commit interval apart, as in Kafka Streams.
+    """
+
+    def __init__(self) -> None:
+        #: when the next cycle starts (monotonic seconds)
+        self.due_at = 0.0
+        #: the partitions whose readers may follow up now, and the tasks that did in this cycle
+        self._fetched: frozenset[TopicPartition] = frozenset()
+        self._followed: set[str] = set()
+
+    def due(self, task: str, tps: Iterable[TopicPartition]) -> float:
+        """When `task` (reading `tps`) may next take a round, if its records wait."""
+        if self._fetched and task not in self._followed and not self._fetched.isdisjoint(tps):
+            return 0.0
+        return self.due_at
+
+    def started(self, tasks: Iterable[str], now: float, interval_s: float) -> None:
+        """A round of `tasks` started at `now`: a new cycle if the last one is over, else a follow-up."""
+        if now >= self.due_at:
+            self.due_at = now + interval_s
+            self._followed = set()
+        else:
+            self._followed.update(tasks)
+        self._fetched = frozenset()
+
+    def output_fetched(self, partitions: Iterable[TopicPartition]) -> None:
+        """What the last round committed to `partitions`, which the runner reads, was fetched (or
+        waited for long enough): the tasks that read them may follow up."""
+        self._fetched = frozenset(partitions)
 
 
 class InputPoller:
@@ -215,6 +258,10 @@ class InputPoller:
         """Whether every partition of `offsets` this poller fetches was fetched past its offset."""
         return all(buf.next_offset > off for tp, off in offsets.items() if (buf := self._buffers.get(tp)) is not None)
 
+    def reads(self, offsets: Mapping[TopicPartition, int]) -> list[TopicPartition]:
+        """The partitions of `offsets` this poller fetches."""
+        return [tp for tp in offsets if tp in self._buffers]
+
     def buffered(self, tps: Sequence[TopicPartition]) -> int:
         return sum(len(self._buffers[tp]) for tp in tps if tp in self._buffers)
 
@@ -300,7 +347,7 @@ class ContinuousLoop:
         self._committer_retry_at = 0.0
         #: a committer made under work of this epoch found a newer one in the fence topic
         self._stale_epoch = -1
-        self._round_due = 0.0
+        self._cycle = CommitCycle()
         self._round_future: Future[None] | None = None
         #: what the last round committed (partition -> its last offset there), and when: the next
         #: round first waits for the poller to fetch the part of it this runner reads
@@ -504,12 +551,16 @@ class ContinuousLoop:
         self._start_steps(work, subs, settings, steps)
         poller.release({tp for tps in running.values() for tp in tps})
         def due(task: str) -> float:
-            return self._round_due if shared else self._due.get(task, 0.0)
+            return self._cycle.due(task, running[task]) if shared else self._due.get(task, 0.0)
 
-        # wake for the first task whose records are due; otherwise as records come (20 ms at most)
-        waits = [max(due(t) - now, 0.0) for t, tps in running.items() if t not in busy and poller.buffered(tps)]
-        if self._own_output[0] or (self._round_future is not None and not self._round_future.done()):
-            waits.append(ROUND_END_POLL_S)  # the next round starts soon after this one ends
+        # wake for the first task whose records are due; otherwise as records come (20 ms at most);
+        # while a round runs or its output is fetched, every few milliseconds (the next round
+        # starts soon after)
+        waiting = bool(self._own_output[0]) or (self._round_future is not None and not self._round_future.done())
+        floor = ROUND_END_POLL_S if waiting else 0.0
+        waits = [max(due(t) - now, floor) for t, tps in running.items() if t not in busy and poller.buffered(tps)]
+        if waiting:
+            waits.append(ROUND_END_POLL_S)
         poller.poll(min([*waits, 0.02]))
         now = time.monotonic()
         busy = self._busy()
@@ -519,7 +570,7 @@ class ContinuousLoop:
                     and self._own_output_fetched(poller, now)):
                 batch = [(task, poller.take(tps)) for task, tps in self._due_tasks(subs, running, busy, now, due)]
                 if batch:
-                    self._round_due = now + work.commit_interval_s
+                    self._cycle.started([task for task, _ in batch], now, work.commit_interval_s)
                     self._start_round(work, subs, settings, batch)
             return
         steps = []
@@ -533,13 +584,15 @@ class ContinuousLoop:
         reads (a repartition topic between two of its sub-topologies), or waited
         `OWN_OUTPUT_WAIT_S` for it. Those records become readable only once the round's
         transaction commits, a few milliseconds before the loop could start the next round: a
-        round started then would leave them to the round after it, a commit interval later."""
+        round started then would leave them to the round after it. Once they are fetched, the
+        tasks that read them follow up within the cycle (`CommitCycle`)."""
         offsets, since = self._own_output
         if not offsets:
             return True
         if now - since < OWN_OUTPUT_WAIT_S and not poller.fetched(offsets):
             return False
         self._own_output = ({}, 0.0)
+        self._cycle.output_fetched(poller.reads(offsets))
         return True
 
     def _due_tasks(self, subs: dict[int, SubTopology], running: Mapping[str, list[TopicPartition]], busy: set[str],
