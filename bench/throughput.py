@@ -52,6 +52,7 @@ are expected in a run without failures). The script exits 1 if any system's coun
 system failed.
 
     .venv/bin/python bench/throughput.py                                # all five, own broker
+    .venv/bin/python bench/throughput.py --repeat 3                     # each phase 3 times; middle runs
     .venv/bin/python bench/throughput.py --systems quix,kstreams --records 500000
     .venv/bin/python bench/throughput.py --bootstrap 127.0.0.1:9092 --rate 5000 --duration 20
 
@@ -79,10 +80,10 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sss import peer as sss  # bench/sss: this script's folder is on sys.path
 
@@ -973,6 +974,32 @@ def report(throughputs: dict[str, Throughput], latencies: dict[str, Latency], se
     return "\n".join(lines)
 
 
+_Run = TypeVar("_Run", "Throughput", "Latency")
+
+
+def middle(runs: list[_Run], key: Callable[[_Run], float]) -> _Run:
+    """The middle one of a system's runs of a phase by `key` (the lower middle of an even count),
+    or its first failed or wrong run if there is one: a failure is never hidden by the others."""
+    bad = [r for r in runs if r.error or r.wrong]
+    if bad:
+        return bad[0]
+    return sorted(runs, key=key)[(len(runs) - 1) // 2]
+
+
+def spread(throughput_runs: dict[str, list[Throughput]], latency_runs: dict[str, list[Latency]]) -> str:
+    """Every run's figures per system, in the order they ran (the table above gives the middle ones)."""
+    lines = []
+    for system, runs in throughput_runs.items():
+        if runs:
+            lines.append(f"{system} runs, records/s per core: {' / '.join(fmt(t.per_core) for t in runs)}; "
+                         f"records/CPU-s: {' / '.join(fmt(t.per_cpu_s) for t in runs)}")
+    for system, lats in latency_runs.items():
+        if lats:
+            lines.append(f"{system} runs, p50/p99 ms: {' / '.join(f'{fmt(x.p50_ms)}/{fmt(x.p99_ms)}' for x in lats)}; "
+                         f"cores at the rate: {' / '.join(fmt(x.cores_used, '.2f') for x in lats)}")
+    return "\n".join(lines)
+
+
 def _json_safe(value: Any) -> Any:
     """NaN (a figure that was not measured) becomes null: JSON has no NaN."""
     if isinstance(value, float) and math.isnan(value):
@@ -1038,6 +1065,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--eddy-sync-s", type=float, default=1.0,
                     help="how often Eddy's driver syncs with its executors (DriverOptions.sync_interval_s)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds a system may take for one phase")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of each phase per system, interleaved (eddy, kstreams, ..., eddy, ...); the report "
+                    "gives each system's middle run: by records/s per core, and by p99 latency")
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", help="also write the figures to this file")
@@ -1047,6 +1077,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = set(args.systems) - set(SYSTEMS)
     if unknown:
         ap.error(f"unknown systems: {', '.join(sorted(unknown))}")
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
 
     say(f"machine: {os.cpu_count()} CPUs, {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     py = quix_python() if "quix" in args.systems else None
@@ -1059,8 +1091,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     live = workload.words[: int(args.rate * (args.settle + args.duration))] if args.duration > 0 else []
     CACHE.mkdir(parents=True, exist_ok=True)
     work_dir = Path(tempfile.mkdtemp(prefix="throughput-", dir=CACHE))
-    throughputs: dict[str, Throughput] = {}
-    latencies: dict[str, Latency] = {}
+    throughput_runs: dict[str, list[Throughput]] = {s: [] for s in args.systems}
+    latency_runs: dict[str, list[Latency]] = {s: [] for s in args.systems}
     with broker(args.bootstrap) as bootstrap:
         settings = Settings(bootstrap, args.partitions, args.commit_interval_ms, args.eddy_executors,
                             args.eddy_max_batch_records, args.eddy_sync_s, args.timeout, args.sss_rt_batch_ms,
@@ -1074,12 +1106,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             warmup = min(args.records, BROKER_WARMUP_RECORDS)
             took = warm_broker(bootstrap, input_topic, args.partitions, warmup)
             say(f"warmed the broker: {warmup} records copied in transactions in {took:.1f} s")
-            for system in args.systems:
-                throughputs[system] = run_throughput(system, settings, input_topic, workload)
+            for _ in range(args.repeat):
+                for system in args.systems:
+                    throughput_runs[system].append(run_throughput(system, settings, input_topic, workload))
         if live:
-            for system in args.systems:
-                latencies[system] = run_latency(system, settings, live, args.rate, args.settle)
+            for _ in range(args.repeat):
+                for system in args.systems:
+                    latency_runs[system].append(run_latency(system, settings, live, args.rate, args.settle))
+    throughputs = {s: middle(runs, lambda t: t.per_core) for s, runs in throughput_runs.items() if runs}
+    latencies = {s: middle(runs, lambda x: x.p99_ms) for s, runs in latency_runs.items() if runs}
     table = report(throughputs, latencies, settings, args)
+    if args.repeat > 1:
+        table += "\n" + spread(throughput_runs, latency_runs)
     print(table, flush=True)
     say(f"machine after the runs: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     if args.json:
@@ -1087,6 +1125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "throughput": {s: {**vars(t), "records_per_s": t.records_per_s, "per_core": t.per_core,
                                "per_cpu_s": t.per_cpu_s} for s, t in throughputs.items()},
             "latency": {s: vars(x) for s, x in latencies.items()},
+            "runs": {"throughput": {s: [{**vars(t), "per_core": t.per_core, "per_cpu_s": t.per_cpu_s} for t in runs]
+                                    for s, runs in throughput_runs.items()},
+                     "latency": {s: [vars(x) for x in runs] for s, runs in latency_runs.items()}},
             "settings": vars(args),
         }), indent=2, default=str))
     failed = [s for s, t in throughputs.items() if t.error or t.wrong]
