@@ -557,12 +557,11 @@ class ContinuousLoop:
         # while a round runs or its output is fetched, every few milliseconds (the next round
         # starts soon after), never with no wait at all: a loop spinning on the GIL held back the
         # delivery reports a round's flush serves, for seconds under a backlog (docs/DESIGN.md)
-        waiting = bool(self._own_output[0]) or (self._round_future is not None and not self._round_future.done())
-        floor = ROUND_END_POLL_S if waiting else 0.0
-        waits = [max(due(t) - now, floor) for t, tps in running.items() if t not in busy and poller.buffered(tps)]
-        if waiting:
-            waits.append(ROUND_END_POLL_S)
-        poller.poll(min([*waits, 0.02]))
+        if bool(self._own_output[0]) or (self._round_future is not None and not self._round_future.done()):
+            poller.poll(ROUND_END_POLL_S)
+        else:
+            poller.poll(min([max(due(t) - now, 0.0) for t, tps in running.items()
+                             if t not in busy and poller.buffered(tps)] + [0.02]))
         now = time.monotonic()
         busy = self._busy()
         if shared:
