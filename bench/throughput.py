@@ -1000,6 +1000,10 @@ def spread(throughput_runs: dict[str, list[Throughput]], latency_runs: dict[str,
     return "\n".join(lines)
 
 
+def _throughput_json(t: Throughput) -> dict[str, Any]:
+    return {**vars(t), "records_per_s": t.records_per_s, "per_core": t.per_core, "per_cpu_s": t.per_cpu_s}
+
+
 def _json_safe(value: Any) -> Any:
     """NaN (a figure that was not measured) becomes null: JSON has no NaN."""
     if isinstance(value, float) and math.isnan(value):
@@ -1122,11 +1126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     say(f"machine after the runs: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     if args.json:
         Path(args.json).write_text(json.dumps(_json_safe({
-            "throughput": {s: {**vars(t), "records_per_s": t.records_per_s, "per_core": t.per_core,
-                               "per_cpu_s": t.per_cpu_s} for s, t in throughputs.items()},
+            "throughput": {s: _throughput_json(t) for s, t in throughputs.items()},
             "latency": {s: vars(x) for s, x in latencies.items()},
-            "runs": {"throughput": {s: [{**vars(t), "per_core": t.per_core, "per_cpu_s": t.per_cpu_s} for t in runs]
-                                    for s, runs in throughput_runs.items()},
+            "runs": {"throughput": {s: [_throughput_json(t) for t in runs] for s, runs in throughput_runs.items()},
                      "latency": {s: [vars(x) for x in runs] for s, runs in latency_runs.items()}},
             "settings": vars(args),
         }), indent=2, default=str))
