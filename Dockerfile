@@ -27,7 +27,7 @@ COPY contract/ contract/
 COPY operator/ operator/
 COPY runtime/ runtime/
 RUN /opt/eddy/venv/bin/pip install --no-deps . \
-    && /opt/eddy/venv/bin/python -c "import eddy_operator.handlers, eddy_runtime.driver, eddy_contract.crd, pyspark, confluent_kafka, rocksdict"
+    && /opt/eddy/venv/bin/python -c "import eddy_operator.handlers, eddy_runtime.driver.loop, eddy_contract.crd, pyspark, confluent_kafka, rocksdict"
 
 FROM ${PYTHON_IMAGE}
 # Java for Spark's JVMs; tini reaps the JVM and Python workers and forwards signals; procps

@@ -11,7 +11,7 @@ broker, run by each system with two instances:
 - ``eddy-sb1`` and ``eddy-sb0``: Eddy's ``examples/wordcount/app.py`` (``build_words``) with ``standbyReplicas`` 1
   and 0, its driver on Spark ``local-cluster[2,1,1024]`` (two executor JVMs) in a child process
   (``failover.py _eddy ...``); the executor JVM holding the most active tasks (from the driver's
-  assignment) is killed; its task runner (``python -m eddy_runtime.runner``) notices and exits.
+  assignment) is killed; its task runner (``python -m eddy_runtime.executor.runner``) notices and exits.
 - ``sss``: Spark Structured Streaming's word count (bench/sss/wordcount.py, micro-batch) on
   ``local-cluster[2,1,1024]``; executor ``0`` is killed (no executor owns a state partition); its
   sink is at-least-once, so re-processing is counted as count updates written again.
@@ -320,7 +320,7 @@ class EddyOnTwoExecutors(_OnTwoExecutors):
         pids = self.executor_pids()
         name = max(sorted(e for e in ex if e in pids), key=lambda e: len(ex[e]["active"]))
         runner = [pid for pid, (_, cmd) in process_table().items()
-                  if "eddy_runtime.runner" in cmd and option(cmd, "--executor-pid") == str(pids[name])]
+                  if "eddy_runtime.executor.runner" in cmd and option(cmd, "--executor-pid") == str(pids[name])]
         self.before = set(ex)
         self.killed_at = time.time()
         os.kill(pids[name], signal.SIGKILL)
@@ -770,10 +770,10 @@ def eddy_program(argv: Sequence[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.path.insert(0, str(REPO))
     from eddy_contract.spec import StreamAppSpec
-    from eddy_runtime.driver import Driver, DriverOptions
-    from eddy_runtime.local import QUIET_LOG4J, local_spark_session
-    from eddy_runtime.outcomes import BatchReport
-    from eddy_runtime.placement import wait_for_executors
+    from eddy_runtime.driver.loop import Driver, DriverOptions
+    from eddy_runtime.driver.outcomes import BatchReport
+    from eddy_runtime.local.run import QUIET_LOG4J, local_spark_session
+    from eddy_runtime.protocol.placement import wait_for_executors
 
     state_dir = Path(args.state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ RocksDB store with a changelog, exactly-once, and every updated count goes to an
 - Eddy: ``examples/wordcount/app.py`` (``build_words``: each value is one word, re-keyed by itself
   as the peers do, with Eddy's own record steps, so the continuous path) on Spark
   ``local-cluster[E,1,1024]`` (E = ``--eddy-executors``, one core each), driven by
-  ``eddy_runtime.driver.Driver`` in a child process of this script;
+  ``eddy_runtime.driver.loop.Driver`` in a child process of this script;
 - Quix Streams (``bench/quix/wordcount.py``) in its own virtual environment, one process;
 - Kafka Streams 4.x (``bench/kstreams/run.sh wordcount``), one stream thread;
 - Spark Structured Streaming (``bench/sss/wordcount.py``, the project's pyspark, RocksDB state store
@@ -746,9 +746,9 @@ def eddy_word_count(spark: Any, args: argparse.Namespace, app_id: str, input_top
                     expected: int) -> EddyFigures:
     """Run Eddy's word-count example as app `app_id` until `expected` input records were counted."""
     from eddy_contract.spec import StreamAppSpec
-    from eddy_runtime.driver import Driver, DriverOptions
-    from eddy_runtime.outcomes import BatchReport
-    from eddy_runtime.work import LATENCY_BUCKETS_S
+    from eddy_runtime.driver.loop import Driver, DriverOptions
+    from eddy_runtime.driver.outcomes import BatchReport
+    from eddy_runtime.protocol.work import LATENCY_BUCKETS_S
 
     spec = StreamAppSpec.from_manifest({
         "apiVersion": "eddy.dev/v1alpha1", "kind": "StreamApp", "metadata": {"name": app_id},
@@ -841,9 +841,9 @@ def eddy_program(argv: Sequence[str]) -> int:
 
     warnings.filterwarnings("ignore", category=FutureWarning)
     sys.path.insert(0, str(REPO))
-    from eddy_runtime.local import QUIET_LOG4J, local_spark_session
-    from eddy_runtime.placement import wait_for_executors
-    from eddy_runtime.work import LATENCY_BUCKETS_S
+    from eddy_runtime.local.run import QUIET_LOG4J, local_spark_session
+    from eddy_runtime.protocol.placement import wait_for_executors
+    from eddy_runtime.protocol.work import LATENCY_BUCKETS_S
 
     state_dir = Path(args.state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)

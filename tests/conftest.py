@@ -108,7 +108,7 @@ def spark(spark_session):  # -> pyspark.sql.SparkSession
     work to them; the first test waits for the session's start too): a test that killed
     one leaves Spark starting its replacement, and the next test must not begin with one executor
     (its first assignment would put everything there and move half of it a few seconds later)."""
-    from eddy_runtime.placement import wait_for_executors
+    from eddy_runtime.protocol.placement import wait_for_executors
 
     wait_for_executors(spark_session.sparkContext, 2, timeout=120)
     return spark_session

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from eddy_runtime.metrics import DriverMetrics, ExecutorMetrics
+from eddy_runtime.driver.metrics import DriverMetrics
+from eddy_runtime.executor.metrics import ExecutorMetrics
+from eddy_runtime.protocol.work import LATENCY_BUCKETS_S, ItemResult
 from eddy_runtime.state import StoreFigures, TaskFigures
-from eddy_runtime.work import LATENCY_BUCKETS_S, ItemResult
 
 APP = "wc"
 NAMESPACE = "team-a"

@@ -101,9 +101,9 @@ class KafkaBroker:
         """``spec.kafka`` of a StreamApp on the ``plaintext`` or the ``sasl_ssl`` listener."""
         return {"bootstrapServers": self.bootstrap} if listener == "plaintext" else self.security_spec()
 
-    def client_config(self, listener: str = "plaintext"):  # -> eddy_runtime.kafka_client.KafkaClientConfig
+    def client_config(self, listener: str = "plaintext"):  # -> eddy_runtime.kafka.client.KafkaClientConfig
         """What the runtime's clients get for that listener (credentials from the environment)."""
-        from eddy_runtime.kafka_client import KafkaClientConfig
+        from eddy_runtime.kafka.client import KafkaClientConfig
 
         if listener == "plaintext":
             return KafkaClientConfig.of(self.bootstrap)

@@ -27,7 +27,8 @@ def test_the_metrics_reference_lists_exactly_the_exported_metrics_with_their_typ
 def test_the_metrics_reference_names_each_metrics_labels():
     from prometheus_client import REGISTRY
 
-    from eddy_runtime.metrics import DriverMetrics, ExecutorMetrics
+    from eddy_runtime.driver.metrics import DriverMetrics
+    from eddy_runtime.executor.metrics import ExecutorMetrics
 
     documented = {name: {x.strip(" `") for x in re.findall(r"`([a-z_]+)`", labels)}
                   for name, _, labels in ROW.findall(DOC.read_text())}

@@ -16,7 +16,7 @@ with neither intermediate counts nor tombstones of merged sessions.
 
 from __future__ import annotations
 
-from eddy_runtime.pipeline import Topology, session_windows, until_window_closes
+from eddy_runtime.dsl.pipeline import Topology, session_windows, until_window_closes
 
 
 def build(topology: Topology, views_topic: str = "page-views", output_topic: str = "user-sessions",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from eddy_runtime.pipeline import Topology
+from eddy_runtime.dsl.pipeline import Topology
 
 
 def enrich(name: str | None, city: str | None) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from eddy_runtime.pipeline import Topology, join_windows
+from eddy_runtime.dsl.pipeline import Topology, join_windows
 
 
 def paid(order: str, payment: str | None) -> str:

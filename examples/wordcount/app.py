@@ -14,7 +14,7 @@ import re
 
 from pyspark.sql import functions as F
 
-from eddy_runtime.pipeline import Topology
+from eddy_runtime.dsl.pipeline import Topology
 
 
 def split_words(df):  # DataFrame -> DataFrame, no shuffle: runs on the task's executor

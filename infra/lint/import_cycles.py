@@ -7,7 +7,10 @@ Every import counts: module level, inside functions, under ``if TYPE_CHECKING:``
 ``from pkg import mod`` is an import of ``pkg.mod`` when that is a module, else of ``pkg`` (a
 package's ``__init__`` is a module of its own). Each circle is printed as its strongly connected
 component, with every import inside it as ``file:line``. Layering: ``eddy_contract`` imports
-neither ``eddy_operator`` nor ``eddy_runtime``, and those two do not import each other.
+neither ``eddy_operator`` nor ``eddy_runtime``, and those two do not import each other; inside a
+package listed in ``LAYERS``, each sub-package imports only the sub-packages the table allows it
+(docs/DESIGN.md, "Layout"), and no sub-package imports a module that sits directly in the
+package (such as ``eddy_runtime.cli``, the top).
 Standard library only; reads the files, imports nothing.
 """
 
@@ -28,6 +31,25 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "eddy_contract": frozenset({"eddy_operator", "eddy_runtime"}),
     "eddy_operator": frozenset({"eddy_runtime"}),
     "eddy_runtime": frozenset({"eddy_operator"}),
+}
+
+_BELOW_DSL = frozenset({"kafka", "state"})
+_SHARED = frozenset({"kafka", "state", "dsl", "queries", "protocol", "processing"})
+
+#: package -> its sub-packages -> the sibling sub-packages each may import (lowest first). The
+#: driver and the executor are two processes: neither imports the other.
+LAYERS: dict[str, dict[str, frozenset[str]]] = {
+    "eddy_runtime": {
+        "kafka": frozenset(),
+        "state": frozenset({"kafka"}),
+        "dsl": _BELOW_DSL,
+        "queries": _BELOW_DSL | {"dsl"},
+        "protocol": _BELOW_DSL | {"dsl", "queries"},
+        "processing": _BELOW_DSL | {"dsl", "queries", "protocol"},
+        "executor": _SHARED,
+        "driver": _SHARED,
+        "local": _SHARED | {"driver"},
+    },
 }
 
 
@@ -151,9 +173,35 @@ def cycles(edges: Sequence[Edge], modules: set[str]) -> list[list[str]]:
     return sorted(found)
 
 
+def _sub_package_rule(edge: Edge) -> str | None:
+    """Why an import between two parts of one ``LAYERS`` package breaks its layering, else None."""
+    source, target = edge.source.split("."), edge.target.split(".")
+    layers = LAYERS.get(source[0])
+    if layers is None or target[0] != source[0] or len(source) < 3 or source[1] == target[1]:
+        return None  # another package, or a module directly in the package (the top), or within one
+    here = f"{source[0]}.{source[1]}"
+    if source[1] not in layers:
+        return f"{here} is not in the layering table"
+    if len(target) < 2:
+        return f"{here} must not import {target[0]}"
+    there = f"{target[0]}.{target[1]}"
+    if target[1] not in layers and len(target) == 2 and edge.target.count(".") == 1:
+        return f"{here} must not import {there}, a module of the top"
+    if target[1] not in layers[source[1]]:
+        return f"{here} must not import {there}"
+    return None
+
+
+def layering_rule(edge: Edge) -> str | None:
+    """The rule an import breaks, else None."""
+    source, target = edge.source.split(".")[0], edge.target.split(".")[0]
+    if target in FORBIDDEN.get(source, frozenset()):
+        return f"{source} must not import {target}"
+    return _sub_package_rule(edge)
+
+
 def layering_breaches(edges: Sequence[Edge]) -> list[Edge]:
-    return sorted({e for e in edges
-                  if e.target.split(".")[0] in FORBIDDEN.get(e.source.split(".")[0], frozenset())})
+    return sorted({e for e in edges if layering_rule(e) is not None})
 
 
 def check(package_dirs: Sequence[Path], out: TextIO | None = None, relative_to: Path | None = None) -> int:
@@ -169,8 +217,7 @@ def check(package_dirs: Sequence[Path], out: TextIO | None = None, relative_to: 
         for e in sorted({e for e in edges if e.source in members and e.target in members}):
             print(f"  {e}", file=stream)
     for e in breaches:
-        rule = f"{e.source.split('.')[0]} must not import {e.target.split('.')[0]}"
-        print(f"layering: {e}  ({rule})", file=stream)
+        print(f"layering: {e}  ({layering_rule(e)})", file=stream)
     if found or breaches:
         print(f"{len(found)} import circle(s), {len(breaches)} layering breach(es)", file=stream)
         return 1

@@ -238,7 +238,7 @@ def build_driver_statefulset(spec: StreamAppSpec, owner: Owner, conf_hash: str) 
                                 "periodSeconds": 5,
                                 "failureThreshold": 3,
                             },
-                            # /healthz (eddy_runtime.health, beside /metrics) fails when no micro-batch
+                            # /healthz (eddy_runtime.protocol.health, beside /metrics) fails when no micro-batch
                             # started or finished for max(120 s, 20 x triggerInterval). The startup probe
                             # covers the SparkSession's start, before the endpoint is served.
                             "startupProbe": {

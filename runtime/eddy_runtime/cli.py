@@ -1,7 +1,7 @@
 """The ``eddy`` command: ``eddy run <streamapp.yaml>`` (local), ``eddy driver`` (in the driver pod)
-and ``eddy query APP STORE KEY`` (interactive queries, query_client.py).
+and ``eddy query APP STORE KEY`` (interactive queries, queries/client.py).
 
-``eddy run`` sets up everything on this machine (local.py). ``eddy driver`` is what the
+``eddy run`` sets up everything on this machine (local/run.py). ``eddy driver`` is what the
 operator's driver StatefulSet runs: it reads the StreamApp manifest (``--streamapp`` or
 ``EDDY_STREAMAPP``), starts a SparkSession from the ``spark-defaults.conf`` the operator wrote
 (``SPARK_CONF_DIR``), follows the operator's assignment ConfigMap and publishes the runtime
@@ -24,7 +24,7 @@ __all__ = ["main"]
 
 
 def _run(args: argparse.Namespace) -> int:
-    from eddy_runtime.local import LocalRun, LocalRunOptions
+    from eddy_runtime.local.run import LocalRun, LocalRunOptions
 
     options = LocalRunOptions(
         streamapp=Path(args.streamapp),
@@ -39,7 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     logging.basicConfig(level=logging.WARNING, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    from eddy_runtime.outcomes import DriverError
+    from eddy_runtime.driver.outcomes import DriverError
 
     try:
         return LocalRun(options).run()
@@ -50,9 +50,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def _driver(args: argparse.Namespace) -> int:
     from eddy_contract.spec import load_streamapp_file
-    from eddy_runtime.channel_io import ChannelLocation
-    from eddy_runtime.driver import Driver, DriverOptions, default_state_dir
-    from eddy_runtime.outcomes import DriverError
+    from eddy_runtime.driver.channel_io import ChannelLocation
+    from eddy_runtime.driver.loop import Driver, DriverOptions, default_state_dir
+    from eddy_runtime.driver.outcomes import DriverError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # py4j logs every callback connection it closes at INFO: a line a second, nothing to act on.
@@ -106,7 +106,7 @@ def _driver(args: argparse.Namespace) -> int:
 def _query(args: argparse.Namespace) -> int:
     import json
 
-    from eddy_runtime.query_client import QueryClient, QueryFailed
+    from eddy_runtime.queries.client import QueryClient, QueryFailed
 
     client = QueryClient(args.at)
     try:

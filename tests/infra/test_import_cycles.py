@@ -125,3 +125,51 @@ def test_a_breach_is_found_even_when_the_other_package_is_not_scanned(tmp_path: 
 def test_main_refuses_a_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert ic.main([str(tmp_path / "nowhere")]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+RUNTIME_LAYERS = {
+    "eddy_runtime/__init__.py": "",
+    "eddy_runtime/cli.py": "from eddy_runtime.driver.loop import Driver\n",
+    "eddy_runtime/kafka/__init__.py": "",
+    "eddy_runtime/kafka/client.py": "",
+    "eddy_runtime/state/__init__.py": "",
+    "eddy_runtime/state/store.py": "from eddy_runtime.kafka.client import KafkaClientConfig\n",
+    "eddy_runtime/protocol/__init__.py": "",
+    "eddy_runtime/protocol/work.py": "from eddy_runtime.state.store import Store\n",
+    "eddy_runtime/executor/__init__.py": "",
+    "eddy_runtime/executor/runner.py": "from eddy_runtime.protocol.work import WorkItem\n",
+    "eddy_runtime/driver/__init__.py": "",
+    "eddy_runtime/driver/loop.py": "from eddy_runtime.protocol import work\n",
+}
+
+
+def test_sub_packages_that_keep_their_layers_pass(tmp_path: Path) -> None:
+    rc, out = _check(tmp_path, RUNTIME_LAYERS)
+    assert rc == 0, out
+
+
+@pytest.mark.parametrize(("planted", "rule"), [
+    ({"eddy_runtime/driver/loop.py": "def f():\n    from eddy_runtime.executor import runner\n"},
+     "eddy_runtime/driver/loop.py:2: eddy_runtime.driver.loop -> eddy_runtime.executor.runner  "
+     "(eddy_runtime.driver must not import eddy_runtime.executor)"),
+    ({"eddy_runtime/executor/runner.py": "import eddy_runtime.driver.loop\n"},
+     "(eddy_runtime.executor must not import eddy_runtime.driver)"),
+    ({"eddy_runtime/state/store.py": "from eddy_runtime.protocol.work import WorkItem\n"},
+     "eddy_runtime.state.store -> eddy_runtime.protocol.work  (eddy_runtime.state must not import "
+     "eddy_runtime.protocol)"),
+    ({"eddy_runtime/kafka/client.py": "from eddy_runtime import cli\n"},
+     "(eddy_runtime.kafka must not import eddy_runtime.cli, a module of the top)"),
+    ({"eddy_runtime/helpers/__init__.py": "", "eddy_runtime/helpers/x.py": "from eddy_runtime.kafka import client\n"},
+     "(eddy_runtime.helpers is not in the layering table)"),
+])
+def test_a_sub_package_import_against_the_layers_fails_lint(tmp_path: Path, planted: dict[str, str],
+                                                             rule: str) -> None:
+    rc, out = _check(tmp_path, {**RUNTIME_LAYERS, **planted})
+    assert rc == 1, out
+    assert rule in out, out
+
+
+def test_the_repository_keeps_its_layers() -> None:
+    out = io.StringIO()
+    rc = ic.check([REPO / p for p in ic.DEFAULT_PACKAGES], out=out, relative_to=REPO)
+    assert rc == 0, out.getvalue()

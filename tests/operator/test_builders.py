@@ -161,7 +161,7 @@ def test_driver_is_restarted_when_its_batch_loop_stops_but_not_while_spark_start
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     for probe in ("livenessProbe", "startupProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, probe
-    assert ports["metrics"] == 9108  # served by eddy_runtime.health beside /metrics
+    assert ports["metrics"] == 9108  # served by eddy_runtime.protocol.health beside /metrics
     # the startup probe allows 10 minutes for the SparkSession before liveness counts
     assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] == 600
     assert c["livenessProbe"]["periodSeconds"] * c["livenessProbe"]["failureThreshold"] == 30

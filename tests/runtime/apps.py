@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from eddy_contract.spec import StreamAppSpec
-from eddy_runtime.driver import Driver, DriverOptions
-from eddy_runtime.outcomes import BatchReport
+from eddy_runtime.driver.loop import Driver, DriverOptions
+from eddy_runtime.driver.outcomes import BatchReport
 
 
 def streamapp(name: str, bootstrap: str, module: str, args: dict[str, str] | None = None, **spec: Any) -> StreamAppSpec:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from eddy_runtime.pipeline import Topology, tumbling, until_window_closes
+from eddy_runtime.dsl.pipeline import Topology, tumbling, until_window_closes
 
 
 def clicks_per_window(topology: Topology, input_topic: str, output_topic: str) -> None:
@@ -66,7 +66,7 @@ class FirstSeen:
     every 200 ms of wall-clock time, a heartbeat (a `Processor` by duck typing)."""
 
     def init(self, context) -> None:
-        from eddy_runtime.processors import STREAM_TIME, WALL_CLOCK_TIME
+        from eddy_runtime.dsl.processors import STREAM_TIME, WALL_CLOCK_TIME
 
         self.context = context
         self.seen = context.store("seen")

@@ -3,7 +3,7 @@ ships this module to executors by value)."""
 
 from __future__ import annotations
 
-from eddy_runtime.pipeline import Topology
+from eddy_runtime.dsl.pipeline import Topology
 
 
 def numbers(value: str) -> list[int]:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from eddy_runtime import channel_io
-from eddy_runtime.channel_io import AssignmentWatch, ChannelLocation
+from eddy_runtime.driver import channel_io
+from eddy_runtime.driver.channel_io import AssignmentWatch, ChannelLocation
 from tests.servers import ControlPlane
 
 

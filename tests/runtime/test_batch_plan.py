@@ -9,14 +9,15 @@ from types import MappingProxyType
 import pytest
 
 from eddy_contract.assignor import Assignment, TaskAssignment
-from eddy_runtime.batch_plan import continuous_copies, input_ranges, plan_batch, task_lags
-from eddy_runtime.compiler import CompiledApp, compile_topology
-from eddy_runtime.outcomes import BatchReport, stop_error
-from eddy_runtime.pipeline import Topology, join_windows
-from eddy_runtime.poison import first_failing
-from eddy_runtime.runtime_state import Volumes
+from eddy_runtime.driver.batch_plan import continuous_copies, input_ranges, plan_batch, task_lags
+from eddy_runtime.driver.outcomes import BatchReport, stop_error
+from eddy_runtime.driver.poison import first_failing
+from eddy_runtime.driver.runtime_state import Volumes
+from eddy_runtime.dsl.compiler import CompiledApp, compile_topology
+from eddy_runtime.dsl.pipeline import Topology, join_windows
+from eddy_runtime.kafka.partitions import InputRange
+from eddy_runtime.protocol.work import ItemResult, WorkItem
 from eddy_runtime.state import StoreFigures, StoreInventory, TaskFigures, TaskInventory
-from eddy_runtime.work import InputRange, ItemResult, WorkItem
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_runtime.continuous import CommitCycle
+from eddy_runtime.executor.continuous import CommitCycle
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from eddy_runtime.placement import live_executors
+from eddy_runtime.protocol.placement import live_executors
 from tests.runtime.apps import driver_for, produce, read_all, streamapp
 from tests.runtime.test_failover import Run, executor_jvm_pid
 from tests.runtime.test_pipelines import _with_function

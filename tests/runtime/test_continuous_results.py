@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_runtime.continuous import merge_results
-from eddy_runtime.work import BadRecordInfo, ItemResult
+from eddy_runtime.executor.continuous import merge_results
+from eddy_runtime.protocol.work import BadRecordInfo, ItemResult
 
 pytestmark = pytest.mark.unit
 

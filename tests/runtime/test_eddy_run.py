@@ -29,7 +29,7 @@ from tests.servers import REPO
 pytestmark = pytest.mark.integration
 
 EXAMPLE = REPO / "examples" / "wordcount"
-#: where ``eddy run`` keeps its stores (runtime/eddy_runtime/local.py: ``.cache/eddy-run/state``)
+#: where ``eddy run`` keeps its stores (runtime/eddy_runtime/local/run.py: ``.cache/eddy-run/state``)
 RUN_STATE = REPO / ".cache" / "eddy-run" / "state"
 #: Ctrl-C lets the running batch finish, then closes the stores and stops Spark: seconds, not minutes
 STOP_BOUND_S = 60.0
@@ -97,20 +97,20 @@ class EddyRun:
 
 
 def _runners() -> list[int]:
-    """PIDs of executor task runners (runtime/eddy_runtime/runner.py) working in ``eddy run``'s state."""
+    """PIDs of executor task runners (runtime/eddy_runtime/executor/runner.py) working in ``eddy run``'s state."""
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             args = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue  # gone meanwhile
-        if b"eddy_runtime.runner" in args and any(a.startswith(str(RUN_STATE).encode()) for a in args):
+        if b"eddy_runtime.executor.runner" in args and any(a.startswith(str(RUN_STATE).encode()) for a in args):
             found.append(int(cmdline.parent.name))
     return found
 
 
 def _top_line(topic: str, counts: dict[str, int]) -> str:
-    """What ``eddy run`` prints for these counts (local.py ``watch_output``: top 10, ties by word)."""
+    """What ``eddy run`` prints for these counts (local/run.py ``watch_output``: top 10, ties by word)."""
     top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
     return f"top of {topic} ({len(counts)} keys): " + "  ".join(f"{k} {v}" for k, v in top)
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from eddy_runtime import placement
-from eddy_runtime.placement import (
+from eddy_runtime.protocol import placement
+from eddy_runtime.protocol.placement import (
     GENERATED_ID,
     ExecutorRef,
     MisplacedTask,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_runtime.metrics import ExecutorMetrics
+from eddy_runtime.executor.metrics import ExecutorMetrics
+from eddy_runtime.protocol.work import ItemResult
 from eddy_runtime.state import StoreFigures, TaskFigures
-from eddy_runtime.work import ItemResult
 
 pytestmark = pytest.mark.unit
 

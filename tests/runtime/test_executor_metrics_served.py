@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from eddy_runtime.runner import METRICS_ADDRESS_FILE
+from eddy_runtime.executor.runner import METRICS_ADDRESS_FILE
 from tests.runtime.apps import driver_for, produce, read_all, run_until_idle, streamapp
 from tests.runtime.test_health import http_get
 from tests.scrape import metric_sum, samples_at

@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 import pytest
 
-from eddy_runtime.driver import Driver
-from eddy_runtime.outcomes import BatchReport
-from eddy_runtime.placement import live_executors
+from eddy_runtime.driver.loop import Driver
+from eddy_runtime.driver.outcomes import BatchReport
+from eddy_runtime.protocol.placement import live_executors
 from tests.runtime.apps import driver_for, latest_counts, produce, streamapp
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The fences of the runners' transactions (fences.py) on a real broker: a runner that loses an
+"""The fences of the runners' transactions (protocol/fences.py) on a real broker: a runner that loses an
 active is fenced before the generation goes out, its open transaction is aborted at once, a
 runner holding stale work makes no committer, and a driver that starts fences the runners of an
 earlier one."""
@@ -10,11 +10,11 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from eddy_runtime.commit import CommitPart, OutputRecord, TaskCommitter, TaskFenced, runner_transactional_id
-from eddy_runtime.continuous import ContinuousLoop
-from eddy_runtime.fences import FenceBook, fence_topic, read_epochs
-from eddy_runtime.task_runner import TaskRunner
-from eddy_runtime.work import BatchSettings, ContinuousWork
+from eddy_runtime.executor.continuous import ContinuousLoop
+from eddy_runtime.executor.task_runner import TaskRunner
+from eddy_runtime.kafka.transactions import CommitPart, OutputRecord, TaskCommitter, TaskFenced, runner_transactional_id
+from eddy_runtime.protocol.fences import FenceBook, fence_topic, read_epochs
+from eddy_runtime.protocol.work import BatchSettings, ContinuousWork
 
 pytestmark = pytest.mark.integration
 

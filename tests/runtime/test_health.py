@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from eddy_runtime.health import (
+from eddy_runtime.protocol.health import (
     BatchProgress,
     HealthAndMetricsServer,
     stall_bound_s,

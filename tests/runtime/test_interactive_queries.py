@@ -21,7 +21,7 @@ from collections import Counter
 
 import pytest
 
-from eddy_runtime.query_client import QueryClient, QueryFailed
+from eddy_runtime.queries.client import QueryClient, QueryFailed
 from tests.runtime.apps import driver_for, produce, streamapp
 from tests.runtime.test_failover import Run, executor_jvm_pid
 from tests.servers import free_port

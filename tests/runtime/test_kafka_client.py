@@ -1,4 +1,4 @@
-"""One Kafka client configuration: every client is made by eddy_runtime.kafka_client, and the
+"""One Kafka client configuration: every client is made by eddy_runtime.kafka.client, and the
 configuration that travels to executors carries no secret."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from pyspark import cloudpickle
 
 from eddy_contract.spec import StreamAppSpec
-from eddy_runtime.kafka_client import KafkaClientConfig, KafkaCredentialsMissing
-from eddy_runtime.work import BatchSettings
+from eddy_runtime.kafka.client import KafkaClientConfig, KafkaCredentialsMissing
+from eddy_runtime.protocol.work import BatchSettings
 
 pytestmark = pytest.mark.unit
 
@@ -50,8 +50,8 @@ def client_constructions(root: Path, base: Path = REPO) -> list[str]:
 
 def test_only_kafka_client_constructs_kafka_clients() -> None:
     calls = client_constructions(REPO / "runtime") + client_constructions(REPO / "operator")
-    outside = [c for c in calls if not c.startswith("runtime/eddy_runtime/kafka_client.py:")]
-    assert outside == [], f"Kafka clients made outside eddy_runtime/kafka_client.py: {outside}"
+    outside = [c for c in calls if not c.startswith("runtime/eddy_runtime/kafka/client.py:")]
+    assert outside == [], f"Kafka clients made outside eddy_runtime/kafka/client.py: {outside}"
     assert len(calls) == 3, calls  # consumer(), producer(), admin(): the scan does see them
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from eddy_runtime.offsets import OffsetReader
+from eddy_runtime.driver.offsets import OffsetReader
 
 pytestmark = pytest.mark.integration
 

@@ -7,11 +7,11 @@ import struct
 import pyarrow as pa
 import pytest
 
-from eddy_runtime.compiler import compile_topology
-from eddy_runtime.joins import apply_table_updates
-from eddy_runtime.operators import TaskState, process_batch
-from eddy_runtime.pipeline import Topology, hopping, tumbling
-from eddy_runtime.records import TS_TYPE, RawRecords
+from eddy_runtime.dsl.compiler import compile_topology
+from eddy_runtime.dsl.pipeline import Topology, hopping, tumbling
+from eddy_runtime.kafka.records import TS_TYPE, RawRecords
+from eddy_runtime.processing.joins import apply_table_updates
+from eddy_runtime.processing.operators import TaskState, process_batch
 from eddy_runtime.state import open_store
 
 pytestmark = pytest.mark.unit

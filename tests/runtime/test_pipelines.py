@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from eddy_runtime.outcomes import DriverError
-from eddy_runtime.pipeline import PipelineError
+from eddy_runtime.driver.outcomes import DriverError
+from eddy_runtime.dsl.pipeline import PipelineError
 from tests.runtime.apps import driver_for, produce, read_all, run_until_idle, streamapp
 
 pytestmark = pytest.mark.integration

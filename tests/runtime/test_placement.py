@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_runtime.placement import PinnedSlots, current_executor_id, live_executors
+from eddy_runtime.protocol.placement import PinnedSlots, current_executor_id, live_executors
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +47,7 @@ def test_a_batch_pinned_to_an_executor_that_dies_is_cancelled_at_once(spark):
     import threading
     import time
 
-    from eddy_runtime.placement import BatchWatch, executor_jvm_pid, wait_for_executors
+    from eddy_runtime.protocol.placement import BatchWatch, executor_jvm_pid, wait_for_executors
 
     sc = spark.sparkContext
     executors = live_executors(sc)[:2]

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_runtime.operators import TaskState, process_batch
-from eddy_runtime.pipeline import PipelineError, Topology
-from eddy_runtime.processors import STREAM_TIME, WALL_CLOCK_TIME, Processor
+from eddy_runtime.dsl.pipeline import PipelineError, Topology
+from eddy_runtime.dsl.processors import STREAM_TIME, WALL_CLOCK_TIME, Processor
+from eddy_runtime.processing.operators import TaskState, process_batch
 from tests.runtime.test_operators import StoreTransactions, rows, sub_of
 
 pytestmark = pytest.mark.unit

@@ -7,8 +7,8 @@ from types import MappingProxyType
 import pytest
 
 from eddy_contract.assignor import Assignment, TaskAssignment
-from eddy_runtime.progress import CopyProgress, CopyProgressTracker
-from eddy_runtime.work import ItemResult
+from eddy_runtime.driver.progress import CopyProgress, CopyProgressTracker
+from eddy_runtime.protocol.work import ItemResult
 
 pytestmark = pytest.mark.unit
 

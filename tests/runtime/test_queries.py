@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from eddy_runtime import cli
-from eddy_runtime.health import HealthAndMetricsServer
-from eddy_runtime.queries import LocalCopy, StoreQueries
-from eddy_runtime.query_client import QueryClient, QueryFailed
-from eddy_runtime.query_routing import QueryError, QueryRouting, StoreRoute, kafka_partition, murmur2, parse_key
+from eddy_runtime.protocol.health import HealthAndMetricsServer
+from eddy_runtime.queries.client import QueryClient, QueryFailed
+from eddy_runtime.queries.routing import QueryError, QueryRouting, StoreRoute, kafka_partition, murmur2, parse_key
+from eddy_runtime.queries.server import LocalCopy, StoreQueries
 from eddy_runtime.state import StoreSpec
 from eddy_runtime.state.stores import open_store
 

@@ -8,11 +8,11 @@ import struct
 import pyarrow as pa
 import pytest
 
-from eddy_runtime.compiler import GROUP_KEY_COLUMN, RepartitionSink, compile_topology
-from eddy_runtime.operators import TaskState, process_batch
-from eddy_runtime.pipeline import PipelineError, Topology
-from eddy_runtime.record_steps import RecordStep, apply_record_steps
-from eddy_runtime.records import RawRecords, decode_source
+from eddy_runtime.dsl.compiler import GROUP_KEY_COLUMN, RepartitionSink, compile_topology
+from eddy_runtime.dsl.pipeline import PipelineError, Topology
+from eddy_runtime.dsl.record_steps import RecordStep, apply_record_steps
+from eddy_runtime.kafka.records import RawRecords, decode_source
+from eddy_runtime.processing.operators import TaskState, process_batch
 from examples.wordcount.app import build_own_steps, words_of
 from tests.runtime.test_operators import StoreTransactions
 
@@ -142,7 +142,7 @@ def test_map_returning_something_else_than_a_pair_is_a_bad_record():
 
 
 def test_values_of_mixed_types_stop_the_batch_with_the_step_named():
-    from eddy_runtime.operators import PipelineRuntimeError
+    from eddy_runtime.processing.operators import PipelineRuntimeError
 
     with pytest.raises(PipelineRuntimeError, match=r"map_values\(<lambda>\)"):
         run(source_rows(("k", "1"), ("k", "x")), ("map_values", lambda v: int(v) if v.isdigit() else v))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from eddy_runtime.outcomes import DriverError
-from eddy_runtime.pipeline import PipelineError
+from eddy_runtime.driver.outcomes import DriverError
+from eddy_runtime.dsl.pipeline import PipelineError
 from examples.wordcount.app import split_words
 from tests.runtime.apps import driver_for, latest_counts, produce, read_all, run_until_idle, streamapp
 
@@ -120,8 +120,8 @@ def test_a_record_step_after_a_transform_is_rejected_when_the_app_starts(kafka, 
 def test_group_by_a_pyspark_column_is_a_dataframe_step_not_a_key_selector(spark):
     from pyspark.sql import functions as F
 
-    from eddy_runtime.compiler import compile_topology
-    from eddy_runtime.pipeline import Topology
+    from eddy_runtime.dsl.compiler import compile_topology
+    from eddy_runtime.dsl.pipeline import Topology
 
     t = Topology()
     t.stream("in").group_by(F.upper("value")).count().to("out")

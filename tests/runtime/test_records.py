@@ -7,7 +7,7 @@ import struct
 import pyarrow as pa
 import pytest
 
-from eddy_runtime.records import RawRecords, decode_column, decode_repartition, decode_source, encode_column
+from eddy_runtime.kafka.records import RawRecords, decode_column, decode_repartition, decode_source, encode_column
 
 pytestmark = pytest.mark.unit
 

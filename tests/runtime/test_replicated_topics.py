@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import pytest
 
-from eddy_runtime.outcomes import BatchReport, DriverError
+from eddy_runtime.driver.outcomes import BatchReport, DriverError
+from eddy_runtime.kafka.topics import describe_topics
 from eddy_runtime.state import changelog_topic_name
-from eddy_runtime.topics import describe_topics
 from tests.runtime.apps import driver_for, latest_counts, produce, read_all, streamapp
 
 pytestmark = pytest.mark.integration
@@ -180,7 +180,7 @@ def test_more_replicas_than_brokers_stops_the_driver_before_the_first_batch(kafk
 
 def test_replication_factor_minus_one_gives_the_brokers_default(kafka_cluster):
     from eddy_contract.spec import TopicsSpec
-    from eddy_runtime.topics import TopicRequirement, ensure_topics
+    from eddy_runtime.kafka.topics import TopicRequirement, ensure_topics
 
     k = kafka_cluster
     name = k.unique_name("dflt")

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from eddy_runtime.outcomes import DriverError
+from eddy_runtime.driver.outcomes import DriverError
 from tests.runtime.apps import driver_for, streamapp
 
 pytestmark = pytest.mark.integration

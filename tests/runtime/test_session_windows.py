@@ -11,9 +11,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from eddy_runtime.operators import TaskState, process_batch
-from eddy_runtime.pipeline import PipelineError, Topology, session_windows, tumbling
-from eddy_runtime.sessions import merged_window
+from eddy_runtime.dsl.pipeline import PipelineError, Topology, session_windows, tumbling
+from eddy_runtime.processing.operators import TaskState, process_batch
+from eddy_runtime.processing.sessions import merged_window
 from eddy_runtime.state.serde import INT64
 from tests.runtime.test_operators import StoreTransactions, rows, sub_of
 
@@ -298,7 +298,7 @@ def test_windowed_by_rejects_what_is_not_a_window():
 
 
 def test_a_session_count_compiles_to_a_session_store_with_a_windowed_changelog_and_rows_not_partial_counts():
-    from eddy_runtime.compiler import compile_topology
+    from eddy_runtime.dsl.compiler import compile_topology
     t = Topology()
     t.stream("in").group_by("value").windowed_by(session_windows("1s", "2s")).count(name="s").to("out")
     app = compile_topology(t, "app", {"in": 2})

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_runtime.joins import TableUpdates
-from eddy_runtime.pipeline import PipelineError, Topology, join_windows
+from eddy_runtime.dsl.pipeline import PipelineError, Topology, join_windows
+from eddy_runtime.processing.joins import TableUpdates
 from tests.runtime.test_operators import StoreTransactions, rows, sub_of
 
 pytestmark = pytest.mark.unit

@@ -19,8 +19,8 @@ import json
 
 import pytest
 
-from eddy_runtime.joins import TableUpdates, write_table_updates
-from eddy_runtime.operators import TaskState, process_batch
+from eddy_runtime.processing.joins import TableUpdates, write_table_updates
+from eddy_runtime.processing.operators import TaskState, process_batch
 from tests.runtime.test_operators import StoreTransactions, rows, sub_of
 
 pytestmark = pytest.mark.unit

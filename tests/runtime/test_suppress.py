@@ -17,9 +17,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from eddy_runtime.compiler import compile_topology
-from eddy_runtime.operators import TaskState, process_batch
-from eddy_runtime.pipeline import (
+from eddy_runtime.dsl.compiler import compile_topology
+from eddy_runtime.dsl.pipeline import (
     PipelineError,
     Topology,
     session_windows,
@@ -27,9 +26,10 @@ from eddy_runtime.pipeline import (
     until_time_limit,
     until_window_closes,
 )
-from eddy_runtime.records import TS_TYPE
+from eddy_runtime.kafka.records import TS_TYPE
+from eddy_runtime.processing.operators import TaskState, process_batch
+from eddy_runtime.processing.suppress import SuppressionBufferFull, suppress_results
 from eddy_runtime.state.serde import INT64
-from eddy_runtime.suppress import SuppressionBufferFull, suppress_results
 from tests.runtime.test_operators import StoreTransactions, sub_of
 
 pytestmark = pytest.mark.unit

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from eddy_runtime.outcomes import DriverError
+from eddy_runtime.driver.outcomes import DriverError
 from tests.runtime.apps import driver_for, produce, read_all, run_until_idle, streamapp
 from tests.runtime.test_clickstream import clickstream_app
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_runtime.joins import TableUpdates
-from eddy_runtime.pipeline import PipelineError, Topology
+from eddy_runtime.dsl.pipeline import PipelineError, Topology
+from eddy_runtime.processing.joins import TableUpdates
 from tests.runtime.test_operators import rows, sub_of
 
 pytestmark = pytest.mark.unit

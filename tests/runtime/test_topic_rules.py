@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from eddy_contract.spec import TopicsSpec
-from eddy_runtime.app_topics import app_topic_requirements
-from eddy_runtime.compiler import compile_topology
-from eddy_runtime.pipeline import Topology
-from eddy_runtime.topics import TopicDescription, TopicRequirement, topic_problems
+from eddy_runtime.driver.app_topics import app_topic_requirements
+from eddy_runtime.dsl.compiler import compile_topology
+from eddy_runtime.dsl.pipeline import Topology
+from eddy_runtime.kafka.topics import TopicDescription, TopicRequirement, topic_problems
 from tests.runtime.apps import streamapp
 
 pytestmark = pytest.mark.unit
@@ -77,7 +77,7 @@ def test_every_topic_of_word_count_is_required_with_its_role_partitions_and_poli
                                                  cleanup_policy="delete"),
         "wc-dlq": TopicRequirement("wc-dlq", "dead-letter", 1),
         "counts-out": TopicRequirement("counts-out", "output", 4, internal=False),
-        # exactly-once on the continuous path: the runners' fence epochs (fences.py)
+        # exactly-once on the continuous path: the runners' fence epochs (protocol/fences.py)
         "wc-eddy-fences": TopicRequirement("wc-eddy-fences", "fences", 1, check_partitions=True,
                                            cleanup_policy="compact"),
     }

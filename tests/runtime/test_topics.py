@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_runtime.app_topics import ensure_app_topics
-from eddy_runtime.compiler import CompiledApp, compile_topology
-from eddy_runtime.pipeline import Topology
-from eddy_runtime.topics import (
+from eddy_runtime.driver.app_topics import ensure_app_topics
+from eddy_runtime.dsl.compiler import CompiledApp, compile_topology
+from eddy_runtime.dsl.pipeline import Topology
+from eddy_runtime.kafka.topics import (
     TopicCreationFailed,
     TopicMismatch,
     describe_topics,

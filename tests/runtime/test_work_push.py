@@ -1,4 +1,4 @@
-"""A new generation pushed to a runner's endpoint (work_push.py), over loopback HTTP: the loop
+"""A new generation pushed to a runner's endpoint (protocol/work_push.py), over loopback HTTP: the loop
 takes it only with the driver's token, for its own app, when it is newer than what it runs and
 after a first sync; a push that is refused changes nothing. A release answers only once no step
 or round of the released tasks is under way, and says whether they ended cleanly. A sync over
@@ -19,13 +19,12 @@ from dataclasses import replace
 import pytest
 from prometheus_client import CollectorRegistry
 
-from eddy_runtime.continuous import ContinuousLoop
-from eddy_runtime.health import HealthAndMetricsServer
-from eddy_runtime.kafka_client import KafkaClientConfig
-from eddy_runtime.state import StoreFigures, TaskDirectory, TaskFigures
-from eddy_runtime.task_runner import TaskRunner
-from eddy_runtime.work import BadRecordInfo, BatchSettings, ContinuousWork, ItemResult, SlotWork
-from eddy_runtime.work_push import (
+from eddy_runtime.executor.continuous import ContinuousLoop
+from eddy_runtime.executor.task_runner import TaskRunner
+from eddy_runtime.kafka.client import KafkaClientConfig
+from eddy_runtime.protocol.health import HealthAndMetricsServer
+from eddy_runtime.protocol.work import BadRecordInfo, BatchSettings, ContinuousWork, ItemResult, SlotWork
+from eddy_runtime.protocol.work_push import (
     PUSH_PATH,
     RELEASE_PATH,
     SYNC_PATH,
@@ -45,6 +44,7 @@ from eddy_runtime.work_push import (
     sync_endpoint,
     sync_runners,
 )
+from eddy_runtime.state import StoreFigures, TaskDirectory, TaskFigures
 
 pytestmark = pytest.mark.unit
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from eddy_runtime.joins import TableUpdates
-from eddy_runtime.operators import TaskState, process_batch
+from eddy_runtime.processing.joins import TableUpdates
+from eddy_runtime.processing.operators import TaskState, process_batch
 from tests.runtime.test_operators import StoreTransactions, rows
 
 

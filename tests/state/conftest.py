@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from eddy_runtime.kafka_client import KafkaClientConfig
+from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.state import ChangelogTopicSpec, StoreSpec, changelog_topic_name, ensure_changelog_topics
 
 COUNTS = StoreSpec.key_value("counts", key_serde="string", value_serde="int64")

@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from eddy_runtime.commit import CommitPart, PlannedPositions, TaskCommitter, runner_transactional_id
+from eddy_runtime.kafka.transactions import CommitPart, PlannedPositions, TaskCommitter, runner_transactional_id
 from eddy_runtime.state import (
     ChangelogTopicMismatch,
     ChangelogTopicSpec,

@@ -81,8 +81,8 @@ exactly_once active), so keep a manager open across batches in a long-lived work
 the lock guarantees that a second process never opens the same task.
 """
 
-from eddy_runtime.commit import CommitFailed, CommitResult, TaskCommitter, TaskFenced
-from eddy_runtime.record_collector import OutputRecord
+from eddy_runtime.kafka.record_collector import OutputRecord
+from eddy_runtime.kafka.transactions import CommitFailed, CommitResult, TaskCommitter, TaskFenced
 from eddy_runtime.state.changelog import (
     ChangelogTopicMismatch,
     ChangelogTopicMissing,

@@ -1,10 +1,10 @@
 """Changelog topics: naming `<app>-<store>-changelog` and what each must look like.
 
-Every store write reaches its changelog before the store (commit.py), so the changelog is the
+Every store write reaches its changelog before the store (kafka/transactions.py), so the changelog is the
 store's source of truth and a store on a lost volume is rebuilt from it (restore.py). A changelog
 is compacted and has one partition per task, i.e. the input's partition count; the partition of
 task ``S_P`` is ``P``. The driver (or the operator) calls `ensure_changelog_topics` before any
-task opens its stores; it creates and validates them through `eddy_runtime.topics`: a topic that
+task opens its stores; it creates and validates them through `eddy_runtime.kafka.topics`: a topic that
 exists with the wrong partition count or cleanup policy is an error, never silently used, because
 restoring a task from the wrong partition corrupts it (docs/DESIGN.md, "Topics").
 """
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from confluent_kafka.admin import AdminClient
 
 from eddy_contract.spec import TopicsSpec
+from eddy_runtime.kafka.topics import TopicMismatch, TopicRequirement, ensure_topics
 from eddy_runtime.state.store_spec import StoreSpec
-from eddy_runtime.topics import TopicMismatch, TopicRequirement, ensure_topics
 
 __all__ = [
     "ChangelogTopicMismatch",
@@ -78,7 +78,7 @@ class ChangelogTopicSpec:
         return cfg
 
     def requirement(self) -> TopicRequirement:
-        """The topic as `eddy_runtime.topics` creates and checks it: partitions and policy matter."""
+        """The topic as `eddy_runtime.kafka.topics` creates and checks it: partitions and policy matter."""
         extra = {k: v for k, v in self.config().items() if k != "cleanup.policy"}
         return TopicRequirement(self.name, "changelog", self.partitions, check_partitions=True,
                                 cleanup_policy=self.cleanup_policy, extra_config=tuple(extra.items()))
@@ -97,7 +97,7 @@ def ensure_changelog_topics(
     admin: AdminClient, specs: Iterable[ChangelogTopicSpec], *, settings: TopicsSpec | None = None,
     create: bool = True,
 ) -> dict[str, bool]:
-    """Create missing changelog topics and validate existing ones (`eddy_runtime.topics`).
+    """Create missing changelog topics and validate existing ones (`eddy_runtime.kafka.topics`).
 
     `settings`: replication factor and min.insync.replicas (default: the brokers' defaults).
     Returns ``{topic: created}``. Raises `ChangelogTopicMismatch` naming the topic, what it has

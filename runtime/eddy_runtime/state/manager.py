@@ -3,7 +3,7 @@
 `ProcessorStateManager` is Kafka Streams' class of the same name, for one task (``S_P``): it
 takes the task directory's lock, opens the task's stores, registers their changelog partitions
 (partition ``P`` of ``<app>-<store>-changelog``), plans their restores, and owns the task's
-`TaskCommitter` (commit.py) while the task is active. The Spark runtime calls it inside an
+`TaskCommitter` (kafka/transactions.py) while the task is active. The Spark runtime calls it inside an
 executor's Python worker; see the package docstring (state/__init__.py) for the flow.
 
 Roles: an *active* restores until `restored`, then processes batches through `transaction()`
@@ -27,10 +27,10 @@ from typing import Any, Literal
 from confluent_kafka import Consumer
 
 from eddy_contract.tasks import TaskId
-from eddy_runtime import kafka_client
-from eddy_runtime.commit import CommitFailed, CommitResult, Guarantee, KafkaCommit, TaskCommitter
-from eddy_runtime.kafka_client import KafkaClientConfig
-from eddy_runtime.record_collector import OutputRecord
+from eddy_runtime.kafka import client as kafka_client
+from eddy_runtime.kafka.client import KafkaClientConfig
+from eddy_runtime.kafka.record_collector import OutputRecord
+from eddy_runtime.kafka.transactions import CommitFailed, CommitResult, Guarantee, KafkaCommit, TaskCommitter
 from eddy_runtime.state.changelog import changelog_topic_name
 from eddy_runtime.state.metrics import StoreFigures, TaskFigures
 from eddy_runtime.state.restore import StoreChangelogReader, restore_consumer_settings
@@ -287,7 +287,7 @@ class ProcessorStateManager:
         *,
         group_metadata: Any = None,
     ) -> CommitResult:
-        """Commit a batch (commit.py): Kafka first, then the stores; figures and checkpoint after."""
+        """Commit a batch (kafka/transactions.py): Kafka first, then the stores; figures and checkpoint after."""
         kc = self.commit_to_kafka(tx, outputs, input_offsets, group_metadata=group_metadata)
         return self.apply_commit(tx, kc)
 

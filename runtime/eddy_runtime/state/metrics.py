@@ -4,7 +4,7 @@ where the figures travel: docs/DESIGN.md, "One micro-batch").
 `ProcessorStateManager.figures()` (manager.py) returns plain, picklable `TaskFigures` that a work
 item hands back; `StateMetrics.observe` turns them into metrics in two places:
 
-- on each executor (`eddy_runtime.metrics.ExecutorMetrics`, prefix ``eddy_executor``, one series
+- on each executor (`eddy_runtime.executor.metrics.ExecutorMetrics`, prefix ``eddy_executor``, one series
   per copy this executor holds: labels ``app``, ``task``, ``role``, ``store``); standbys report
   their tail progress and their lag there;
 - in the driver (`DriverMetrics`, prefix ``eddy_state``, labels ``app``, ``task``, ``store``):

@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from eddy_runtime.record_collector import input_offsets_in
+from eddy_runtime.kafka.record_collector import input_offsets_in
 from eddy_runtime.state.changelog import ChangelogTopicMissing
 from eddy_runtime.state.restore_progress import RestoreProgress, TaskRestoreProgress
 from eddy_runtime.state.store import KeyValueStore

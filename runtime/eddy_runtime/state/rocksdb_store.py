@@ -11,7 +11,7 @@ its offsets are always consistent on disk, an unclean stop never forces a wipe, 
 missing is the changelog's delta after the store's offset (docs/DESIGN.md, "One micro-batch").
 
 `KeyValueStore` (store.py) and `WindowStore` (window_store.py) subclass `RocksDBStore`; their
-transactions subclass `StoreTransaction`, whose `apply` the committer (commit.py) reaches through
+transactions subclass `StoreTransaction`, whose `apply` the committer (kafka/transactions.py) reaches through
 `TaskTransaction.apply` (task_transaction.py) once the batch's changelog records are in Kafka.
 Restores and standbys (restore.py) call `write` with changelog records, WAL off, then `flush`.
 """

@@ -11,7 +11,7 @@ whole.
 The changelog record of a session has the store's raw key (a tombstone for a session merged
 away), so restore.py replays it through `SessionStore.write` like any other store; stream time
 travels as the `STREAM_TIME_KEY` record. `ProcessorStateManager` opens these stores through
-`stores.open_store`; the session aggregation (sessions.py) reaches them through
+`stores.open_store`; the session aggregation (processing/sessions.py) reaches them through
 `SessionTransaction`.
 """
 

@@ -1,6 +1,6 @@
 """What a state store is and where it stands: `StoreSpec`, `StoreOffsets`, `StoreSize`.
 
-Plain values: the driver builds `StoreSpec`s (compiler.py) and ships them to executors, where
+Plain values: the driver builds `StoreSpec`s (dsl/compiler.py) and ships them to executors, where
 `stores.open_store` opens the store a spec names; `StoreOffsets` is what a store's metadata says
 it holds (rocksdb_store.py). Vocabulary: docs/DESIGN.md, "Vocabulary".
 """

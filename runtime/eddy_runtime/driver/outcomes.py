@@ -1,0 +1,66 @@
+"""What the driver's work comes to: one batch's `BatchReport`, and `DriverError` when the app
+cannot go on (docs/DESIGN.md, "One micro-batch", step 6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from eddy_contract.assignor import TaskMove
+from eddy_runtime.protocol.work import ItemResult, ItemStatus
+
+__all__ = ["BatchReport", "DriverError", "short_error", "stop_error"]
+
+
+class DriverError(RuntimeError):
+    """The app cannot go on (a bad record under policy fail, a pipeline error...)."""
+
+
+@dataclass
+class BatchReport:
+    """What one batch did, for progress output and tests."""
+
+    batch_id: int
+    outcome: str  # "ok", "cancelled" (an executor died), "failed"
+    duration_s: float
+    generation: int
+    results: list[ItemResult] = field(default_factory=list)
+    lost_executor: str | None = None
+    error: str | None = None
+    moves: tuple[TaskMove, ...] = ()
+    #: seconds spent planning (offsets, assignment, plans) and in the Spark job
+    plan_s: float = 0.0
+    job_s: float = 0.0
+    #: an app that runs only continuously: the runners were synced over HTTP, not by a Spark job
+    over_http: bool = False
+
+    @property
+    def records_in(self) -> int:
+        return sum(r.records_in for r in self.results)
+
+    @property
+    def records_out(self) -> int:
+        return sum(r.records_out for r in self.results)
+
+    def by_status(self, status: ItemStatus) -> list[ItemResult]:
+        return [r for r in self.results if r.status == status]
+
+
+def short_error(e: BaseException) -> str:
+    """The gist of a Spark/py4j error: its message lines without the JVM stack."""
+    lines = [ln for ln in str(e).splitlines() if ln.strip() and not ln.strip().startswith("at ")]
+    return " | ".join(lines[:6])[:1500]
+
+
+def stop_error(report: BatchReport, failed_in_a_row: int, max_failed_batches: int) -> DriverError | None:
+    """Why the app cannot go on after `report` (None: it can): a bad record under policy fail, an
+    error in the user's pipeline code, or `max_failed_batches` failed batches in a row."""
+    for r in report.by_status("bad-record"):
+        return DriverError(f"task {r.task}: {r.message} (badRecordPolicy: fail)")
+    for r in report.by_status("failed"):
+        if r.message.startswith("pipeline error"):
+            return DriverError(f"task {r.task}: {r.message}")
+    if failed_in_a_row >= max_failed_batches:
+        return DriverError(f"{failed_in_a_row} batches in a row failed; last error: "
+                           f"{report.error or [r.message for r in report.by_status('failed')][:1]}")
+    return None

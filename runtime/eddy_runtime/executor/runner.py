@@ -1,0 +1,225 @@
+"""The task runner process: the one process per executor (and state directory) that owns its
+tasks' stores, serving `runner_client.RunnerClient` requests with a `task_runner.TaskRunner`.
+
+Why a process of its own. The three options considered, measured on this 2-core machine
+(under load; one key-value store, exactly-once, local broker):
+
+- open per batch: ``ProcessorStateManager.open`` of an exactly-once active takes ~590 ms
+  (``init_transactions``, changelog offsets, RocksDB) and ``close`` ~25 ms, for every task and
+  batch; a commit on an open manager takes ~16 ms. Ruled out.
+- one core per executor, handles cached in Python workers: a DataFrame task runs a Python step on
+  each side of the user's steps, i.e. two workers at once, and either may serve a task next
+  batch, so a cached handle finds the task's lock held by the other worker. Ruled out.
+- one long-lived process per executor (this module): a round trip costs ~1 ms, ~80 ms with a
+  100k-row Arrow table; stores, producers (transactions initialised once) and consumers stay open
+  across batches, and nothing else ever opens the executor's stores. Chosen.
+
+Who calls it: `RunnerClient.call` in Spark tasks (driver/executor_steps.py's partition functions), which
+starts the runner on first use (detached, in its own session) and reconnects if it died. The
+runner exits when its executor JVM does (it polls the pid), closing its stores cleanly, or on a
+`shutdown` request.
+
+Requests (pickled tuples): ``("run", program_id, program_or_None, settings, slot, data)`` ->
+list of `ItemResult`; ``("stash", batch_id, task, bad_records, read)`` keeps what a read
+step found (bad records, records read) for the sink of the same batch; ``("close", None)`` closes every task;
+``("shutdown",)`` closes every task and exits (the driver sends it when it stops).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import logging
+import os
+import pickle
+import socket
+import threading
+from collections.abc import Sequence
+from multiprocessing.connection import Client, Connection, Listener
+from pathlib import Path
+from typing import Any
+
+from eddy_runtime.executor.metrics import ExecutorMetrics
+from eddy_runtime.executor.task_runner import TaskRunner
+from eddy_runtime.protocol.health import HealthAndMetricsServer
+from eddy_runtime.protocol.runner_client import PROTOCOL
+from eddy_runtime.protocol.work_push import (
+    PUSH_PATH,
+    RELEASE_PATH,
+    SYNC_PATH,
+    push_endpoint,
+    release_endpoint,
+    sync_endpoint,
+)
+from eddy_runtime.queries.server import StoreQueries
+
+__all__ = ["METRICS_ADDRESS_FILE", "main", "serve"]
+
+log = logging.getLogger("eddy.runner")
+
+
+def serve(address: str, executor_id: str, state_dir: str, executor_pid: int | None) -> None:
+    """Serve requests until the executor JVM dies or a shutdown request comes."""
+    try:
+        listener = Listener(address, family="AF_UNIX")
+    except OSError as e:  # another runner serves this state directory already
+        log.info("runner for %s already running (%s); exiting", state_dir, e)
+        return
+    runner = TaskRunner(executor_id, state_dir, ExecutorMetrics())
+    threading.Thread(target=_warm_up, name="eddy-warm", daemon=True).start()
+    endpoint = _serve_endpoint(state_dir, runner)
+    stop = threading.Event()
+    log.info("runner pid %d for executor %s serving %s (executor pid %s)", os.getpid(), executor_id, state_dir,
+             executor_pid)
+
+    def watch_executor() -> None:
+        while not stop.wait(0.2):
+            if executor_pid is not None and not _alive(executor_pid):
+                log.warning("executor %s (pid %d) is gone; closing tasks and exiting", executor_id, executor_pid)
+                stop.set()
+        # Wake the accept loop.
+        with contextlib.suppress(OSError):
+            Client(address, family="AF_UNIX").close()
+
+    def connection(conn: Connection) -> None:
+        with conn:
+            while not stop.is_set():
+                try:
+                    request = pickle.loads(conn.recv_bytes())
+                except (EOFError, OSError):
+                    return
+                if request[0] == "shutdown":
+                    runner.close_all()
+                    stop.set()
+                    conn.send_bytes(pickle.dumps("ok"))
+                    with contextlib.suppress(OSError):  # wake the accept loop
+                        Client(address, family="AF_UNIX").close()
+                    return
+                try:
+                    reply: Any = runner.handle(request)
+                except Exception as e:  # noqa: BLE001 - the client turns it into a failed item
+                    log.exception("request %s failed", request[0])
+                    reply = RuntimeError(f"runner request {request[0]} failed: {type(e).__name__}: {e}")
+                try:
+                    conn.send_bytes(pickle.dumps(reply, protocol=PROTOCOL))
+                except OSError:
+                    return
+
+    threading.Thread(target=watch_executor, daemon=True).start()
+    with listener:
+        while not stop.is_set():
+            try:
+                conn = listener.accept()
+            except OSError:
+                continue
+            if stop.is_set():
+                conn.close()
+                break
+            threading.Thread(target=connection, args=(conn,), daemon=True).start()
+    runner.close_all()
+    if endpoint is not None:
+        endpoint.close()
+    log.info("runner for executor %s stopped", executor_id)
+
+
+def _warm_up() -> None:
+    _load_lazy_modules()
+    _freeze_startup_objects()
+
+
+def _freeze_startup_objects() -> None:
+    """Put what the runner has loaded by now (about 100,000 objects: pyarrow, pandas, the Kafka
+    client, Eddy's modules) out of the cyclic garbage collector's walks (`gc.freeze`). A full
+    collection walks every object it tracks and no thread of the runner runs meanwhile: 60-120 ms
+    with them, which showed as one-second spikes of the p99 at 5,000 records/s (344-430 ms against
+    232-294 ms in the other seconds, bench/throughput.py); 1-3 ms once they are frozen. Frozen
+    objects are still freed when their last reference goes; only a cycle among them that was
+    already garbage stays (once, at start)."""
+    gc.freeze()
+    log.debug("froze %d objects loaded at start", gc.get_freeze_count())
+
+
+def _load_lazy_modules() -> None:
+    """Load now what the processing path would load on first use: pyarrow imports pandas on its
+    first conversion of a Python list (0.4 s idle) and its query engine on its first group_by.
+    In the failover benchmark that was most of a newcomer's first round (1.7 s for 575 records
+    on the loaded machine, 0.2 s for the next 2,000), and the tasks just moved to it waited."""
+    try:
+        import pyarrow as pa
+
+        pa.array([b""], pa.binary())
+        pa.table({"k": pa.array([0])}).group_by("k", use_threads=False).aggregate([("k", "count")])
+    except Exception:  # noqa: BLE001 - only a warm-up: the first batch loads them instead
+        log.debug("loading pyarrow's lazy modules failed", exc_info=True)
+
+
+#: in the runner's state directory: ``host:port`` its metrics are served on
+METRICS_ADDRESS_FILE = "eddy-runner-metrics"
+
+
+def _serve_endpoint(state_dir: str, runner: TaskRunner) -> HealthAndMetricsServer | None:
+    """The executor's metrics, interactive queries (queries/server.py) and the driver's pushes of new
+    generations and releases (protocol/work_push.py), served over HTTP. On a
+    Kubernetes pod: on the pod's metrics port (``EDDY_METRICS_PORT``, set by the executor pod
+    template) and its IP. Elsewhere (local-cluster, where several executors share one host and the
+    driver serves that port): on 127.0.0.1, with a port the kernel picks. Either way the address
+    goes to `METRICS_ADDRESS_FILE`, the log, and (for query routing) the runner's results."""
+    port = os.environ.get("EDDY_METRICS_PORT")
+    pod_ip = os.environ.get("SPARK_EXECUTOR_POD_IP")
+    on_pod = bool(port and pod_ip)
+    addr = "0.0.0.0" if on_pod else "127.0.0.1"
+    assert runner.metrics is not None
+    queries = StoreQueries(lambda: runner.routing, runner, lambda: runner.query_address)
+    try:
+        server = HealthAndMetricsServer(int(port) if on_pod and port else 0, addr, runner.metrics.registry, None,
+                                        queries.wsgi,
+                                        {PUSH_PATH: push_endpoint(runner.continuous.app_token, runner.continuous.push),
+                                         RELEASE_PATH: release_endpoint(runner.continuous.app_token,
+                                                                        runner.continuous.release),
+                                         SYNC_PATH: sync_endpoint(runner.continuous.app_token, runner.collect)})
+    except (OSError, ValueError) as e:
+        log.warning("cannot serve executor metrics and queries on %s:%s: %s", addr, port, e)
+        return None
+    runner.query_address = f"{pod_ip if on_pod else addr}:{server.port}"
+    target = Path(state_dir) / METRICS_ADDRESS_FILE
+    with contextlib.suppress(OSError):
+        Path(state_dir).mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(f"{addr}:{server.port}\n")
+        tmp.replace(target)
+    log.info("executor metrics on http://%s:%d/metrics, interactive queries on http://%s/stores/",
+             addr, server.port, runner.query_address)
+    return server
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m eddy_runtime.executor.runner", description=__doc__.splitlines()[0])
+    parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--executor-id", required=True)
+    parser.add_argument("--address", required=True, help="abstract socket name (without the leading NUL)")
+    parser.add_argument("--executor-pid", type=int)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO,
+                        format=f"%(asctime)s %(levelname)s [runner {args.executor_id} {socket.gethostname()}] "
+                               "%(name)s: %(message)s")
+    serve("\0" + args.address, args.executor_id, args.state_dir, args.executor_pid)
+
+
+if __name__ == "__main__":
+    main()

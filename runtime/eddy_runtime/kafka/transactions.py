@@ -1,0 +1,564 @@
+"""The commit protocol of a task's batch: Kafka first, then the stores.
+
+`TaskCommitter` is created by `ProcessorStateManager` (state/manager.py) for an active task and
+called through `ProcessorStateManager.commit`; its `RecordCollector` (kafka/record_collector.py) sends
+the records and notes the offsets Kafka gives them. See docs/DESIGN.md, "One micro-batch".
+
+``exactly_once``: one Kafka transaction per task and batch, with ``transactional.id =
+<app>-<task>`` (creating the committer calls ``init_transactions``, which fences a zombie of the
+same task and aborts its open transaction). The transaction carries the batch's output records,
+its changelog records and its input offsets (``send_offsets_to_transaction``); after it commits,
+the store's write batch (data + offsets) is applied. A crash between the two leaves the store
+behind its changelog, and the next open restores exactly that delta; the input offsets were
+committed with the changelog records, so nothing is counted twice.
+
+``at_least_once``: produce outputs and changelog records and flush (every record acknowledged),
+commit the input offsets, then apply the store's write batch. A crash before the offset commit
+reprocesses the batch (updates may be applied twice); a crash after it is repaired by the
+changelog. No state update is ever lost.
+
+The two phases are public (`ProcessorStateManager.commit_to_kafka`, then `apply_commit`) so that
+tests can crash in between; `ProcessorStateManager.commit` runs both.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, NoReturn
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay
+
+from eddy_runtime.kafka import client as kafka_client
+from eddy_runtime.kafka.client import KafkaClientConfig
+from eddy_runtime.kafka.record_collector import ChangelogBatches, OutputRecord, RecordCollector
+
+__all__ = [
+    "CommitFailed",
+    "CommitPart",
+    "CommitResult",
+    "Guarantee",
+    "KafkaCommit",
+    "OutputRecord",  # defined in kafka/record_collector.py, which sends it; named here beside the commit types
+    "PlannedPositions",
+    "TaskCommitter",
+    "TaskFenced",
+    "fence_transactional_id",
+    "producer_settings",
+    "runner_transactional_id",
+    "transactional_id",
+]
+
+log = logging.getLogger(__name__)
+
+#: send_offsets_to_transaction takes milliseconds (AddOffsetsToTxn, TxnOffsetCommit); past this it
+#: waits on a group coordinator that went away (`TaskCommitter._bounded`)
+SEND_OFFSETS_TIMEOUT_S = 10.0
+
+Guarantee = Literal["exactly_once", "at_least_once"]
+
+GUARANTEES: tuple[str, ...] = ("exactly_once", "at_least_once")
+
+
+class CommitFailed(RuntimeError):
+    """The batch was not committed.
+
+    `aborted`: the Kafka transaction was aborted, nothing of the batch is visible, and the
+    batch can be processed again from the last committed input offsets. Otherwise the outcome
+    in Kafka is unknown; the manager re-checks its stores against the changelogs before the next
+    batch (`ProcessorStateManager.restored` turns False until the delta is restored).
+    """
+
+    def __init__(self, message: str, *, aborted: bool = False, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.aborted = aborted
+        self.fatal = fatal
+
+
+class TaskFenced(CommitFailed):
+    """Another instance of this task took over (same transactional.id); this one must stop."""
+
+
+@dataclass(frozen=True)
+class CommitPart:
+    """One task's share of a commit: its changelog records, outputs and input positions."""
+
+    tx: ChangelogBatches | None
+    outputs: Iterable[OutputRecord]
+    input_offsets: Mapping[tuple[str, int], int]
+
+
+@dataclass(frozen=True)
+class PlannedPositions:
+    """The input positions a round plans to commit (`to`), sent to the coordinators while its
+    parts are processed, and where each started (`back`): a partition whose part is left out
+    goes back there before the commit (`TaskCommitter.commit_parts`)."""
+
+    to: Mapping[tuple[str, int], int]
+    back: Mapping[tuple[str, int], int]
+
+    def corrections(self, committed: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """What must be sent again when the parts taken commit `committed`: positions that differ
+        from the plan, and the start of every planned partition that no part commits."""
+        out = {tp: off for tp, off in committed.items() if self.to.get(tp) != off}
+        out.update({tp: self.back[tp] for tp in self.to if tp not in committed})
+        return out
+
+
+#: what `RecordCollector.send` reports for one part: (outputs, changelog records, {store: changelog partition})
+Sent = tuple[int, int, dict[str, tuple[str, int]]]
+
+
+@dataclass(frozen=True)
+class KafkaCommit:
+    """What Kafka acknowledged for a batch: each store's last changelog offset."""
+
+    changelog_offsets: Mapping[str, int | None]
+    input_offsets: Mapping[tuple[str, int], int]
+    outputs: int
+    changelog_records: int
+    started: float = field(default=0.0, repr=False)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    changelog_offsets: Mapping[str, int | None]
+    outputs: int
+    changelog_records: int
+    latency_s: float
+
+
+def producer_settings(app: str, task_id: str, guarantee: Guarantee, **overrides: Any) -> dict[str, Any]:
+    """A task's producer settings (`kafka_client` adds bootstrap, spec.kafka.config and security)."""
+    conf: dict[str, Any] = {
+        "client.id": f"{app}-{task_id}",
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        # Kafka's Java default, so keyed outputs land where a Kafka Streams app expects them.
+        "partitioner": "murmur2_random",
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1 << 20,
+        # After a commit the coordinator writes markers asynchronously and answers the next
+        # transaction's first request with CONCURRENT_TRANSACTIONS; the default 100 ms backoff
+        # made every other commit ~100 ms slower.
+        "retry.backoff.ms": 10,
+    }
+    if guarantee == "exactly_once":
+        conf["transactional.id"] = transactional_id(app, task_id)
+        conf["transaction.timeout.ms"] = 60_000
+    conf.update(overrides)
+    return conf
+
+
+def transactional_id(app: str, task_id: str) -> str:
+    """``<app>-<task>``: a task's transactional id (a runner's too, `runner_transactional_id`)."""
+    return f"{app}-{task_id}"
+
+
+def runner_transactional_id(executor: str) -> str:
+    """The task id under which an executor's runner commits its continuous tasks together
+    (``transactional.id = <app>-runner-<executor>``, executor/continuous.py)."""
+    return f"runner-{executor}"
+
+
+#: while no producer has fenced a transactional id, another one starts this long after the last
+FENCE_STAGGER_S = 0.1
+#: how long a fence attempt but the last waits in init_transactions: less than the 500 ms after
+#: which librdkafka asks again once the coordinator answered CONCURRENT_TRANSACTIONS, so that it
+#: is gone before it could fence anything later
+FENCE_ATTEMPT_S = 0.45
+#: fence attempts before the last one, which waits for the rest of the timeout
+FENCE_QUICK_ATTEMPTS = 3
+
+
+def fence_transactional_id(kafka: KafkaClientConfig | str, app: str, task_id: str, timeout_s: float = 60.0) -> None:
+    """Fence whoever produces with `task_id`'s transactional id and abort its open transaction: a
+    producer of that id initialised, then dropped. Its records become visible (or not) at once
+    instead of holding read_committed readers until the transaction times out.
+
+    The first InitProducerId for an id with a transaction open starts its abort and is answered
+    CONCURRENT_TRANSACTIONS until the markers are written, a few milliseconds; librdkafka asks
+    again only after a fixed 500 ms (rdkafka_idempotence.c), which was most of a fence and so
+    of a failover. So while none has fenced, another producer starts every `FENCE_STAGGER_S`:
+    one that starts after the abort fences at once. The attempts but the last give up (and are
+    dropped) before librdkafka would ask again; one still under way when another fenced may
+    fence once more, which costs the id's next owner one round (it makes a new committer)."""
+    tid = transactional_id(app, task_id)
+    deadline = time.monotonic() + timeout_s
+    fenced = threading.Event()
+    errors: list[str] = []
+
+    def attempt(n: int, wait_s: float) -> None:
+        try:
+            producer = kafka_client.producer(kafka, {"transactional.id": tid, "enable.idempotence": True,
+                                                     "client.id": f"{tid}-fence-{n}"})
+        except Exception as e:  # noqa: BLE001 - raised by the caller as the fence's failure
+            errors.append(f"{type(e).__name__}: {e}")
+            return
+        try:
+            producer.init_transactions(wait_s)
+            fenced.set()
+        except KafkaException as e:
+            errors.append(str(e))
+        finally:
+            producer.flush(1)
+
+    attempts: list[threading.Thread] = []
+    for n in range(FENCE_QUICK_ATTEMPTS + 1):
+        last = n == FENCE_QUICK_ATTEMPTS
+        wait_s = max(deadline - time.monotonic(), 0.1) if last else FENCE_ATTEMPT_S
+        thread = threading.Thread(target=attempt, args=(n, wait_s), name=f"eddy-fence-{n}", daemon=True)
+        thread.start()
+        attempts.append(thread)
+        if fenced.wait(0.0 if last else FENCE_STAGGER_S):
+            return
+    while not fenced.wait(0.05) and any(t.is_alive() for t in attempts) and time.monotonic() < deadline:
+        pass
+    if not fenced.is_set():
+        raise CommitFailed(f"fencing transactional id {tid}: {errors[-1] if errors else 'timed out'}")
+
+
+class TaskCommitter:
+    """Commits one task's batches under `guarantee`; one instance per active task."""
+
+    def __init__(
+        self,
+        app: str,
+        task_id: str,
+        kafka: KafkaClientConfig | str,
+        guarantee: Guarantee = "exactly_once",
+        *,
+        group_id: str | None = None,
+        producer_overrides: Mapping[str, Any] | None = None,
+        timeout_s: float = 60.0,
+        fence: bool = True,
+    ) -> None:
+        """`fence` False (exactly-once only): the task commits through its runner's transactions
+        (executor/continuous.py, protocol/fences.py), so this committer only reads its committed positions; its
+        producer is not initialised (no fence of ``<app>-<task>``) and commits raise."""
+        if guarantee not in GUARANTEES:
+            raise ValueError(f"guarantee must be one of {GUARANTEES}, got {guarantee!r}")
+        self.app = app
+        self.task_id = task_id
+        self.guarantee = guarantee
+        self.group_id = group_id or app
+        self._timeout = timeout_s
+        self._ctx = f"app {app} task {task_id}"
+        #: why this committer may not commit (it only reads positions), if so
+        self._read_only = (None if fence or guarantee != "exactly_once"
+                           else "it commits through its runner's transactions")
+        # A committer that only reads positions has no producer: a task moved on the continuous
+        # path opens and closes no more than its positions' consumer.
+        self._collector = (RecordCollector(kafka, producer_settings(app, task_id, guarantee,
+                                                                    **(producer_overrides or {})))
+                           if self._read_only is None else None)
+        # Reads the group's committed positions (and, at-least-once, commits them): the same
+        # brokers, settings and credentials as every other client of the app.
+        self._consumer = kafka_client.consumer(
+            kafka, {"group.id": self.group_id, "enable.auto.commit": False, "client.id": f"{app}-{task_id}-committer"}
+        )
+        self._unusable: str | None = None
+        if guarantee == "exactly_once" and fence:
+            # Fences any zombie with this transactional.id and aborts its open transaction, so
+            # the changelog's last stable offset is final before this task restores.
+            try:
+                self._producer.init_transactions(timeout_s)
+            except KafkaException as e:
+                raise CommitFailed(f"{self._ctx}: init_transactions failed: {e}", fatal=True) from e
+
+    @property
+    def _producer(self) -> Producer:
+        # No attribute of its own and no local references: a traceback that outlives a failure
+        # must not keep the producer connected after `close` dropped it.
+        producer = self._collector.producer if self._collector is not None else None
+        if producer is None:
+            raise TaskFenced(f"{self._ctx}: committer is closed", fatal=True)
+        return producer
+
+    @property
+    def _sender(self) -> RecordCollector:
+        if self._collector is None:
+            raise CommitFailed(f"{self._ctx}: this committer only reads positions: {self._read_only}", fatal=True)
+        return self._collector
+
+    def delivered(self) -> dict[tuple[str, int], int]:
+        """Per partition the last commit wrote to, the offset of its last record there."""
+        return self._sender.last_offsets()
+
+    @property
+    def usable(self) -> bool:
+        """False once fenced, broken (a fatal producer error) or closed."""
+        return self._unusable is None
+
+    def committed_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The group's committed positions of input partitions (0 where nothing is committed).
+
+        Read them after the task opened: under exactly_once that fenced any older instance, and
+        the read waits for a transaction's pending offsets to settle.
+        """
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        if not tps:
+            return {}
+        found = self._consumer.committed(tps, timeout=self._timeout)
+        return {(tp.topic, tp.partition): max(tp.offset, 0) for tp in found}
+
+    def commit_to_kafka(
+        self,
+        tx: ChangelogBatches | None,
+        outputs: Iterable[OutputRecord] = (),
+        input_offsets: Mapping[tuple[str, int], int] | None = None,
+        *,
+        group_metadata: Any = None,
+    ) -> KafkaCommit:
+        """Phase one: make the batch (outputs, changelog records, input offsets) durable in Kafka;
+        the caller then applies `tx` to the stores with the returned changelog offsets.
+
+        `input_offsets` are consumer positions (the next offset to process) per input partition.
+        `group_metadata` is the input consumer's ``consumer_group_metadata()``; by default the
+        committer's own (group `group_id`, partitions assigned, not subscribed).
+        """
+        return self.commit_parts([CommitPart(tx, outputs, dict(input_offsets or {}))],
+                                 group_metadata=group_metadata)[0]
+
+    def commit_parts(self, parts: Iterable[CommitPart], *, group_metadata: Any = None,
+                     planned: PlannedPositions | None = None) -> list[KafkaCommit]:
+        """`commit_to_kafka` for several tasks' batches at once, in one transaction under
+        exactly-once (a runner's committer on the continuous path, `runner_transactional_id`):
+        each part's changelog records carry its own input positions, and each part gets back its
+        own stores' changelog offsets. All of them commit, or none.
+
+        `parts` may be a generator that processes each task's batch when it is asked for the
+        part: under exactly-once each part's records go out as soon as it is yielded, while the
+        next one is processed (as Kafka Streams sends while it processes), so the commit waits
+        only for what the broker has not acknowledged yet. With `planned`, the input positions go
+        to the coordinators before the first part is asked for, and are corrected before the
+        commit for a part that was not yielded or moved other positions. A `parts` that yields
+        nothing commits nothing; one that raises aborts the transaction."""
+        if self._unusable:
+            raise TaskFenced(f"{self._ctx}: committer is unusable: {self._unusable}", fatal=True)
+        self._sender.begin()  # a committer that only reads positions has none: it refuses here
+        if self.guarantee == "exactly_once":
+            taken, sent, started = self._exactly_once(parts, group_metadata, planned)
+        else:
+            taken, started = list(parts), time.monotonic()
+            sent = self._at_least_once(taken, _inputs_of(taken))
+        commits = []
+        for part, (n_out, n_cl, last_of_store) in zip(taken, sent, strict=True):
+            offsets: dict[str, int | None] = {}
+            for store, (topic, partition) in last_of_store.items():
+                off = self._sender.last_offset(topic, partition)
+                if off is None:
+                    raise CommitFailed(f"{self._ctx}: no delivery report for changelog {topic}[{partition}] of "
+                                       f"store {store}")
+                offsets[store] = off
+            commits.append(KafkaCommit(offsets, dict(part.input_offsets), n_out, n_cl, started))
+        return commits
+
+    # -- exactly once -------------------------------------------------------------------------
+
+    def _exactly_once(self, parts: Iterable[CommitPart], group_metadata: Any,
+                      planned: PlannedPositions | None) -> tuple[list[CommitPart], list[Sent], float]:
+        """The parts taken, what was sent of each, and when the commit proper started (the last
+        part sent)."""
+        errors = self._sender.errors
+        taken: list[CommitPart] = []
+        sent: list[Sent] = []
+        begun = False
+        #: the send_offsets_to_transaction under way (the client takes one such call at a time)
+        pending: list[Callable[[], None]] = []
+
+        def settle() -> None:
+            while pending:
+                pending.pop()()
+
+        try:
+            if planned is not None and planned.to:
+                # Two round trips to the coordinators, under way while the parts are processed.
+                self._producer.begin_transaction()
+                begun = True
+                pending.append(self._offsets_started(planned.to, group_metadata))
+            for part in parts:
+                if not begun:
+                    self._producer.begin_transaction()
+                    begun = True
+                taken.append(part)
+                sent.append(self._sender.send(part.outputs, part.tx, part.input_offsets))
+            started = time.monotonic()
+            if not taken:
+                if begun:
+                    settle()
+                    self._abort_quietly()
+                return taken, sent, started
+            inputs = _inputs_of(taken)
+            late = inputs if planned is None else planned.corrections(inputs)
+            if late:  # under way while the last records go out; it overrides the planned ones
+                settle()
+                pending.append(self._offsets_started(late, group_metadata))
+            # flush serves the delivery reports that carry the changelog offsets.
+            remaining = self._producer.flush(self._timeout)
+            settle()
+            if remaining:
+                raise CommitFailed(f"{self._ctx}: {remaining} records not delivered in {self._timeout}s")
+            self._commit_transaction()
+        except BaseException as e:
+            try:
+                settle()
+            except Exception:  # noqa: BLE001 - the transaction is aborted below either way
+                log.debug("%s: send_offsets_to_transaction failed", self._ctx, exc_info=True)
+            self._failed(e, begun)
+        if errors:
+            # Cannot happen after a successful commit (the broker would have refused it); keep the
+            # store untouched and the caller informed if it ever does.
+            raise CommitFailed(f"{self._ctx}: delivery errors in a committed transaction: {errors[:3]}")
+        return taken, sent, started
+
+    def _offsets_started(self, positions: Mapping[tuple[str, int], int], group_metadata: Any) -> Callable[[], None]:
+        """send_offsets_to_transaction of `positions` started; the function returned waits for it."""
+        tps = [TopicPartition(t, n, off) for (t, n), off in positions.items()]
+        metadata = group_metadata or self._consumer.consumer_group_metadata()
+        bound = min(self._timeout, SEND_OFFSETS_TIMEOUT_S)
+        return self._bounded_started("send_offsets_to_transaction",
+                                     lambda: self._producer.send_offsets_to_transaction(tps, metadata, bound), bound)
+
+    def _failed(self, e: BaseException, begun: bool) -> NoReturn:
+        """Raise what a failed exactly-once commit comes to (its transaction aborted if it can be)."""
+        if isinstance(e, KafkaException):
+            self._fail(e)
+        if isinstance(e, SystemError):
+            # After a fatal error (e.g. fenced) the client runs delivery callbacks with that
+            # error still set and the call fails with a SystemError; abort to learn the real error.
+            try:
+                self._producer.abort_transaction(self._timeout)
+            except KafkaException as ke:
+                self._fail(ke)
+            raise CommitFailed(f"{self._ctx}: Kafka client error, transaction aborted: {e}", aborted=True) from e
+        if isinstance(e, TaskFenced):
+            raise e
+        if isinstance(e, CommitFailed):
+            self._abort_quietly()
+            raise CommitFailed(str(e), aborted=True) from e
+        if begun:  # the parts' generator failed: nothing of the round may commit
+            self._abort_quietly()
+        raise e
+
+    def _bounded_started(self, what: str, call: Callable[[], None], timeout_s: float) -> Callable[[], None]:
+        """`call()` started on a thread of its own; the function returned waits for it, and gives up
+        on it after `timeout_s` (its own timeout) even if the client ignores it.
+
+        librdkafka's send_offsets_to_transaction can wait forever, past its timeout, when the
+        group coordinator's broker goes away (confluentinc/librdkafka#5456, #5511; seen here with
+        2.16 when one broker of three stopped). The producer is then unusable: the task is closed
+        and reopened, and the new producer's init_transactions fences the stuck one."""
+        outcome: list[BaseException | None] = []
+
+        def run() -> None:
+            try:
+                call()
+                outcome.append(None)
+            except BaseException as e:  # noqa: BLE001 - handed to the calling thread
+                outcome.append(e)
+
+        worker = threading.Thread(target=run, name=f"{what} {self._ctx}", daemon=True)
+        worker.start()
+
+        def wait() -> None:
+            worker.join(timeout_s + 5)
+            if not outcome:
+                self._unusable = f"{what} did not return within {timeout_s}s"
+                raise TaskFenced(f"{self._ctx}: {what} hung past its {timeout_s}s timeout; the task is "
+                                 "reopened with a new producer", fatal=True)
+            if outcome[0] is not None:
+                raise outcome[0]
+
+        return wait
+
+    def _commit_transaction(self) -> None:
+        """commit_transaction, again at once after a retriable error, until the committer's timeout.
+
+        Not `kafka_client.retrying`: that backs off between tries and also retries errors that
+        librdkafka does not flag retriable; a commit is retried only when the client says so, at
+        once, with what is left of one deadline as each call's timeout."""
+        deadline = time.monotonic() + self._timeout
+
+        def note(state: RetryCallState) -> None:
+            log.warning("%s: commit_transaction retriable error, retrying: %s", self._ctx,
+                        state.outcome.exception() if state.outcome else "?")
+
+        for attempt in Retrying(retry=retry_if_exception(_flagged_retriable), stop=stop_after_delay(self._timeout),
+                                before_sleep=note, reraise=True):
+            with attempt:
+                self._producer.commit_transaction(max(1.0, deadline - time.monotonic()))
+
+    def _fail(self, e: KafkaException) -> NoReturn:
+        err: KafkaError = e.args[0]
+        # _FATAL: what commit_transaction raises once a fence came mid-transaction (err.fatal()
+        # is False on it): the transaction did not commit, the producer is done.
+        if err.fatal() or err.code() in (KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                         KafkaError.INVALID_PRODUCER_EPOCH):
+            self._unusable = str(err)
+            raise TaskFenced(f"{self._ctx}: fenced or fatal producer error: {err}", fatal=True) from e
+        errors = self._sender.errors
+        detail = f"; failed records: {errors[:3]}" if errors else ""
+        if err.txn_requires_abort():
+            self._abort_quietly()
+            raise CommitFailed(f"{self._ctx}: transaction aborted: {err}{detail}", aborted=True) from e
+        raise CommitFailed(f"{self._ctx}: commit outcome unknown: {err}{detail}") from e
+
+    def _abort_quietly(self) -> None:
+        try:
+            self._producer.abort_transaction(self._timeout)
+        except KafkaException as e:
+            log.warning("%s: abort_transaction failed: %s", self._ctx, e)
+
+    # -- at least once ------------------------------------------------------------------------
+
+    def _at_least_once(self, parts: Sequence[CommitPart], inputs: Mapping[tuple[str, int], int]) -> list[Sent]:
+        errors = self._sender.errors
+        try:
+            sent = [self._sender.send(p.outputs, p.tx, p.input_offsets) for p in parts]
+            remaining = self._producer.flush(self._timeout)
+        except KafkaException as e:
+            raise CommitFailed(f"{self._ctx}: produce failed: {e}", fatal=e.args[0].fatal()) from e
+        if remaining or errors:
+            raise CommitFailed(
+                f"{self._ctx}: {remaining} records undelivered, errors: {errors[:3]}; input offsets "
+                "not committed, the batch will be processed again"
+            )
+        if inputs:
+            tps = [TopicPartition(t, part, off) for (t, part), off in inputs.items()]
+            try:
+                result = self._consumer.commit(offsets=tps, asynchronous=False)
+            except KafkaException as e:
+                raise CommitFailed(f"{self._ctx}: committing input offsets failed: {e}") from e
+            bad = [tp for tp in result or [] if tp.error is not None]
+            if bad:
+                raise CommitFailed(f"{self._ctx}: committing input offsets failed: {bad}")
+        return sent
+
+    def close(self) -> None:
+        """Flush and drop the Kafka clients (a producer is only destroyed with its last reference,
+        and a traceback that keeps this committer alive must not keep the producer connected)."""
+        if self._unusable == "closed":
+            return
+        try:
+            if self._collector is not None and self._collector.producer is not None:
+                self._producer.flush(self._timeout)
+        finally:
+            self._consumer.close()
+            if self._collector is not None:
+                self._collector.producer = None
+            self._unusable = "closed"
+
+
+def _inputs_of(parts: Iterable[CommitPart]) -> dict[tuple[str, int], int]:
+    return {tp: off for p in parts for tp, off in p.input_offsets.items()}
+
+
+def _flagged_retriable(e: BaseException) -> bool:
+    return isinstance(e, KafkaException) and bool(e.args) and bool(e.args[0].retriable())

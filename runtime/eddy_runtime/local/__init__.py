@@ -1,0 +1,1 @@
+"""``eddy run``: a StreamApp on this machine with one command."""

@@ -1,0 +1,423 @@
+"""Stream-table joins: the table's records of a batch, and each stream record's table value.
+
+A task of a stream-table join reads the stream's partition and the table topic's partition of
+the same number; its batch (or continuous step) holds records of both. They are processed as
+Kafka Streams processes a task's partitions: by timestamp, the partition whose next record is
+oldest first (`_as_of`), so a stream record joins with the table as of its own time, not with
+updates that came later in the same batch. The table's records are then written to its store
+(state/), whose changelog is the table topic's copy for restores and standbys.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eddy_runtime.dsl.compiler import StatefulSpec, TableSpec
+from eddy_runtime.kafka.records import TS_TYPE, RawRecords, decode_column, encode_column, timestamps_ms
+
+__all__ = [
+    "TableUpdates",
+    "apply_table_updates",
+    "stream_stream_join",
+    "stream_table_join",
+    "table_table_join",
+    "table_updates",
+    "write_table_updates",
+]
+
+log = logging.getLogger("eddy.runner")
+@dataclass(frozen=True)
+class TableUpdates:
+    """A batch's table records that fit the table's serdes, in offset order (a None value deletes)."""
+
+    keys: list[bytes]
+    values: list[bytes | None]
+    timestamps: list[int]
+
+
+def table_updates(table: TableSpec, raw: RawRecords) -> tuple[TableUpdates, list[tuple[int, str]]]:
+    """A table topic's new records, and those whose key or value does not fit the table's serdes
+    (offset, reason: left out)."""
+    _, bad_k = decode_column(raw.keys, table.key_serde)
+    _, bad_v = decode_column([v for v in raw.values], table.value_serde)
+    bad = {**bad_v, **bad_k}
+    good = [(i, k) for i, k in enumerate(raw.keys) if i not in bad and k is not None]
+    updates = TableUpdates([k for _, k in good], [raw.values[i] for i, _ in good], [raw.timestamps[i] for i, _ in good])
+    return updates, [(raw.offsets[i], err) for i, err in sorted(bad.items())]
+
+
+def write_table_updates(table: TableSpec, updates: TableUpdates, tx: Any) -> None:
+    """Write table records into the table's store, in order (tombstones delete)."""
+    store = tx.key_value(table.store.name)
+    for k, v in zip(updates.keys, updates.values, strict=True):
+        if v is None:
+            store.delete(k)
+        else:
+            store.put(k, v)
+
+
+def apply_table_updates(table: TableSpec, raw: RawRecords, tx: Any) -> list[tuple[int, str]]:
+    """Write a table topic's new records into the table's store (tombstones delete).
+
+    Returns the records whose key or value does not fit the table's serdes (not applied)."""
+    updates, bad = table_updates(table, raw)
+    write_table_updates(table, updates, tx)
+    return bad
+
+
+def _merge_order(this_ts: Sequence[int], other_ts: Sequence[int]) -> Iterator[tuple[bool, int]]:
+    """(from this input, index) of two inputs' records (each in offset order) in the order a task
+    takes them: the one whose next record is oldest, the other input's first on a tie."""
+    i = j = 0
+    while i < len(this_ts) or j < len(other_ts):
+        if j < len(other_ts) and (i >= len(this_ts) or other_ts[j] <= this_ts[i]):
+            yield False, j
+            j += 1
+        else:
+            yield True, i
+            i += 1
+
+
+def _joined(spec: StatefulSpec, pair: tuple[Any, Any], key: bytes, what: str, out_dropped: list[int]
+            ) -> tuple[bool, Any]:
+    """(True, joiner(*pair)), or (False, None) when the user's joiner raised: logged and counted."""
+    assert spec.joiner is not None
+    try:
+        return True, spec.joiner(*pair)
+    except Exception as e:  # noqa: BLE001 - a user function: log, count, go on
+        log.warning("%s: joiner failed for key %r: %s: %s", what, key, type(e).__name__, e)
+        out_dropped[0] += 1
+        return False, None
+
+
+def _as_of(updates: TableUpdates, raw_keys: Sequence[bytes | None], stamps: np.ndarray | None,
+           before: dict[bytes, bytes | None]) -> list[bytes | None]:
+    """Each stream record's table value when the records of its task are processed in timestamp
+    order, as Kafka Streams picks the partition whose next record is oldest: the merge of the
+    stream records and the table records (each in offset order) takes the table record first
+    when it is not newer. A record sees the last update of its key taken before it, else the
+    value the store had before the batch (`before`). No timestamp column: after every update."""
+    taken: list[int] = []
+    j, m = 0, len(updates.keys)
+    for i in range(len(raw_keys)):
+        if stamps is None:
+            j = m
+        else:
+            while j < m and updates.timestamps[j] <= stamps[i]:
+                j += 1
+        taken.append(j)
+    positions: dict[bytes, list[int]] = {}
+    for n, updated in enumerate(updates.keys):
+        positions.setdefault(updated, []).append(n)
+    values: list[bytes | None] = []
+    for k, upto in zip(raw_keys, taken, strict=True):
+        if k is None:
+            values.append(None)
+            continue
+        at = positions.get(k)
+        n = bisect.bisect_left(at, upto) - 1 if at else -1
+        values.append(updates.values[at[n]] if at and n >= 0 else before.get(k))
+    return values
+
+
+def stream_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: Any,
+                      updates: TableUpdates | None = None) -> tuple[pa.Table, int]:
+    """`rows` (whose join keys are `keys`) with the table's value as a new column. Dropped (how
+    many: returned second): rows whose value is null, as Kafka Streams drops them, and in an
+    inner join the rows without a table value. `updates` (the table's records of the same
+    batch) are merged with `rows` by timestamp (`_as_of`) and written to the table's store."""
+    dropped = 0
+    if "value" in rows.column_names and rows.column("value").null_count:  # as Kafka Streams drops them
+        valid = pc.is_valid(rows.column("value"))
+        dropped = rows.num_rows - int(pc.sum(valid).as_py() or 0)
+        rows, keys = rows.filter(valid), keys.filter(valid)
+    raw_keys = encode_column(keys, table.key_serde)
+    store = tx.key_value(table.store.name)
+    present = [k for k in raw_keys if k is not None]
+    found = dict(zip(present, store.get_many(present), strict=True)) if present else {}
+    if updates is not None and updates.keys:
+        right_raw = _as_of(updates, raw_keys, timestamps_ms(rows), found)
+        write_table_updates(table, updates, tx)
+    else:
+        right_raw = [None if k is None else found.get(k) for k in raw_keys]
+    right, _ = decode_column(right_raw, table.value_serde)
+    joined = rows.append_column(spec.right_name, right)
+    if spec.how != "inner":
+        return joined, dropped
+    mask = pc.is_valid(right)
+    dropped += int(rows.num_rows - pc.sum(mask).as_py() if rows.num_rows else 0)
+    return joined.filter(mask), dropped
+
+
+
+
+# -- table-table joins ------------------------------------------------------------------------------
+
+_TS = struct.Struct(">q")
+
+
+class _Side:
+    """One table of a table-table join: its store (values stored as 8-byte timestamp + value),
+    read through and written back once per batch."""
+
+    def __init__(self, store: Any, serde: str) -> None:
+        self.store = store
+        self.serde = serde
+        self.current: dict[bytes, tuple[int, bytes, Any] | None] = {}
+        self.changed: set[bytes] = set()
+
+    def get(self, key: bytes) -> tuple[int, bytes, Any] | None:
+        """(timestamp, raw value, decoded value), or None."""
+        if key not in self.current:
+            raw = self.store.get(key)
+            if raw is None:
+                self.current[key] = None
+            else:
+                value = raw[_TS.size:]
+                decoded, _ = decode_column([value], self.serde)
+                self.current[key] = (_TS.unpack_from(raw)[0], value, decoded[0].as_py())
+        return self.current[key]
+
+    def set(self, key: bytes, entry: tuple[int, bytes, Any] | None) -> tuple[int, bytes, Any] | None:
+        before = self.get(key)
+        self.current[key] = entry
+        self.changed.add(key)
+        return before
+
+    def write(self) -> None:
+        for key in self.changed:
+            entry = self.current[key]
+            if entry is None:
+                self.store.delete(key)
+            else:
+                self.store.put(key, _TS.pack(entry[0]) + entry[1])
+
+
+def table_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: Any,
+                     updates: TableUpdates | None, out_dropped: list[int]) -> pa.Table:
+    """Kafka Streams' KTable-KTable join (``KTableKTableInnerJoin``, ``LeftJoin``, ``OuterJoin``):
+    `rows` are the left table's records, `updates` the right table's, taken in timestamp order as
+    `_as_of` takes them. Each record updates its side and emits, for its key, ``joiner(left,
+    right)`` or a tombstone (None) when the result goes away: inner, when the other side has a
+    value; left, for a left record, or a right record whose key has a left value; outer, unless
+    both sides are and were empty. The result's timestamp is the newer of the two sides'. Null
+    keys are dropped; a joiner that raises drops that result (logged, counted)."""
+    assert spec.store is not None and spec.joiner is not None
+    left = _Side(tx.key_value(spec.store.name), spec.left_value_serde)
+    right = _Side(tx.key_value(table.store.name), table.value_serde)
+    left_keys = encode_column(keys, spec.key_serde)
+    left_raw = encode_column(rows.column("value"), spec.left_value_serde)
+    left_values = rows.column("value").to_pylist()
+    stamps = timestamps_ms(rows)
+    left_ts = [0] * rows.num_rows if stamps is None else [int(t) for t in stamps]
+    upd = updates or TableUpdates([], [], [])
+    right_values = decode_column(upd.values, table.value_serde)[0].to_pylist() if upd.keys else []
+    out_keys: list[bytes] = []
+    out_values: list[Any] = []
+    out_ts: list[int] = []
+    key: bytes | None
+    raw: bytes | None
+    for is_left, n in _merge_order(left_ts, upd.timestamps):
+        if is_left:
+            key, raw, value, ts, mine, theirs = left_keys[n], left_raw[n], left_values[n], left_ts[n], left, right
+        else:
+            key, raw, value, ts = upd.keys[n], upd.values[n], right_values[n], upd.timestamps[n]
+            mine, theirs = right, left
+        if key is None:
+            out_dropped[0] += 1
+            continue
+        before = mine.set(key, None if raw is None else (ts, raw, value))
+        other = theirs.get(key)
+        if not _emits(spec.how, is_left, raw is not None, before is not None, other is not None):
+            continue
+        ts_out = max(ts, other[0]) if other is not None else ts
+        if raw is None and (spec.how == "inner" or other is None or (spec.how == "left" and is_left)):
+            result = None  # the join result goes away
+        else:
+            mine_value = value if raw is not None else None
+            other_value = other[2] if other is not None else None
+            pair = (mine_value, other_value) if is_left else (other_value, mine_value)
+            ok, result = _joined(spec, pair, key, "table join", out_dropped)
+            if not ok:
+                continue
+        out_keys.append(key)
+        out_values.append(result)
+        out_ts.append(ts_out)
+    left.write()
+    right.write()
+    return _results(out_keys, out_values, out_ts, spec.key_serde)
+
+
+def _results(keys: list[bytes], values: list[Any], stamps: list[int], key_serde: str) -> pa.Table:
+    """A two-sided join's results as rows: ``key`` (decoded), ``value``, ``timestamp``."""
+    decoded_keys, _ = decode_column(keys, key_serde)
+    return pa.table({"key": decoded_keys, "value": pa.array(values),
+                     "timestamp": pa.array(np.asarray(stamps, dtype=np.int64) * 1000, pa.int64()).cast(TS_TYPE)})
+
+
+def _emits(how: str, is_left: bool, has_value: bool, had_value: bool, other: bool) -> bool:
+    """Whether a record of one side produces a join result (or a tombstone) for its key."""
+    if how == "inner":
+        return other
+    if how == "left":
+        return (has_value or had_value) if is_left else other
+    return has_value or had_value or other  # outer
+
+
+# -- windowed stream-stream joins -------------------------------------------------------------------
+
+_LEN = struct.Struct(">I")
+
+
+def _pack(values: list[bytes]) -> bytes:
+    return b"".join(_LEN.pack(len(v)) + v for v in values)
+
+
+def _unpack(raw: bytes) -> list[bytes]:
+    out, at = [], 0
+    while at < len(raw):
+        (n,) = _LEN.unpack_from(raw, at)
+        out.append(raw[at + 4:at + 4 + n])
+        at += 4 + n
+    return out
+
+
+_OUTER_TS = struct.Struct(">Q")
+
+
+class _Unmatched:
+    """A left or outer join's records still without a partner, oldest first: Kafka Streams'
+    outer join store (``TimestampedKeyAndJoinSide`` keys: timestamp, side, key). A record leaves
+    it when a record of the other side joins it, or when its window closes (grace included) and
+    it is emitted with a null partner."""
+
+    def __init__(self, tx: Any, sides: tuple[bool, ...], lookback: dict[bool, int], grace_ms: int) -> None:
+        self.tx, self.sides, self.lookback, self.grace = tx, sides, lookback, grace_ms
+        self._soonest = min(lookback[side] for side in sides)
+        self.min_ts = self._first_ts()
+
+    @staticmethod
+    def _key(ts: int, is_this: bool, key: bytes) -> bytes:
+        return _OUTER_TS.pack(ts + 2**63) + (b"\0" if is_this else b"\1") + key
+
+    def _first_ts(self) -> int | None:
+        first = next(iter(self.tx.range()), None)
+        return None if first is None else _OUTER_TS.unpack(first[0][:8])[0] - 2**63
+
+    def add(self, is_this: bool, ts: int, key: bytes, stored: bytes) -> None:
+        if is_this not in self.sides:
+            return
+        k = self._key(ts, is_this, key)
+        before = self.tx.get(k)
+        self.tx.put(k, _pack([*(_unpack(before) if before is not None else []), stored]))
+        self.min_ts = ts if self.min_ts is None else min(self.min_ts, ts)
+
+    def joined(self, is_this: bool, ts: int, key: bytes) -> None:
+        """The records of one side, key and timestamp found a partner."""
+        if is_this in self.sides:
+            self.tx.delete(self._key(ts, is_this, key))
+
+    def closed(self, stream_time: int) -> list[tuple[bool, int, bytes, list[bytes]]]:
+        """Take out the records whose window closed by `stream_time`, oldest first."""
+        if self.min_ts is None or self.min_ts + self._soonest + self.grace >= stream_time:
+            return []
+        out = []
+        for k, packed in self.tx.range(None, self._key(stream_time - self.grace - self._soonest, True, b"")):
+            ts, is_this = _OUTER_TS.unpack(k[:8])[0] - 2**63, k[8:9] == b"\0"
+            if ts + self.lookback[is_this] + self.grace < stream_time:
+                out.append((is_this, ts, k[9:], _unpack(packed)))
+        for is_this, ts, key, _ in out:
+            self.tx.delete(self._key(ts, is_this, key))
+        self.min_ts = self._first_ts()
+        return out
+
+
+def stream_stream_join(spec: StatefulSpec, other: TableSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: Any,
+                       updates: TableUpdates | None, out_dropped: list[int]) -> pa.Table:
+    """Kafka Streams' windowed join of two streams (``KStreamKStreamJoin``): `rows` are this
+    stream's records, `updates` the other stream's, taken in timestamp order as `_as_of` takes
+    them. Each record is kept in its side's window store (the records of one key and timestamp
+    together) and joined with every record of the other side in its window:
+    ``joiner(this value, other value)``, timestamped with the newer of the two. A record later
+    than its window's end plus grace (by stream time, the newest timestamp of both sides) is
+    dropped, as are null keys; a joiner that raises drops that result (logged, counted). This
+    side's values are kept as JSON (the rows' values after record steps), the other's as bytes.
+
+    Left and outer joins (``spec.how``): a record of an outer side that joined nothing waits in
+    the outer store (`_Unmatched`); once stream time passes its window's end plus grace it is
+    emitted as ``joiner(value, None)`` (``joiner(None, value)`` for the other side), at its own
+    timestamp, before the record that moved stream time is joined, as Kafka Streams does."""
+    assert spec.store is not None and spec.joiner is not None and spec.join_windows is not None
+    w = spec.join_windows
+    mine_store, theirs_store = tx.window(spec.store.name), tx.window(other.store.name)
+    unmatched = None
+    if spec.how != "inner":
+        assert spec.outer_store is not None
+        unmatched = _Unmatched(tx.key_value(spec.outer_store.name), (True,) if spec.how == "left" else (True, False),
+                               {True: w.after_ms, False: w.before_ms}, w.grace_ms)
+    this_keys = encode_column(keys, spec.key_serde)
+    this_values = rows.column("value").to_pylist()
+    stamps = timestamps_ms(rows)
+    this_ts = [0] * rows.num_rows if stamps is None else [int(t) for t in stamps]
+    upd = updates or TableUpdates([], [], [])
+    times = [st for st in (mine_store.stream_time, theirs_store.stream_time) if st is not None]
+    stream_time = max(times) if times else None
+    out_keys: list[bytes] = []
+    out_values: list[Any] = []
+    out_ts: list[int] = []
+
+    def emit(key: bytes, pair: tuple[Any, Any], ts: int) -> None:
+        ok, result = _joined(spec, pair, key, "stream join", out_dropped)
+        if ok:
+            out_keys.append(key)
+            out_values.append(result)
+            out_ts.append(ts)
+
+    def other_value(raw: bytes) -> Any:
+        return decode_column([raw], other.value_serde)[0][0].as_py()
+
+    for is_this, n in _merge_order(this_ts, upd.timestamps):
+        if is_this:
+            key, ts, stored = this_keys[n], this_ts[n], None
+            try:
+                stored = json.dumps(this_values[n]).encode()
+            except (TypeError, ValueError) as e:
+                log.warning("stream join: value of key %r is not JSON (%s): dropped", key, e)
+            value: Any = this_values[n]
+        else:
+            key, ts, stored = upd.keys[n], upd.timestamps[n], upd.values[n]
+            value = None if stored is None else other_value(stored)
+        closes = ts + (w.after_ms if is_this else w.before_ms) + w.grace_ms
+        stream_time = ts if stream_time is None else max(stream_time, ts)
+        if key is None or stored is None or value is None or closes < stream_time:
+            out_dropped[0] += 1  # a null key or value, or late for its window
+            continue
+        if unmatched is not None:
+            for side, when, k, values in unmatched.closed(stream_time):
+                for raw in values:
+                    emit(k, (json.loads(raw), None) if side else (None, other_value(raw)), when)
+        own, far = (mine_store, theirs_store) if is_this else (theirs_store, mine_store)
+        low, high = (ts - w.before_ms, ts + w.after_ms) if is_this else (ts - w.after_ms, ts + w.before_ms)
+        low = max(0, low)  # record timestamps are >= 0 (and a negative bound would sort after them)
+        partners = 0
+        for partner_ts, packed in far.fetch_range(key, low, high):
+            partners += 1
+            if unmatched is not None:
+                unmatched.joined(not is_this, partner_ts, key)
+            for raw in _unpack(packed):
+                emit(key, (value, other_value(raw)) if is_this else (json.loads(raw), value), max(ts, partner_ts))
+        if unmatched is not None and not partners:
+            unmatched.add(is_this, ts, key, stored)
+        before = own.fetch(key, ts)
+        own.put(key, ts, _pack([*(_unpack(before) if before is not None else []), stored]))
+    return _results(out_keys, out_values, out_ts, spec.key_serde)

@@ -1,0 +1,172 @@
+"""Fencing the runners' transactions on the continuous path under exactly-once (executor/continuous.py;
+docs/DESIGN.md, "Runner transactions").
+
+A runner commits all its continuous actives together, one Kafka transaction per commit interval
+(``transactional.id = <app>-runner-<executor>``), as a Kafka Streams stream thread does. Kafka
+Streams fences a zombie thread through its consumer group's generation (KIP-447); Eddy's driver
+owns the assignment instead of a consumer group, so it fences with a topic of its own:
+
+- ``<app>-eddy-fences`` (compacted, one partition) maps each executor to its fence epoch. Only the
+  driver writes it.
+- Before any runner hears of a generation in which executor A no longer holds a continuous active
+  it held, the driver first asks A's runner, if A is live, to let those tasks go (protocol/work_push.py,
+  `ContinuousLoop.release`): A stops processing them, waits for the round holding them to commit
+  and closes them. A that answers so in time keeps its epoch and its committer, as a Kafka Streams
+  thread that revokes a task in a cooperative rebalance does. Otherwise (A died, does not answer,
+  or a round holding them did not commit cleanly) the driver raises A's epoch, writes it, then
+  fences A's transactional id (a producer of that id initialised: A's open transaction is aborted
+  and A's producer can no longer commit).
+- Each generation's work for A carries A's epoch. A runner that makes a committer (its
+  ``init_transactions``) reads its epoch from the topic afterwards: above the epoch of the work it
+  holds means a later generation fenced it first, so its work is stale and it commits nothing
+  until newer work comes. Otherwise any later fence comes after the committer was made, and
+  fences it.
+- A driver that starts raises every epoch found in the topic and fences every runner named there,
+  so no runner of an earlier driver keeps a transaction open or commits again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, Producer, TopicPartition
+
+from eddy_runtime.kafka import client as kafka_client
+from eddy_runtime.kafka.client import KafkaClientConfig
+from eddy_runtime.kafka.transactions import fence_transactional_id, runner_transactional_id
+
+__all__ = ["FenceBook", "fence_topic", "read_epochs"]
+
+log = logging.getLogger(__name__)
+
+
+def fence_topic(app: str) -> str:
+    """The app's fence topic (driver/app_topics.py creates it)."""
+    return f"{app}-eddy-fences"
+
+
+def read_epochs(kafka: KafkaClientConfig | str, topic: str, timeout_s: float = 30.0) -> dict[str, int]:
+    """Every executor's latest fence epoch in `topic` (read to its end as of now)."""
+    consumer = kafka_client.consumer(kafka, {"group.id": f"{topic}-reader", "enable.auto.commit": False,
+                                             "isolation.level": "read_committed"})
+    try:
+        _, high = kafka_client.retrying(  # a topic just created may not have its leader yet
+            lambda: consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s),
+            f"reading the end of {topic}")
+        epochs: dict[str, int] = {}
+        if high <= 0:
+            return epochs
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + timeout_s
+        position = 0
+        while position < high:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic} to offset {high} took over {timeout_s}s")
+            m = consumer.poll(0.2)
+            if m is None:
+                continue
+            if m.error() is not None:
+                raise KafkaException(m.error())
+            position = (m.offset() or 0) + 1
+            key, value = m.key(), m.value()
+            if key is not None and value is not None:
+                epochs[key.decode()] = int(value)
+        return epochs
+    finally:
+        consumer.close()
+
+
+class FenceBook:
+    """The driver's side: who held which continuous active, each executor's epoch, and the fences."""
+
+    def __init__(self, kafka: KafkaClientConfig | str, app: str, timeout_s: float = 60.0) -> None:
+        self.kafka = kafka
+        self.app = app
+        self.topic = fence_topic(app)
+        self._timeout = timeout_s
+        self._producer: Producer | None = kafka_client.producer(
+            kafka, {"acks": "all", "enable.idempotence": True, "linger.ms": 0})
+        self._lock = threading.Lock()
+        #: executor -> fence epoch (written to the topic before any work carries it)
+        self._epochs: dict[str, int] = {}
+        #: task -> the executor that last held it as active
+        self._holders: dict[str, str] = {}
+        self._generation = -1
+
+    def start(self) -> None:
+        """Fence every runner the topic names (an earlier driver's), with its epoch raised."""
+        found = read_epochs(self.kafka, self.topic, self._timeout)
+        with self._lock:
+            self._epochs.update(found)
+            if found:
+                log.info("fencing the runners of an earlier driver: %s", sorted(found))
+                self._fence(found)
+
+    def epochs(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._epochs)
+
+    def before_generation(self, generation: int, actives: Mapping[str, str],
+                          release: Callable[[Mapping[str, Sequence[str]]], Collection[str]] | None = None) -> None:
+        """Before any runner hears of `generation` (`actives`: each continuous task's active
+        executor in it): each executor that held one of them last and holds it no longer either
+        lets them go (`release`: executor -> the tasks it loses; gives back the executors that
+        did so cleanly) or is fenced. Once per generation; a second caller waits for the first."""
+        with self._lock:
+            if generation <= self._generation:
+                return
+            losing: dict[str, list[str]] = {}
+            for task, old in sorted(self._holders.items()):
+                if actives.get(task) != old:
+                    losing.setdefault(old, []).append(task)
+            fresh = {e for e in actives.values() if e not in self._epochs and e not in losing}
+            # named in the topic, so that a later driver fences them
+            self._write({e: 0 for e in fresh})
+            self._epochs.update({e: 0 for e in fresh})
+            released = set(release(losing)) if release is not None and losing else set()
+            if released:
+                log.info("generation %d: %s let their tasks go", generation, sorted(released))
+            losers = set(losing) - released
+            if losers:
+                log.info("generation %d: fencing the runner transactions of %s", generation, sorted(losers))
+                self._fence(losers)
+            # Only once every fence is done (a failure raises, and the next call fences again).
+            self._holders = dict(actives)
+            self._generation = generation
+
+    def _fence(self, executors: Iterable[str]) -> None:
+        raised = {e: self._epochs.get(e, 0) + 1 for e in executors}
+        self._write(raised)  # first the epochs, then the fences (see the module's docstring)
+        self._epochs.update(raised)
+        with ThreadPoolExecutor(max_workers=min(8, len(raised))) as pool:
+            for done in [pool.submit(fence_transactional_id, self.kafka, self.app, runner_transactional_id(e),
+                                     self._timeout) for e in raised]:
+                done.result()
+
+    def _write(self, epochs: Mapping[str, int]) -> None:
+        if not epochs:
+            return
+        errors: list[str] = []
+
+        def delivered(err: object, _msg: object) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        producer = self._producer
+        if producer is None:
+            raise RuntimeError(f"the fences of {self.app} are closed")
+        for executor, epoch in epochs.items():
+            producer.produce(self.topic, str(epoch).encode(), executor.encode(), on_delivery=delivered)
+        remaining = producer.flush(self._timeout)
+        if remaining or errors:
+            raise RuntimeError(f"writing fence epochs to {self.topic} failed: {remaining} undelivered, {errors[:3]}")
+
+    def close(self) -> None:
+        """Drop the producer (a producer disconnects only when its last reference goes)."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(5)

@@ -1,0 +1,101 @@
+"""A Spark Python worker's connection to its executor's task runner (executor/runner.py): the socket
+address, the wire format, and starting the runner on first use (docs/DESIGN.md, "One
+micro-batch", step 4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Client, Connection
+from pathlib import Path
+from typing import Any, ClassVar
+
+from eddy_runtime.protocol.placement import executor_jvm_pid
+
+__all__ = ["PROTOCOL", "RunnerClient", "runner_address"]
+
+#: the pickle protocol of requests and replies
+PROTOCOL = 5
+
+
+def runner_address(state_dir: str) -> str:
+    """An abstract Unix socket name (no file, no path-length limit) unique to the state directory."""
+    digest = hashlib.sha256(os.path.realpath(state_dir).encode()).hexdigest()[:24]
+    return f"\0eddy-runner-{digest}"
+
+
+class RunnerClient:
+    """A Python worker's connection to its executor's runner (started on first use)."""
+
+    _connections: ClassVar[dict[str, Connection]] = {}
+
+    def __init__(self, state_dir: str, executor_id: str) -> None:
+        self.state_dir = state_dir
+        self.executor_id = executor_id
+        self.address = runner_address(state_dir)
+
+    def call(self, request: tuple[Any, ...], timeout_s: float = 600.0, start: bool = True) -> Any:
+        """Send `request` and wait for the reply; `start`: start the runner if it is not running
+        (otherwise raise `ConnectionRefusedError`)."""
+        for attempt in range(2):
+            conn = self._connect(start)
+            try:
+                conn.send_bytes(pickle.dumps(request, protocol=PROTOCOL))
+                if not conn.poll(timeout_s):
+                    raise TimeoutError(f"task runner of executor {self.executor_id} did not answer in {timeout_s}s")
+                reply = pickle.loads(conn.recv_bytes())
+            except (EOFError, OSError, BrokenPipeError):
+                self._connections.pop(self.address, None)
+                if attempt:
+                    raise
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+        raise AssertionError("unreachable")
+
+    def _connect(self, start: bool) -> Connection:
+        conn = self._connections.get(self.address)
+        if conn is not None and not conn.closed:
+            return conn
+        try:
+            conn = Client(self.address, family="AF_UNIX")
+        except (ConnectionRefusedError, FileNotFoundError):
+            if not start:
+                raise
+            self._spawn()
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    conn = Client(self.address, family="AF_UNIX")
+                    break
+                except (ConnectionRefusedError, FileNotFoundError):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the task runner for {self.state_dir} did not start; see "
+                                           f"{self.log_path}") from None
+                    time.sleep(0.05)
+        self._connections[self.address] = conn
+        return conn
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.state_dir) / "eddy-runner.log"
+
+    def _spawn(self) -> None:
+        Path(self.state_dir).mkdir(parents=True, exist_ok=True)
+        pid = executor_jvm_pid()
+        args = [sys.executable, "-m", "eddy_runtime.executor.runner", "--state-dir", self.state_dir, "--executor-id",
+                self.executor_id, "--address", self.address.lstrip("\0")]
+        if pid is not None:
+            args += ["--executor-pid", str(pid)]
+        with open(self.log_path, "ab") as logf:
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                    close_fds=True, start_new_session=True)
+        # Reap it if it exits before this worker does; otherwise init inherits it.
+        threading.Thread(target=proc.wait, daemon=True).start()

@@ -1,0 +1,181 @@
+"""Work items the driver plans for one micro-batch, and the results executors send back.
+
+The driver plans (driver/batch_plan.py, driver/spark_plan.py), per batch, one `SlotWork` per Spark partition:
+either one task whose records go through DataFrame steps, or everything else one executor has to
+do in this batch (direct processing, restore chunks, standby tails). Executors run them in their task
+runner (executor/task_runner.py) and answer with one `ItemResult` per `WorkItem`. All of these are small,
+picklable values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from eddy_runtime.kafka.client import KafkaClientConfig
+from eddy_runtime.kafka.partitions import InputRange
+from eddy_runtime.queries.routing import QueryRouting
+from eddy_runtime.state import StateDirectory, TaskFigures, TaskInventory
+
+__all__ = [
+    "BadRecordInfo",
+    "BatchSettings",
+    "ContinuousWork",
+    "ItemResult",
+    "ItemStatus",
+    "SlotWork",
+    "WorkItem",
+    "volume_inventory",
+    "LATENCY_BUCKETS_S",
+    "Role",
+]
+
+Role = Literal["active", "standby"]
+ItemStatus = Literal[
+    "processed",  # committed (possibly an empty batch)
+    "restoring",  # an active that restored a chunk instead of processing
+    "standby",  # a standby that tailed its changelogs
+    "misplaced",  # reached another executor than planned: nothing touched
+    "locked",  # another process holds the task directory
+    "fenced",  # another instance of the task took over
+    "aborted",  # the Kafka transaction aborted; the range is processed again next batch
+    "bad-record",  # policy fail: stopped at a bad record (see `message`)
+    "failed",  # anything else (see `message`)
+]
+
+#: end-to-end latency buckets (seconds) for the histogram items report and the driver exports
+LATENCY_BUCKETS_S: tuple[float, ...] = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """What every work item of a batch shares."""
+
+    app: str
+    batch_id: int
+    generation: int
+    #: the app's Kafka without secrets: each client adds credentials from its own process's env
+    kafka: KafkaClientConfig
+    guarantee: Literal["exactly_once", "at_least_once"]
+    bad_record_policy: Literal["fail", "skip", "dead-letter"]
+    dead_letter_topic: str | None
+    #: root of the state volume; each executor's stores live under `state_dir_for(executor)`
+    state_dir: str
+    #: local mode: one folder per executor under `state_dir` (executors share a disk)
+    per_executor_state_dirs: bool
+    #: host -> executor id of the live executors (`placement.executor_hosts`): how a Python
+    #: worker learns its executor's id where Spark hands ids out at registration
+    executor_hosts: Mapping[str, str] = field(default_factory=dict)
+    restore_chunk_records: int = 500_000
+    restore_chunk_seconds: float = 2.0
+    standby_chunk_seconds: float = 1.0
+    read_timeout_s: float = 30.0
+    #: where each queryable store's keys live, for the runners' query endpoints (queries/server.py)
+    routing: QueryRouting | None = None
+    #: what a push of a new generation to the runners must carry (protocol/work_push.py); "" takes none
+    push_token: str = ""
+
+    def state_dir_for(self, executor: str) -> str:
+        return f"{self.state_dir}/executor-{executor}" if self.per_executor_state_dirs else self.state_dir
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One task's share of a batch on one executor."""
+
+    task: str
+    role: Role
+    #: actives: the source range first, then the joined table's range (if any)
+    ranges: tuple[InputRange, ...] = ()
+    #: the driver knows this active is still restoring: restore a chunk, do not read input
+    restore_only: bool = False
+    #: source offsets whose record made a DataFrame step fail (found by the driver), with the
+    #: error: the read step leaves them out and hands them to the bad-record policy
+    poison: tuple[tuple[int, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ContinuousWork:
+    """What one executor runs continuously in one assignment generation (executor/continuous.py)."""
+
+    generation: int
+    tasks: tuple[tuple[str, Role], ...]
+    commit_interval_s: float
+    #: exactly-once: the executor's fence epoch as of this generation (protocol/fences.py)
+    fence_epoch: int = 0
+
+
+@dataclass(frozen=True)
+class SlotWork:
+    """What one Spark partition does in a batch, on `executor`."""
+
+    executor: str
+    items: tuple[WorkItem, ...]
+    #: executor slots only: every (task, role) this executor holds in this assignment, so that
+    #: the runner closes what it no longer holds
+    held: tuple[tuple[str, Role], ...] | None = None
+    #: the task whose records flow through DataFrame steps into this slot (None: executor slot)
+    dataframe_task: str | None = None
+    #: executor slots only: report the volume's inventory (what each task's stores hold)
+    inventory: bool = False
+    #: executor slots only: what this executor runs continuously (executor/continuous.py), and what it did since
+    continuous: ContinuousWork | None = None
+    #: the continuous loop's own items under exactly-once: their tasks commit through the
+    #: runner's transactions, so opening one fences no producer of its own (protocol/fences.py)
+    runner_transactions: bool = False
+
+    @property
+    def idle(self) -> bool:
+        return not self.items and self.held is None and not self.inventory and self.continuous is None
+
+
+@dataclass(frozen=True)
+class BadRecordInfo:
+    """Where a bad record was and why (the record itself goes to the dead-letter topic)."""
+
+    topic: str
+    partition: int
+    offset: int
+    error: str
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}: {self.error}"
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """What a work item did; the driver turns these into metrics, progress and the next plan."""
+
+    task: str
+    executor: str
+    role: Role
+    status: ItemStatus
+    records_in: int = 0
+    records_out: int = 0
+    #: input positions committed by this item (topic, partition) -> next offset
+    committed: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    skipped: int = 0
+    dead_lettered: int = 0
+    #: records an aggregation ignores as Kafka Streams does (null keys, late for their window)
+    dropped: int = 0
+    bad_records: tuple[BadRecordInfo, ...] = ()
+    #: end-to-end latency histogram: counts per LATENCY_BUCKETS_S bucket (+ one overflow), and sum
+    latency_counts: tuple[int, ...] = ()
+    latency_sum_s: float = 0.0
+    duration_s: float = 0.0
+    message: str = ""
+    figures: TaskFigures | None = None
+    restored: int = 0
+    restore_remaining: int = 0
+    #: executor slots only: the volume's inventory after this batch
+    inventory: tuple[TaskInventory, ...] | None = None
+    #: host:port of the executor's query endpoint (on one result of each reply)
+    query_address: str = ""
+
+
+def volume_inventory(settings: BatchSettings, executor: str) -> ItemResult:
+    """What `executor`'s volume holds of the app (each task directory's stores and offsets), as
+    the result that carries it to the driver (a Spark job's slot, or a sync over HTTP)."""
+    held = tuple(StateDirectory(settings.state_dir_for(executor)).inventory(settings.app))
+    return ItemResult("", executor, "active", "processed", inventory=held)
