@@ -7,7 +7,16 @@ names, metric labels) a task is its string form; `TaskId.parse` is how code gets
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import NamedTuple
+
+
+class Role(StrEnum):
+    """What a copy of a task does on an executor: processes its input, or keeps its stores warm."""
+
+    ACTIVE = "active"
+    STANDBY = "standby"
+
 
 _TASK_RE = re.compile(r"^(\d+)_(\d+)$")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eddy_contract.spec import StreamAppSpec
+from eddy_contract.spec import ProcessingGuarantee, StreamAppSpec
 from eddy_runtime.dsl.compiler import CompiledApp
 from eddy_runtime.kafka.topics import TopicRequirement, ensure_topics
 from eddy_runtime.protocol.fences import fence_topic
@@ -22,7 +22,7 @@ def app_topic_requirements(compiled: CompiledApp, spec: StreamAppSpec, *,
     reqs = [c.requirement() for c in compiled.changelog_topics()]
     reqs += [TopicRequirement(t, "repartition", n, check_partitions=True, cleanup_policy="delete")
              for t, n in compiled.repartition_topics.items()]
-    if (spec.execution == "continuous" and spec.processing_guarantee.value == "exactly_once"
+    if (spec.execution == "continuous" and spec.processing_guarantee == ProcessingGuarantee.EXACTLY_ONCE
             and any(not s.uses_dataframe for s in compiled.subtopologies)):
         # the runners' fence epochs (protocol/fences.py): one partition, the latest epoch per executor
         reqs.append(TopicRequirement(fence_topic(compiled.app), "fences", 1, check_partitions=True,

@@ -11,10 +11,10 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 from eddy_contract.assignor import Assignment, TaskAssignment
-from eddy_contract.tasks import TaskId
+from eddy_contract.tasks import Role, TaskId
 from eddy_runtime.dsl.compiler import CompiledApp, SubTopology
 from eddy_runtime.kafka.partitions import InputRange
-from eddy_runtime.protocol.work import Role, WorkItem
+from eddy_runtime.protocol.work import WorkItem
 
 __all__ = ["BatchPlan", "Offsets", "PoisonOffsets", "continuous_copies", "input_ranges", "plan_batch", "task_lags"]
 
@@ -86,13 +86,13 @@ def plan_batch(compiled: CompiledApp, assignment: Assignment, live: Set[str], *,
                 _continuous_copies(sub, task, placement, live, held, on_their_own)
                 continue
             if placement.active in live:
-                held[placement.active].append((task, "active"))
+                held[placement.active].append((task, Role.ACTIVE))
                 is_restoring = restoring.get(task) == placement.active
                 source = input_ranges(sub, task, committed, ends, max_records)
                 first = source[0]
                 bad = tuple(sorted((o, e) for o, e in poison.get((first.topic, first.partition), {}).items()
                                    if first.start <= o < first.end))
-                item = WorkItem(task, "active", source, restore_only=is_restoring, poison=bad)
+                item = WorkItem(task, Role.ACTIVE, source, restore_only=is_restoring, poison=bad)
                 if fresh or is_restoring or sub.punctuates or not all(r.empty for r in item.ranges):
                     if sub.uses_dataframe:
                         dataframe_items[task] = item
@@ -102,10 +102,10 @@ def plan_batch(compiled: CompiledApp, assignment: Assignment, live: Set[str], *,
                 continue
             for e in (*placement.standbys, *placement.warmups):
                 if e in live:
-                    held[e].append((task, "standby"))
+                    held[e].append((task, Role.STANDBY))
                     behind = changelog_ends.get(task, 0) - held_offsets.get(e, {}).get(task, 0) > len(sub.stores)
                     if fresh or behind:
-                        per_executor[e].append(WorkItem(task, "standby"))
+                        per_executor[e].append(WorkItem(task, Role.STANDBY))
     return BatchPlan(per_executor, held, dataframe_items, on_their_own)
 
 
@@ -127,9 +127,9 @@ def continuous_copies(compiled: CompiledApp, assignment: Assignment, live: Set[s
 
 def _continuous_copies(sub: SubTopology, task: str, placement: TaskAssignment, live: Set[str],
                        held: dict[str, list[tuple[str, Role]]], out: dict[str, list[tuple[str, Role]]]) -> None:
-    copies: list[tuple[str, Role]] = [(placement.active, "active")]
+    copies: list[tuple[str, Role]] = [(placement.active, Role.ACTIVE)]
     if sub.stateful_task:
-        copies += [(e, "standby") for e in (*placement.standbys, *placement.warmups)]
+        copies += [(e, Role.STANDBY) for e in (*placement.standbys, *placement.warmups)]
     for e, role in copies:
         if e in live:
             held[e].append((task, role))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from eddy_runtime.kafka.records import decode_source, range_reader
 from eddy_runtime.protocol.placement import MisplacedTask, ensure_on_executor
 from eddy_runtime.protocol.runner_client import RunnerClient
-from eddy_runtime.protocol.work import BatchSettings, ItemResult, SlotWork, volume_inventory
+from eddy_runtime.protocol.work import BatchSettings, ItemResult, ItemStatus, SlotWork, volume_inventory
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -42,7 +42,7 @@ def _misplaced(settings: BatchSettings, work: SlotWork) -> list[ItemResult] | No
     try:
         ensure_on_executor(work.executor, what, settings.executor_hosts)
     except MisplacedTask as e:
-        return [ItemResult(i.task, work.executor, i.role, "misplaced", message=str(e)) for i in work.items]
+        return [ItemResult(i.task, work.executor, i.role, ItemStatus.MISPLACED, message=str(e)) for i in work.items]
     return None
 
 
@@ -55,7 +55,8 @@ def _call_runner(settings: BatchSettings, program: Program, work: SlotWork, data
         if reply == "need-program":
             reply = client.call(("run", program_id, program_bytes, settings, work, data))
     except Exception as e:  # noqa: BLE001 - other items of the batch still count
-        return [ItemResult(i.task, work.executor, i.role, "failed", message=f"task runner: {type(e).__name__}: {e}")
+        return [ItemResult(i.task, work.executor, i.role, ItemStatus.FAILED,
+                           message=f"task runner: {type(e).__name__}: {e}")
                 for i in work.items]
     return list(reply)
 

@@ -37,7 +37,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from eddy_contract.assignor import Assignment, AssignorSettings, Executor, assign_app, diff
-from eddy_contract.spec import StreamAppSpec
+from eddy_contract.spec import ProcessingGuarantee, StreamAppSpec
 from eddy_runtime.driver.batch_plan import BatchPlan, continuous_copies, plan_batch, task_lags
 from eddy_runtime.driver.channel_io import AssignmentWatch, ChannelLocation, read_assignment, write_runtime_state
 from eddy_runtime.driver.metrics import DriverMetrics
@@ -61,7 +61,7 @@ from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.protocol.fences import FenceBook
 from eddy_runtime.protocol.health import BatchProgress, HealthAndMetricsServer
 from eddy_runtime.protocol.placement import BatchWatch, ExecutorRef, executor_hosts, live_executors
-from eddy_runtime.protocol.work import BatchSettings, ContinuousWork, ItemResult, WorkItem
+from eddy_runtime.protocol.work import BatchSettings, ContinuousWork, ItemResult, ItemStatus, WorkItem
 from eddy_runtime.protocol.work_push import push_work, release_tasks, sync_runners
 from eddy_runtime.queries.routing import QueryRouting, query_routing
 from eddy_runtime.queries.server import StoreQueries
@@ -177,7 +177,8 @@ class Driver:
         self.compiled = self._prepared.compiled
         if self.spec.execution == "continuous":
             self._continuous = frozenset(s.id for s in self.compiled.subtopologies if not s.uses_dataframe)
-        if self._continuous and self.spec.processing_guarantee.value == "exactly_once" and self._fences is None:
+        exactly_once = self.spec.processing_guarantee == ProcessingGuarantee.EXACTLY_ONCE
+        if self._continuous and exactly_once and self._fences is None:
             self._fences = FenceBook(self.kafka, self.app)
             self._fences.start()
         return self.compiled
@@ -193,8 +194,8 @@ class Driver:
             batch_id=self.batch_id,
             generation=self.assignment.generation if self.assignment else 0,
             kafka=self.kafka,
-            guarantee=self.spec.processing_guarantee.value,
-            bad_record_policy=self.spec.bad_record_policy.value,
+            guarantee=self.spec.processing_guarantee,
+            bad_record_policy=self.spec.bad_record_policy,
             dead_letter_topic=self.spec.dead_letter_topic,
             state_dir=self.options.state_dir,
             per_executor_state_dirs=self.options.per_executor_state_dirs,
@@ -486,11 +487,11 @@ class Driver:
                        if self.compiled.subtopology_of(t).stateful_task)
         self.metrics.observe_batch(report.outcome, report.duration_s, report.results, wall)
         self.metrics.observe_tasks(lag, restoring, standbys, len(live), assignment.generation)
-        if report.outcome == "ok" and not report.by_status("failed"):
+        if report.outcome == "ok" and not report.by_status(ItemStatus.FAILED):
             self._failed_batches = 0
         else:
             self._failed_batches += 1
-        for r in report.by_status("failed"):
+        for r in report.by_status(ItemStatus.FAILED):
             log.error("task %s on executor %s failed: %s", r.task, r.executor, r.message)
         for r in report.results:
             for b in r.bad_records:

@@ -55,12 +55,12 @@ def short_error(e: BaseException) -> str:
 def stop_error(report: BatchReport, failed_in_a_row: int, max_failed_batches: int) -> DriverError | None:
     """Why the app cannot go on after `report` (None: it can): a bad record under policy fail, an
     error in the user's pipeline code, or `max_failed_batches` failed batches in a row."""
-    for r in report.by_status("bad-record"):
+    for r in report.by_status(ItemStatus.BAD_RECORD):
         return DriverError(f"task {r.task}: {r.message} (badRecordPolicy: fail)")
-    for r in report.by_status("failed"):
+    for r in report.by_status(ItemStatus.FAILED):
         if r.message.startswith("pipeline error"):
             return DriverError(f"task {r.task}: {r.message}")
     if failed_in_a_row >= max_failed_batches:
         return DriverError(f"{failed_in_a_row} batches in a row failed; last error: "
-                           f"{report.error or [r.message for r in report.by_status('failed')][:1]}")
+                           f"{report.error or [r.message for r in report.by_status(ItemStatus.FAILED)][:1]}")
     return None

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from eddy_contract.tasks import Role
 from eddy_runtime.driver.executor_steps import RESULT_DDL, probe_sink, read_step
 from eddy_runtime.driver.outcomes import DriverError, short_error
 from eddy_runtime.dsl.compiler import CompiledApp, SubTopology
@@ -59,7 +60,7 @@ class PoisonIsolation:
     def probe(self, settings: BatchSettings, sub: SubTopology, task: str, executor: ExecutorRef,
               rng: InputRange, poison: tuple[tuple[int, str], ...]) -> str | None:
         """Run `sub`'s DataFrame steps over `rng` alone (nothing committed); the error, if any."""
-        work = [SlotWork(executor.id, (WorkItem(task, "active", (rng,), poison=poison),), dataframe_task=task)]
+        work = [SlotWork(executor.id, (WorkItem(task, Role.ACTIVE, (rng,), poison=poison),), dataframe_task=task)]
         df = PinnedSlots(self.spark.sparkContext, [executor]).dataframe(self.spark).mapInArrow(
             read_step(settings, sub, work, 0, probe=True),
             spark_source_schema(sub.source.key_serde, sub.source.value_serde))

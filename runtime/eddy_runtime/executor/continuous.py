@@ -28,13 +28,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from eddy_contract.tasks import TaskId
+from eddy_contract.spec import ProcessingGuarantee
+from eddy_contract.tasks import Role, TaskId
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.partitions import InputRange
 from eddy_runtime.kafka.records import RawRecords
 from eddy_runtime.kafka.transactions import TaskCommitter, runner_transactional_id
 from eddy_runtime.protocol.fences import fence_topic, read_epochs
-from eddy_runtime.protocol.work import BatchSettings, ContinuousWork, ItemResult, Role, SlotWork, WorkItem
+from eddy_runtime.protocol.work import BatchSettings, ContinuousWork, ItemResult, SlotWork, WorkItem
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -377,7 +378,7 @@ class ContinuousLoop:
         # anyway and makes its committer, so the first tasks moved to it need not wait for that;
         # a newcomer's first sync waits for it (the driver gives tasks only to an executor that
         # answered a sync), so that the tasks it is given next are not held up by a cold start.
-        eager = settings.guarantee == "exactly_once"
+        eager = settings.guarantee == ProcessingGuarantee.EXACTLY_ONCE
         self._ensure_running(work, eager=eager)
         if eager and not self._synced and not any(role == "active" for _, role in work.tasks):
             self._committer_made.wait(NEWCOMER_WAIT_S)
@@ -516,11 +517,11 @@ class ContinuousLoop:
 
     def _round(self, work: ContinuousWork, subs: dict[int, SubTopology], settings: BatchSettings) -> None:
         with self._lock:
-            released = {t for t, _ in work.tasks if self._held_back(work, t, "active")}
+            released = {t for t, _ in work.tasks if self._held_back(work, t, Role.ACTIVE)}
         if self._poller is None:
             self._poller = InputPoller(settings.kafka)
         poller = self._poller
-        shared = settings.guarantee == "exactly_once"
+        shared = settings.guarantee == ProcessingGuarantee.EXACTLY_ONCE
         busy = self._busy()
         now = time.monotonic()
         processing = any(role == "active" and task in busy for task, role in work.tasks)
@@ -576,7 +577,7 @@ class ContinuousLoop:
             return
         steps = []
         for task, tps in self._due_tasks(subs, running, busy, now, due):
-            steps.append((task, "active", poller.take(tps)))
+            steps.append((task, Role.ACTIVE, poller.take(tps)))
             self._due[task] = now + work.commit_interval_s
         self._start_steps(work, subs, settings, steps)
 
@@ -645,7 +646,8 @@ class ContinuousLoop:
         """A committer for this runner's transactional id (its init_transactions fences an earlier
         one), kept only if the fence topic holds no newer epoch for this executor than `work`'s."""
         executor = self.runner.executor_id
-        committer = TaskCommitter(settings.app, runner_transactional_id(executor), settings.kafka, "exactly_once")
+        committer = TaskCommitter(settings.app, runner_transactional_id(executor), settings.kafka,
+                                  ProcessingGuarantee.EXACTLY_ONCE)
         try:
             epoch = read_epochs(settings.kafka, fence_topic(settings.app)).get(executor, 0)
         except Exception:
@@ -680,7 +682,7 @@ class ContinuousLoop:
                        batch: list[tuple[str, list[RawRecords]]], committer: TaskCommitter) -> None:
         """Commit the round's tasks together (`TaskRunner.run_round`); a task a newer generation
         took away meanwhile is left out (whoever holds it now fetches its records again)."""
-        with self._committing_tasks(work, [task for task, _ in batch], "active") as (allowed, clean):
+        with self._committing_tasks(work, [task for task, _ in batch], Role.ACTIVE) as (allowed, clean):
             entries = []
             for task, records in batch:
                 item = self._process_item(task, records) if task in allowed else None
@@ -759,7 +761,7 @@ class ContinuousLoop:
         positions = self.runner.positions(task)
         if positions is None:
             return None
-        return WorkItem(task, "active", tuple(InputRange(r.topic, r.partition, positions[(r.topic, r.partition)],
+        return WorkItem(task, Role.ACTIVE, tuple(InputRange(r.topic, r.partition, positions[(r.topic, r.partition)],
                                                          r.next_offset) for r in records))
 
     def _inputs(self, subs: dict[int, SubTopology], task: str) -> list[TopicPartition]:
@@ -779,7 +781,8 @@ class ContinuousLoop:
         elif role == "active":
             ranges = tuple(InputRange(topic, p, -1, -1) for topic, p in self._inputs(subs, task))
         item = WorkItem(task, role, ranges, restore_only=records is None and role == "active")
-        slot = SlotWork(self.runner.executor_id, (item,), runner_transactions=settings.guarantee == "exactly_once")
+        exactly_once = settings.guarantee == ProcessingGuarantee.EXACTLY_ONCE
+        slot = SlotWork(self.runner.executor_id, (item,), runner_transactions=exactly_once)
         started = time.monotonic()
         result = replace(self.runner.run_item(subs, settings, slot, item, None, records),
                          duration_s=time.monotonic() - started)

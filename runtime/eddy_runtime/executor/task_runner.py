@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from eddy_contract.tasks import TaskId
+from eddy_contract.tasks import Role, TaskId
 from eddy_runtime.dsl.compiler import SubTopology
 from eddy_runtime.executor.continuous import ContinuousLoop
 from eddy_runtime.executor.metrics import ExecutorMetrics
@@ -176,7 +176,8 @@ class TaskRunner:
         if self.query_address and out:
             out[0] = replace(out[0], query_address=self.query_address)
         elif self.query_address:  # a newcomer with nothing to run yet: the driver pushes its first tasks here
-            out = [ItemResult("", self.executor_id, "active", "processed", query_address=self.query_address)]
+            out = [ItemResult("", self.executor_id, Role.ACTIVE, ItemStatus.PROCESSED,
+                              query_address=self.query_address)]
         return out
 
     # -- tasks --------------------------------------------------------------------------------
@@ -328,27 +329,27 @@ class TaskRunner:
                  data: pa.Table | BatchOutput | None, records: Sequence[RawRecords] | None = None) -> ItemResult:
         """Run one item. `records`: the item's input, already fetched (the continuous path):
         one `RawRecords` per range, each from the task's position."""
-        base = ItemResult(item.task, slot.executor, item.role, "processed")  # every reply sets its status
+        base = ItemResult(item.task, slot.executor, item.role, ItemStatus.PROCESSED)  # every reply sets its status
         try:
             if slot.executor != self.executor_id:
                 raise MisplacedTask(f"task {item.task} was planned for executor {slot.executor} but reached the "
                                     f"runner of executor {self.executor_id}")
             ensure_on_executor(self.executor_id, f"task {item.task}", unknown_ok=True)
         except MisplacedTask as e:
-            return replace(base, status="misplaced", message=str(e))
+            return replace(base, status=ItemStatus.MISPLACED, message=str(e))
         sub = subs[TaskId.parse(item.task).subtopology]
         try:
             t = self._task(settings, sub, item.task, item.role, slot.runner_transactions)
         except TaskDirectoryLocked as e:
-            return replace(base, status="locked", message=str(e))
+            return replace(base, status=ItemStatus.LOCKED, message=str(e))
         except CommitFailed as e:  # init_transactions failed
-            return replace(base, status="failed", message=f"opening task {item.task}: {e}")
+            return replace(base, status=ItemStatus.FAILED, message=f"opening task {item.task}: {e}")
         except Exception as e:  # noqa: BLE001 - reported to the driver, which decides
             log.exception("opening task %s failed", item.task)
-            return replace(base, status="failed", message=f"opening task {item.task}: {type(e).__name__}: {e}")
+            return replace(base, status=ItemStatus.FAILED, message=f"opening task {item.task}: {type(e).__name__}: {e}")
         with t.lock:
             if t.closed:  # released (a newer generation) or failed since it was looked up
-                return replace(base, status="aborted", message=f"task {item.task} was closed meanwhile")
+                return replace(base, status=ItemStatus.ABORTED, message=f"task {item.task} was closed meanwhile")
             result = self._run_held(settings, sub, item, t, data, base, records)
             if item.role == "active" and result.status not in ("processed", "restoring"):
                 self._drop_processor(item.task, t)  # what it advanced in memory was not committed
@@ -361,7 +362,7 @@ class TaskRunner:
         if item.role == "standby":
             def standby() -> ItemResult:
                 progress = t.manager.standby_chunk(max_seconds=settings.standby_chunk_seconds)
-                return replace(base, status="standby", figures=t.manager.figures(),
+                return replace(base, status=ItemStatus.STANDBY, figures=t.manager.figures(),
                                restored=progress.restored, restore_remaining=progress.remaining)
             return self._guarded(item.task, t, base, standby)
 
@@ -380,17 +381,17 @@ class TaskRunner:
             return step()
         except TaskFenced as e:
             self._close_quietly(task_id, t)
-            return replace(base, status="fenced", message=str(e))
+            return replace(base, status=ItemStatus.FENCED, message=str(e))
         except CommitFailed as e:
-            status: ItemStatus = "aborted" if e.aborted else "failed"
+            status: ItemStatus = ItemStatus.ABORTED if e.aborted else ItemStatus.FAILED
             t.positions = None
             return replace(base, status=status, message=str(e))
         except PipelineRuntimeError as e:
-            return replace(base, status="failed", message=f"pipeline error: {e}")
+            return replace(base, status=ItemStatus.FAILED, message=f"pipeline error: {e}")
         except Exception as e:  # noqa: BLE001
             log.exception("task %s failed", task_id)
             self._close_quietly(task_id, t)
-            return replace(base, status="failed",
+            return replace(base, status=ItemStatus.FAILED,
                            message=f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
 
     def run_round(self, subs: dict[int, SubTopology], settings: BatchSettings,
@@ -411,15 +412,17 @@ class TaskRunner:
             to: dict[tuple[str, int], int] = {}
             back: dict[tuple[str, int], int] = {}
             for item, _ in entries:
-                base = ItemResult(item.task, self.executor_id, "active", "processed")
+                base = ItemResult(item.task, self.executor_id, Role.ACTIVE, ItemStatus.PROCESSED)
                 with self._tasks_lock:
                     t = self._tasks.get(item.task)
                 if t is None or t.manager.role != "active":
-                    results.append(replace(base, status="aborted", message=f"task {item.task} is not held here"))
+                    results.append(replace(base, status=ItemStatus.ABORTED,
+                                           message=f"task {item.task} is not held here"))
                     continue
                 held.enter_context(t.lock)
                 if t.closed:
-                    results.append(replace(base, status="aborted", message=f"task {item.task} was closed meanwhile"))
+                    results.append(replace(base, status=ItemStatus.ABORTED,
+                                           message=f"task {item.task} was closed meanwhile"))
                     continue
                 tasks[item.task] = t
                 positions = t.positions
@@ -432,7 +435,7 @@ class TaskRunner:
                     t = tasks.get(item.task)
                     if t is None:
                         continue
-                    base = ItemResult(item.task, self.executor_id, "active", "processed")
+                    base = ItemResult(item.task, self.executor_id, Role.ACTIVE, ItemStatus.PROCESSED)
                     sub = subs[TaskId.parse(item.task).subtopology]
                     got = self._guarded(item.task, t, base,
                                         lambda: self._prepare(settings, sub, item, t, None, base, records))  # noqa: B023
@@ -449,7 +452,7 @@ class TaskRunner:
         for item, _ in entries:  # the commit failed before their turn: their records were not processed
             if item.task not in reached:
                 self.forget_positions(item.task)
-                results.append(ItemResult(item.task, self.executor_id, "active", "aborted",
+                results.append(ItemResult(item.task, self.executor_id, Role.ACTIVE, ItemStatus.ABORTED,
                                           message="the round's transaction failed before this task was processed"))
         return results
 
@@ -470,7 +473,8 @@ class TaskRunner:
                 self._drop_processor(p.base.task, t)
                 if not aborted:  # the outcome in Kafka is unknown: the stores are checked against it
                     t.manager.recheck_changelogs()
-                failed.append(replace(p.base, status="aborted" if aborted else "failed", message=str(e)))
+                status = ItemStatus.ABORTED if aborted else ItemStatus.FAILED
+                failed.append(replace(p.base, status=status, message=str(e)))
             return failed
         out = []
         for (t, p), kc in zip(ready, commits, strict=True):
@@ -479,7 +483,7 @@ class TaskRunner:
             except Exception as e:  # noqa: BLE001 - committed in Kafka: the next open restores the store's delta
                 log.exception("task %s: writing its stores after the commit failed", p.base.task)
                 self._close_quietly(p.base.task, t)
-                out.append(replace(p.base, status="failed", message=f"{type(e).__name__}: {e}"))
+                out.append(replace(p.base, status=ItemStatus.FAILED, message=f"{type(e).__name__}: {e}"))
                 continue
             out.append(replace(self._committed_result(p), duration_s=time.monotonic() - started))
         return out
@@ -502,17 +506,17 @@ class TaskRunner:
         if not mgr.restored:
             progress = mgr.restore_chunk(max_records=settings.restore_chunk_records,
                                          max_seconds=settings.restore_chunk_seconds)
-            return replace(base, status="restoring", figures=mgr.figures(), restored=progress.restored,
+            return replace(base, status=ItemStatus.RESTORING, figures=mgr.figures(), restored=progress.restored,
                               restore_remaining=progress.remaining)
         if t.positions is None:
             t.positions = self._committed(mgr, item.ranges)
         stale = [r for r in item.ranges if t.positions.get((r.topic, r.partition), 0) != r.start]
         if stale and not item.restore_only:
-            return replace(base, status="aborted", figures=mgr.figures(),
+            return replace(base, status=ItemStatus.ABORTED, figures=mgr.figures(),
                               message=f"stale plan: {[(r.topic, r.partition, r.start) for r in stale]} but "
                                       f"committed positions are {t.positions}")
         if item.restore_only or (all(r.empty for r in item.ranges) and not sub.punctuates):
-            return replace(base, status="processed", figures=mgr.figures())
+            return replace(base, status=ItemStatus.PROCESSED, figures=mgr.figures())
         bad, records_read = self._stash.pop((settings.batch_id, item.task), ([], 0))
         reader = range_reader(settings.kafka)
         source = item.ranges[0]
@@ -586,7 +590,7 @@ class TaskRunner:
             counts, total = latency_histogram(np.maximum(lat, 0.0))
         return replace(
             p.base,
-            status="processed",
+            status=ItemStatus.PROCESSED,
             records_in=p.records_in,
             records_out=len(p.out.outputs),
             committed=dict(p.input_offsets),
@@ -603,7 +607,7 @@ class TaskRunner:
         first = min(bad, key=lambda b: b.offset)
         msg = f"bad record at {first.topic}[{first.partition}] offset {first.offset}: {first.error}"
         log.error("task %s: %s (policy fail: nothing of this batch is committed)", base.task, msg)
-        return replace(base, status="bad-record", message=msg, figures=mgr.figures(),
+        return replace(base, status=ItemStatus.BAD_RECORD, message=msg, figures=mgr.figures(),
                           bad_records=(BadRecordInfo(first.topic, first.partition, first.offset, first.error),))
 
     @staticmethod

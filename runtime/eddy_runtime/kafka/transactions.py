@@ -28,11 +28,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay
 
+from eddy_contract.spec import ProcessingGuarantee
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.kafka.record_collector import ChangelogBatches, OutputRecord, RecordCollector
@@ -41,7 +42,6 @@ __all__ = [
     "CommitFailed",
     "CommitPart",
     "CommitResult",
-    "Guarantee",
     "KafkaCommit",
     "OutputRecord",  # defined in kafka/record_collector.py, which sends it; named here beside the commit types
     "PlannedPositions",
@@ -59,9 +59,6 @@ log = logging.getLogger(__name__)
 #: waits on a group coordinator that went away (`TaskCommitter._bounded`)
 SEND_OFFSETS_TIMEOUT_S = 10.0
 
-Guarantee = Literal["exactly_once", "at_least_once"]
-
-GUARANTEES: tuple[str, ...] = ("exactly_once", "at_least_once")
 
 
 class CommitFailed(RuntimeError):
@@ -132,7 +129,7 @@ class CommitResult:
     latency_s: float
 
 
-def producer_settings(app: str, task_id: str, guarantee: Guarantee, **overrides: Any) -> dict[str, Any]:
+def producer_settings(app: str, task_id: str, guarantee: ProcessingGuarantee, **overrides: Any) -> dict[str, Any]:
     """A task's producer settings (`kafka_client` adds bootstrap, spec.kafka.config and security)."""
     conf: dict[str, Any] = {
         "client.id": f"{app}-{task_id}",
@@ -149,7 +146,7 @@ def producer_settings(app: str, task_id: str, guarantee: Guarantee, **overrides:
         # made every other commit ~100 ms slower.
         "retry.backoff.ms": 10,
     }
-    if guarantee == "exactly_once":
+    if guarantee == ProcessingGuarantee.EXACTLY_ONCE:
         conf["transactional.id"] = transactional_id(app, task_id)
         conf["transaction.timeout.ms"] = 60_000
     conf.update(overrides)
@@ -232,7 +229,7 @@ class TaskCommitter:
         app: str,
         task_id: str,
         kafka: KafkaClientConfig | str,
-        guarantee: Guarantee = "exactly_once",
+        guarantee: ProcessingGuarantee = ProcessingGuarantee.EXACTLY_ONCE,
         *,
         group_id: str | None = None,
         producer_overrides: Mapping[str, Any] | None = None,
@@ -242,8 +239,7 @@ class TaskCommitter:
         """`fence` False (exactly-once only): the task commits through its runner's transactions
         (executor/continuous.py, protocol/fences.py), so this committer only reads its committed positions; its
         producer is not initialised (no fence of ``<app>-<task>``) and commits raise."""
-        if guarantee not in GUARANTEES:
-            raise ValueError(f"guarantee must be one of {GUARANTEES}, got {guarantee!r}")
+        guarantee = ProcessingGuarantee(guarantee)  # a string raises ValueError unless it is one
         self.app = app
         self.task_id = task_id
         self.guarantee = guarantee
@@ -251,7 +247,7 @@ class TaskCommitter:
         self._timeout = timeout_s
         self._ctx = f"app {app} task {task_id}"
         #: why this committer may not commit (it only reads positions), if so
-        self._read_only = (None if fence or guarantee != "exactly_once"
+        self._read_only = (None if fence or guarantee != ProcessingGuarantee.EXACTLY_ONCE
                            else "it commits through its runner's transactions")
         # A committer that only reads positions has no producer: a task moved on the continuous
         # path opens and closes no more than its positions' consumer.
@@ -264,7 +260,7 @@ class TaskCommitter:
             kafka, {"group.id": self.group_id, "enable.auto.commit": False, "client.id": f"{app}-{task_id}-committer"}
         )
         self._unusable: str | None = None
-        if guarantee == "exactly_once" and fence:
+        if guarantee == ProcessingGuarantee.EXACTLY_ONCE and fence:
             # Fences any zombie with this transactional.id and aborts its open transaction, so
             # the changelog's last stable offset is final before this task restores.
             try:
@@ -343,7 +339,7 @@ class TaskCommitter:
         if self._unusable:
             raise TaskFenced(f"{self._ctx}: committer is unusable: {self._unusable}", fatal=True)
         self._sender.begin()  # a committer that only reads positions has none: it refuses here
-        if self.guarantee == "exactly_once":
+        if self.guarantee == ProcessingGuarantee.EXACTLY_ONCE:
             taken, sent, started = self._exactly_once(parts, group_metadata, planned)
         else:
             taken, started = list(parts), time.monotonic()

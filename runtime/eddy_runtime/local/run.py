@@ -33,6 +33,7 @@ from eddy_runtime.dsl.compiler import TopicSink
 from eddy_runtime.dsl.pipeline import Topology
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig, KafkaCredentialsMissing, KafkaUnreachable
+from eddy_runtime.protocol.work import ItemStatus
 
 __all__ = ["LocalRun", "LocalRunOptions", "local_spark_session"]
 
@@ -239,7 +240,7 @@ class LocalRun:
             self.say(f"executor {report.lost_executor} died: batch {report.batch_id} cancelled; standbys take over")
         elif report.outcome == "failed" and report.error:
             self.say(f"batch {report.batch_id} failed: {report.error[:300]}")
-        for r in report.by_status("restoring"):
+        for r in report.by_status(ItemStatus.RESTORING):
             self.say(f"restoring task {r.task} on executor {r.executor}: {r.restored} records restored, "
                      f"{r.restore_remaining} to go")
         for r in report.results:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from enum import StrEnum
 
+from eddy_contract.spec import BadRecordPolicy, ProcessingGuarantee
+from eddy_contract.tasks import Role
 from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.kafka.partitions import InputRange
 from eddy_runtime.queries.routing import QueryRouting
@@ -28,21 +30,21 @@ __all__ = [
     "WorkItem",
     "volume_inventory",
     "LATENCY_BUCKETS_S",
-    "Role",
 ]
 
-Role = Literal["active", "standby"]
-ItemStatus = Literal[
-    "processed",  # committed (possibly an empty batch)
-    "restoring",  # an active that restored a chunk instead of processing
-    "standby",  # a standby that tailed its changelogs
-    "misplaced",  # reached another executor than planned: nothing touched
-    "locked",  # another process holds the task directory
-    "fenced",  # another instance of the task took over
-    "aborted",  # the Kafka transaction aborted; the range is processed again next batch
-    "bad-record",  # policy fail: stopped at a bad record (see `message`)
-    "failed",  # anything else (see `message`)
-]
+class ItemStatus(StrEnum):
+    """What became of one work item."""
+
+    PROCESSED = "processed"  # committed (possibly an empty batch)
+    RESTORING = "restoring"  # an active that restored a chunk instead of processing
+    STANDBY = "standby"  # a standby that tailed its changelogs
+    MISPLACED = "misplaced"  # reached another executor than planned: nothing touched
+    LOCKED = "locked"  # another process holds the task directory
+    FENCED = "fenced"  # another instance of the task took over
+    ABORTED = "aborted"  # the Kafka transaction aborted; the range is processed again next batch
+    BAD_RECORD = "bad-record"  # policy fail: stopped at a bad record (see `message`)
+    FAILED = "failed"  # anything else (see `message`)
+
 
 #: end-to-end latency buckets (seconds) for the histogram items report and the driver exports
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -57,8 +59,8 @@ class BatchSettings:
     generation: int
     #: the app's Kafka without secrets: each client adds credentials from its own process's env
     kafka: KafkaClientConfig
-    guarantee: Literal["exactly_once", "at_least_once"]
-    bad_record_policy: Literal["fail", "skip", "dead-letter"]
+    guarantee: ProcessingGuarantee
+    bad_record_policy: BadRecordPolicy
     dead_letter_topic: str | None
     #: root of the state volume; each executor's stores live under `state_dir_for(executor)`
     state_dir: str
@@ -178,4 +180,4 @@ def volume_inventory(settings: BatchSettings, executor: str) -> ItemResult:
     """What `executor`'s volume holds of the app (each task directory's stores and offsets), as
     the result that carries it to the driver (a Spark job's slot, or a sync over HTTP)."""
     held = tuple(StateDirectory(settings.state_dir_for(executor)).inventory(settings.app))
-    return ItemResult("", executor, "active", "processed", inventory=held)
+    return ItemResult("", executor, Role.ACTIVE, ItemStatus.PROCESSED, inventory=held)

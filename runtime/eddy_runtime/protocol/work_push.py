@@ -35,6 +35,7 @@ over Spark's own channel).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hmac
 import json
 import logging
@@ -46,7 +47,8 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from eddy_runtime.protocol.work import ContinuousWork, ItemResult, Role
+from eddy_contract.tasks import Role
+from eddy_runtime.protocol.work import ContinuousWork, ItemResult
 
 __all__ = [
     "PUSH_PATH",
@@ -124,9 +126,9 @@ def _work_of(doc: Mapping[str, Any]) -> tuple[str, ContinuousWork]:
     tasks: list[tuple[str, Role]] = []
     for pair in doc["tasks"]:
         task, role = pair
-        if not isinstance(task, str) or role not in ("active", "standby"):
+        if not isinstance(task, str) or role not in tuple(Role):
             raise ValueError(f"not a (task, role) pair: {pair!r}")
-        tasks.append((task, role))
+        tasks.append((task, Role(role)))
     generation, interval, epoch = doc["generation"], doc["commitIntervalS"], doc.get("fenceEpoch", 0)
     if not isinstance(generation, int) or not isinstance(interval, int | float) or interval <= 0:
         raise ValueError("generation must be an integer and commitIntervalS a positive number")
@@ -172,6 +174,8 @@ def _to_json(value: Any) -> Any:
         return [[_to_json(k), _to_json(v)] for k, v in value.items()]
     if isinstance(value, tuple | list):
         return [_to_json(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.value
     if value is None or isinstance(value, str | int | float):
         return value
     raise TypeError(f"cannot send a {type(value).__name__} in a sync")
@@ -193,6 +197,8 @@ def _from_json(tp: Any, value: Any) -> Any:
         hints = typing.get_type_hints(tp)
         known = {f.name for f in dataclasses.fields(tp) if f.init}
         return tp(**{k: _from_json(hints[k], v) for k, v in value.items() if k in known})
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp(value)  # ValueError when it is none of the members
     if origin is typing.Literal:
         if value not in args:
             raise ValueError(f"{value!r} is none of {args}")

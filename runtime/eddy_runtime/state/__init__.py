@@ -42,7 +42,7 @@ Executor, per work item (a task ``S_P`` is partition ``P`` of the input and of e
     from eddy_runtime.state import ProcessorStateManager, OutputRecord
 
     mgr = ProcessorStateManager.open(app, "0_3", specs, state_dir, bootstrap,
-                                     role="active", guarantee="exactly_once")
+                                     role=Role.ACTIVE, guarantee=ProcessingGuarantee.EXACTLY_ONCE)
     # raises TaskDirectoryLocked (holder pid/host in the message) if another process has the task
 
     # restore work item: bounded, interleavable

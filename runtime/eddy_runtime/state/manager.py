@@ -22,15 +22,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Any
 
 from confluent_kafka import Consumer
 
-from eddy_contract.tasks import TaskId
+from eddy_contract.spec import ProcessingGuarantee
+from eddy_contract.tasks import Role, TaskId
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.kafka.record_collector import OutputRecord
-from eddy_runtime.kafka.transactions import CommitFailed, CommitResult, Guarantee, KafkaCommit, TaskCommitter
+from eddy_runtime.kafka.transactions import CommitFailed, CommitResult, KafkaCommit, TaskCommitter
 from eddy_runtime.state.changelog import changelog_topic_name
 from eddy_runtime.state.metrics import StoreFigures, TaskFigures
 from eddy_runtime.state.restore import StoreChangelogReader, restore_consumer_settings
@@ -44,8 +45,6 @@ from eddy_runtime.state.task_transaction import TaskTransaction
 __all__ = ["ProcessorStateManager", "Role"]
 
 log = logging.getLogger(__name__)
-
-Role = Literal["active", "standby"]
 
 _READ_AT_ONCE_OFFSETS = 16
 
@@ -134,8 +133,8 @@ class ProcessorStateManager:
         state_dir: str | os.PathLike[str],
         kafka: KafkaClientConfig | str,
         *,
-        role: Role = "active",
-        guarantee: Guarantee = "exactly_once",
+        role: Role = Role.ACTIVE,
+        guarantee: ProcessingGuarantee = ProcessingGuarantee.EXACTLY_ONCE,
         partition: int | None = None,
         lock_timeout: float = 0.0,
         producer_overrides: Mapping[str, Any] | None = None,
@@ -184,7 +183,7 @@ class ProcessorStateManager:
         return new
 
     def _become_active(self) -> None:
-        self.role = "active"
+        self.role = Role.ACTIVE
         if self.committer is None:
             self.committer = self._new_committer()
         if self._reader is not None:
