@@ -1,7 +1,7 @@
 """`.checkpoint` files: a task's offsets in Kafka Streams' OffsetCheckpoint text format.
 
 The authoritative offsets of a store live inside the store (its metadata column family, written
-in the same RocksDB write batch as the data, see store.py). This file mirrors them so that tools,
+in the same RocksDB write batch as the data, see rocksdb_store.py). This file mirrors them so that tools,
 and the operator's inventory of a volume (task_directory.py), can read a task's offsets without
 opening RocksDB or taking the task's lock. `ProcessorStateManager` (manager.py) writes it after
 restores, on commits (throttled) and on close (docs/DESIGN.md, "Vocabulary").
@@ -25,8 +25,10 @@ directory is fsynced, so a crash leaves either the old or the new file, never a 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
+
+from eddy_runtime.kafka.partitions import OffsetsByPartition, TopicPartition, topic_partition_offsets
 
 __all__ = ["CHECKPOINT_FILE_NAME", "CheckpointError", "OffsetCheckpoint"]
 
@@ -44,7 +46,7 @@ class OffsetCheckpoint:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
 
-    def write(self, offsets: Mapping[tuple[str, int], int]) -> None:
+    def write(self, offsets: OffsetsByPartition) -> None:
         lines = [str(_VERSION), str(len(offsets))]
         for (topic, partition), offset in sorted(offsets.items()):
             if " " in topic or "\n" in topic:
@@ -62,18 +64,18 @@ class OffsetCheckpoint:
         _fsync_dir(self.path.parent)
 
     def write_store_offsets(
-        self, changelogs: Mapping[tuple[str, int], int], input_positions: Iterable[Mapping[tuple[str, int], int]]
+        self, changelogs: OffsetsByPartition, input_positions: Iterable[OffsetsByPartition]
     ) -> None:
         """Write what stores hold: their changelog offsets as they are, and of the input positions
         (next offset to process) they reflect, the last record reflected (the highest, less one)."""
-        offsets = dict(changelogs)
+        offsets = topic_partition_offsets(changelogs)
         for positions in input_positions:
-            for tp, pos in positions.items():
+            for tp, pos in topic_partition_offsets(positions).items():
                 if pos > 0:
                     offsets[tp] = max(offsets.get(tp, -1), pos - 1)
         self.write(offsets)
 
-    def read(self) -> dict[tuple[str, int], int]:
+    def read(self) -> dict[TopicPartition, int]:
         """The offsets in the file; empty when there is no file."""
         try:
             text = self.path.read_text()
@@ -92,13 +94,13 @@ class OffsetCheckpoint:
         entries = [line for line in lines[2:] if line.strip()]
         if len(entries) != count:
             raise CheckpointError(f"{self.path}: header says {count} entries, found {len(entries)}")
-        offsets: dict[tuple[str, int], int] = {}
+        offsets: dict[TopicPartition, int] = {}
         for n, line in enumerate(entries, start=3):
             parts = line.split()
             if len(parts) != 3:
                 raise CheckpointError(f"{self.path}:{n}: expected 'topic partition offset': {line!r}")
             try:
-                offsets[(parts[0], int(parts[1]))] = int(parts[2])
+                offsets[TopicPartition(parts[0], int(parts[1]))] = int(parts[2])
             except ValueError:
                 raise CheckpointError(f"{self.path}:{n}: partition and offset must be integers") from None
         return offsets

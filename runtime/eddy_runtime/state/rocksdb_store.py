@@ -27,6 +27,7 @@ from typing import Any, Generic, Self, TypeVar
 
 import rocksdict
 
+from eddy_runtime.kafka.partitions import OffsetsByPartition, TopicPartition, topic_partition_offsets
 from eddy_runtime.state.serde import INT64, serde_for
 from eddy_runtime.state.store_spec import InputOffsets, StoreOffsets, StoreSize, StoreSpec
 
@@ -45,10 +46,10 @@ def _encode_inputs(offsets: InputOffsets) -> bytes:
     return json.dumps(sorted([t, p, o] for (t, p), o in offsets.items())).encode()
 
 
-def _decode_inputs(raw: bytes | None) -> dict[tuple[str, int], int]:
+def _decode_inputs(raw: bytes | None) -> dict[TopicPartition, int]:
     if not raw:
         return {}
-    return {(t, int(p)): int(o) for t, p, o in json.loads(raw)}
+    return {TopicPartition(t, int(p)): int(o) for t, p, o in json.loads(raw)}
 
 
 class RocksDBStore:
@@ -138,7 +139,7 @@ class RocksDBStore:
         self,
         wb: rocksdict.WriteBatch,
         changelog_offset: int | None,
-        input_offsets: InputOffsets | None,
+        input_offsets: OffsetsByPartition | None,
         stream_time: int | None,
     ) -> StoreOffsets:
         cur = self._offsets
@@ -148,7 +149,7 @@ class RocksDBStore:
             wb.put(_K_CHANGELOG, INT64.pack(changelog_offset), self._meta_handle)
         inputs = cur.input_offsets
         if input_offsets:
-            inputs = {**cur.input_offsets, **input_offsets}
+            inputs = topic_partition_offsets(cur.input_offsets, input_offsets)
             wb.put(_K_INPUTS, _encode_inputs(inputs), self._meta_handle)
         st = cur.stream_time
         if stream_time is not None and (st is None or stream_time > st):
@@ -160,7 +161,7 @@ class RocksDBStore:
         self,
         wb: rocksdict.WriteBatch,
         changelog_offset: int | None,
-        input_offsets: InputOffsets | None,
+        input_offsets: OffsetsByPartition | None,
         stream_time: int | None,
         disable_wal: bool,
     ) -> None:
@@ -179,7 +180,7 @@ class RocksDBStore:
         records: Iterable[tuple[bytes, bytes | None]],
         *,
         changelog_offset: int | None = None,
-        input_offsets: InputOffsets | None = None,
+        input_offsets: OffsetsByPartition | None = None,
         disable_wal: bool = False,
     ) -> int:
         """Apply raw (key, value-or-None-for-delete) changelog records and the offsets in one
@@ -337,7 +338,7 @@ class StoreTransaction(Generic[S]):
         """The (key, value-or-None) records this batch sends to the changelog, in write order."""
         return list(self._writes.items())
 
-    def apply(self, changelog_offset: int | None, input_offsets: InputOffsets | None = None) -> None:
+    def apply(self, changelog_offset: int | None, input_offsets: OffsetsByPartition | None = None) -> None:
         """Write this batch and the offsets in one RocksDB write batch (the committer calls this,
         after the batch's changelog records are in Kafka)."""
         self._check_open()

@@ -14,8 +14,8 @@ from typing import Any
 
 import rocksdict
 
+from eddy_runtime.kafka.partitions import OffsetsByPartition
 from eddy_runtime.state.rocksdb_store import RocksDBStore, StoreTransaction
-from eddy_runtime.state.store_spec import InputOffsets
 
 __all__ = ["KeyValueStore", "KeyValueTransaction", "prefix_successor"]
 
@@ -97,7 +97,7 @@ class KeyValueStore(RocksDBStore):
         wb: rocksdict.WriteBatch,
         *,
         changelog_offset: int | None = None,
-        input_offsets: InputOffsets | None = None,
+        input_offsets: OffsetsByPartition | None = None,
         disable_wal: bool = False,
     ) -> None:
         """Add the offsets to a filled write batch and write it (one atomic RocksDB write)."""

@@ -11,12 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.state.serde import serde_for
 
 __all__ = ["InputOffsets", "StoreOffsets", "StoreSize", "StoreSpec"]
 
-#: consumer positions (next offset to process) per input (topic, partition)
-InputOffsets = Mapping[tuple[str, int], int]
+#: consumer positions (next offset to process) per input partition
+InputOffsets = Mapping[TopicPartition, int]
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ class StoreOffsets:
     """
 
     changelog_offset: int | None
-    input_offsets: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    input_offsets: InputOffsets = field(default_factory=dict)
     #: a window or session store's stream time (newest record timestamp seen); None for key-value stores
     stream_time: int | None = None
 

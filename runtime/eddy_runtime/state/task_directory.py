@@ -32,6 +32,7 @@ from pathlib import Path
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
 from eddy_contract.tasks import TaskId
+from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.state.changelog import CHANGELOG_SUFFIX, changelog_topic_name
 from eddy_runtime.state.checkpoint import CHECKPOINT_FILE_NAME, CheckpointError, OffsetCheckpoint
 
@@ -200,8 +201,8 @@ class TaskInventory:
     task_id: str
     path: str
     stores: tuple[StoreInventory, ...]
-    #: ((topic, partition), offset of the last input record reflected in the stores)
-    input_offsets: tuple[tuple[tuple[str, int], int], ...]
+    #: (input partition, offset of the last input record reflected in the stores), sorted
+    input_offsets: tuple[tuple[TopicPartition, int], ...]
     locked_by: LockHolder | None
     #: why the checkpoint could not be read, if it could not (offsets are then None)
     checkpoint_error: str | None = None
@@ -252,7 +253,7 @@ class StateDirectory:
                     name=name,
                     changelog_topic=topic,
                     changelog_partition=partition,
-                    changelog_offset=offsets.get((topic, partition)),
+                    changelog_offset=offsets.get(TopicPartition(topic, partition)),
                     size_bytes=_dir_size(td.store_path(name)),
                 )
             )
@@ -260,7 +261,7 @@ class StateDirectory:
             sorted(
                 (tp, off)
                 for tp, off in offsets.items()
-                if tp[0] not in store_topics and not tp[0].endswith(CHANGELOG_SUFFIX)
+                if tp.topic not in store_topics and not tp.topic.endswith(CHANGELOG_SUFFIX)
             )
         )
         return TaskInventory(

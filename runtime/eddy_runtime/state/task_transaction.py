@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from eddy_runtime.kafka.partitions import OffsetsByPartition
 from eddy_runtime.state.changelog import changelog_topic_name
 from eddy_runtime.state.session_store import SessionTransaction
 from eddy_runtime.state.store import KeyValueTransaction
@@ -69,7 +70,7 @@ class TaskTransaction:
                 yield name, changelog_topic_name(self.app, name), self.partition, tx.changelog_records()
 
     def apply(
-        self, changelog_offsets: Mapping[str, int | None], input_offsets: Mapping[tuple[str, int], int] | None
+        self, changelog_offsets: Mapping[str, int | None], input_offsets: OffsetsByPartition | None
     ) -> None:
         """Phase two of a commit: write each store's batch with its offsets (one write batch per store)."""
         if self._applied:
