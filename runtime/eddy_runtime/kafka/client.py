@@ -6,7 +6,7 @@ output watcher) is made by `consumer`, `producer` or `admin` from a `KafkaClient
 
 `KafkaClientConfig` holds what the StreamApp says and nothing secret: the bootstrap servers,
 ``spec.kafka.config``, the security protocol and the SASL mechanism. It is pickled into Spark task
-closures (`work.BatchSettings`). Credentials are read from the environment of the process that
+closures (`protocol.work.BatchSettings`). Credentials are read from the environment of the process that
 creates a client, when it creates it:
 
 - ``EDDY_KAFKA_SASL_USERNAME``, ``EDDY_KAFKA_SASL_PASSWORD`` (protocols ``SASL_*``);

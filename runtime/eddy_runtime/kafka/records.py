@@ -9,7 +9,7 @@ Columns of a source topic's table: ``key``, ``value`` (typed by the serdes: ``st
 ``offset`` and ``timestamp`` (microseconds, UTC; what Spark's TimestampType maps to).
 
 Records that cannot be deserialized become `BadRecord`s; the caller applies the app's
-bad-record policy (executor/task_runner.py, driver/executor_steps.py).
+bad-record policy (processing/bad_records.py).
 """
 
 from __future__ import annotations
@@ -128,13 +128,14 @@ class RangeReader:
 
     def read(self, rng: InputRange, timeout_s: float = 30.0) -> RawRecords:
         """Every record of ``[start, end)`` (end: what the driver planned)."""
-        from confluent_kafka import KafkaError, TopicPartition
+        from confluent_kafka import KafkaError
+        from confluent_kafka import TopicPartition as KafkaTopicPartition  # with an offset; ours has none
 
         out = RawRecords(rng.topic, rng.partition, next_offset=rng.end)
         if rng.empty:
             return out
         c = self._consumer
-        c.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
+        c.assign([KafkaTopicPartition(rng.topic, rng.partition, rng.start)])
         keys, values, offsets, stamps = out.keys, out.values, out.offsets, out.timestamps
         deadline = time.monotonic() + timeout_s
         end = rng.end

@@ -1,15 +1,13 @@
 """The rules for a Kafka topic an app writes: what it must look like (`TopicRequirement`),
 creating the missing ones, validating the ones that exist (docs/DESIGN.md, "Topics").
 
-The driver calls `app_topics.ensure_app_topics` once per start, before any task runs, with the
-topics `app_topics.app_topic_requirements` derives from the compiled pipeline: the stores'
-changelogs (what `eddy_runtime.state.ChangelogTopicSpec` says; `ensure_changelog_topics` does the
-same for tests and tools that only have stores), repartition topics, the dead-letter topic and the
-output topics. They are created with
-`spec.kafka.topics` (replication factor, -1 passing the brokers' default through as Kafka
-Streams does, and `min.insync.replicas`). Every creation error other than "already exists" is
-raised; a topic that exists is described and checked, and a mismatch the app cannot live with is
-an error naming the topic, what it needs and what was found -- never silently used.
+The driver calls `ensure_topics` once per start, before any task runs (driver/app_topics.py), with
+the topics derived from the compiled pipeline: the stores' changelogs (state/changelog.py's
+`ChangelogTopicSpec`), repartition topics, the dead-letter topic and the output topics. They are
+created with `spec.kafka.topics` (replication factor, -1 passing the brokers' default through as
+Kafka Streams does, and `min.insync.replicas`). Every creation error other than "already exists"
+is raised; a topic that exists is described and checked, and a mismatch the app cannot live with
+is an error naming the topic, what it needs and what was found -- never silently used.
 """
 
 from __future__ import annotations
