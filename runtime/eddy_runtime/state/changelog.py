@@ -1,12 +1,14 @@
 """Changelog topics: naming `<app>-<store>-changelog` and what each must look like.
 
-Every store write reaches its changelog before the store (kafka/transactions.py), so the changelog is the
-store's source of truth and a store on a lost volume is rebuilt from it (restore.py). A changelog
-is compacted and has one partition per task, i.e. the input's partition count; the partition of
-task ``S_P`` is ``P``. The driver (or the operator) calls `ensure_changelog_topics` before any
-task opens its stores; it creates and validates them through `eddy_runtime.kafka.topics`: a topic that
-exists with the wrong partition count or cleanup policy is an error, never silently used, because
-restoring a task from the wrong partition corrupts it (docs/DESIGN.md, "Topics").
+Every store write reaches its changelog before the store (kafka/transactions.py), so the changelog
+is the store's source of truth and a store on a lost volume is rebuilt from it (restore.py). A
+changelog is compacted and has one partition per task, i.e. the input's partition count; the
+partition of task ``S_P`` is ``P``. `ChangelogTopicSpec.requirement` is what the driver creates
+and validates before any task opens its stores (driver/app_topics.py, with every other topic the
+app writes, through kafka/topics.py); `ensure_changelog_topics` does the same for stores alone
+(tests, bench, tools). A topic that exists with the wrong partition count or cleanup policy is an
+error, never silently used: restoring a task from the wrong partition corrupts it
+(docs/DESIGN.md, "Topics").
 """
 
 from __future__ import annotations

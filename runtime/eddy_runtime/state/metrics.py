@@ -1,26 +1,11 @@
-"""State figures of a task, and the Prometheus metrics made from them (every metric: docs/metrics.md;
-where the figures travel: docs/DESIGN.md, "One micro-batch").
+"""State figures of a task, and the Prometheus metrics made from them.
 
 `ProcessorStateManager.figures()` (manager.py) returns plain, picklable `TaskFigures` that a work
-item hands back; `StateMetrics.observe` turns them into metrics in two places:
-
-- on each executor (`eddy_runtime.executor.metrics.ExecutorMetrics`, prefix ``eddy_executor``, one series
-  per copy this executor holds: labels ``app``, ``task``, ``role``, ``store``); standbys report
-  their tail progress and their lag there;
-- in the driver (`DriverMetrics`, prefix ``eddy_state``, labels ``app``, ``task``, ``store``):
-  the figures of each task's active copy only, since one label set cannot tell copies apart.
-
-Metrics (``<p>`` is the prefix; commit latency has labels ``app``, ``task`` only):
-
-- ``<p>_restored_records_total``               records restored from changelogs (standby tails included)
-- ``<p>_restore_rate_records_per_second``      the current restore's (or tail's) average rate
-- ``<p>_restore_remaining_records``            changelog offsets left to restore (0 when caught up)
-- ``<p>_restore_eta_seconds``                  estimated time left (absent while unknown)
-- ``<p>_standby_lag_records``                  executors only: a standby's distance to its changelog's end
-- ``<p>_commit_latency_seconds``               histogram: Kafka commit + store write
-- ``<p>_store_size_bytes``                     RocksDB's live-data estimate
-- ``<p>_store_entries``                        RocksDB's key-count estimate
-- ``<p>_changelog_offset``                     last changelog offset held by the store
+item hands back; `StateMetrics.observe` turns them into metrics in two places: on each executor
+(executor/metrics.py, prefix ``eddy_executor``, one series per copy it holds, with a ``role``
+label; standbys report their tail progress and lag there), and in the driver (driver/metrics.py,
+prefix ``eddy_state``) for each task's active copy only, since one label set cannot tell copies
+apart. Every metric: docs/metrics.md; where the figures travel: docs/DESIGN.md, "One micro-batch".
 """
 
 from __future__ import annotations

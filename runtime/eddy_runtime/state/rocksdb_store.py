@@ -10,10 +10,11 @@ reflects and the input positions it reflects) in the ``eddy_meta`` column family
 its offsets are always consistent on disk, an unclean stop never forces a wipe, and whatever is
 missing is the changelog's delta after the store's offset (docs/DESIGN.md, "One micro-batch").
 
-`KeyValueStore` (store.py) and `WindowStore` (window_store.py) subclass `RocksDBStore`; their
-transactions subclass `StoreTransaction`, whose `apply` the committer (kafka/transactions.py) reaches through
-`TaskTransaction.apply` (task_transaction.py) once the batch's changelog records are in Kafka.
-Restores and standbys (restore.py) call `write` with changelog records, WAL off, then `flush`.
+`KeyValueStore` (store.py) subclasses `RocksDBStore`, and the time-keyed kinds through
+`SegmentedStore` (segmented_store.py); their transactions subclass `StoreTransaction`, whose
+`apply` `ProcessorStateManager` (manager.py) reaches through `TaskTransaction.apply`
+(task_transaction.py) once the batch's Kafka transaction committed. Restores and standbys
+(restore.py) write changelog records with the WAL off, then `flush`.
 """
 
 from __future__ import annotations
@@ -103,8 +104,8 @@ class RocksDBStore:
             # memtable instead of a random skiplist insert each, and flushes sort each memtable
             # and drop overwritten values in C++ threads; one compaction at the end merges the
             # flushed files. Reads from a vector memtable are slow, and nothing reads meanwhile.
-            # Small memtables sort faster, and several of them flush in parallel (measured on
-            # 10M records: 16 MB x 16 used the least CPU among 16-256 MB).
+            # Small memtables sort faster, and several of them flush in parallel (docs/ has the
+            # measurement behind the sizes).
             opts.set_memtable_factory(rocksdict.MemtableFactory.vector())
             opts.set_allow_concurrent_memtable_write(False)
             opts.set_write_buffer_size(16 << 20)

@@ -1,7 +1,7 @@
 """Serdes at the edge of a state store: user objects in, bytes inside.
 
 Stores, transactions and changelogs only ever see bytes; a `Serde` turns a user's key or value
-into bytes and back. `StoreSpec` (store.py) names one by string (``bytes``, ``string``, ``json``,
+into bytes and back. `StoreSpec` (store_spec.py) names one by string (``bytes``, ``string``, ``json``,
 ``int64``) so a spec stays a plain, picklable value that the driver can ship to executors.
 The int64 encoding is Kafka's ``LongSerializer`` (8 bytes, big-endian, signed), so a Kafka
 Streams or Java consumer reads Eddy's changelogs and outputs as they are (docs/DESIGN.md,

@@ -2,8 +2,7 @@
 
 `ProcessorStateManager` (manager.py) opens a task's stores here; restores (restore.py) take
 any kind. The kinds: store.py (key-value), window_store.py (windows) and session_store.py
-(sessions); docs/DESIGN.md,
-"Vocabulary".
+(sessions); docs/DESIGN.md, "Vocabulary".
 """
 
 from __future__ import annotations

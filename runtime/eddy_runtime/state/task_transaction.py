@@ -1,9 +1,10 @@
 """One batch of one task across all its stores: `TaskTransaction`, applied after the Kafka commit.
 
 `ProcessorStateManager.transaction()` (manager.py) opens one per batch; processing reads and
-writes its stores' transactions (`key_value`, `window`, `session`); the committer (kafka/transactions.py) sends its
-`changelog_batches` to Kafka, and `apply` then writes each store with the changelog offsets Kafka
-gave (docs/DESIGN.md, "One micro-batch").
+writes its stores' transactions (`key_value`, `window`, `session`); the record collector
+(kafka/record_collector.py) sends its `changelog_batches` in the task's Kafka transaction, and
+once that committed `apply` writes each store with the changelog offsets Kafka gave
+(docs/DESIGN.md, "One micro-batch").
 """
 
 from __future__ import annotations
