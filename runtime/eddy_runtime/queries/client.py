@@ -1,13 +1,15 @@
-"""A Python client of interactive queries (queries/server.py): ask an app's query endpoints, the
-driver's or any executor's (or a Service in front of them), for a store's committed values.
+"""The interactive-query client, what users and ``eddy query`` (cli.py) ask with: it asks an app's
+query endpoints (queries/server.py: the driver's, any executor runner's, or a Service in front
+of them) for a store's committed values.
 
     client = QueryClient(["127.0.0.1:9090"])
     reply = client.get("counts", "apple", max_lag=100)   # served by an active, or a standby <= 100 behind
     reply.value, reply.role, reply.served_by, reply.lag
 
 Each endpoint routes to the executor holding the key's task; the client tries its endpoints in
-order and moves to the next when one is unreachable or has no copy to serve (HTTP 503), so
-that a query keeps being answered while an executor fails over.
+order and moves to the next when one is unreachable or cannot serve (HTTP 502, 503: no copy to
+serve, or a proxy in front of it), so that a query keeps being answered while an executor fails
+over.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Where a key of a queryable store lives: the store's task for the key, and the executors that
 hold that task (active, standbys) with the address each serves interactive queries on.
 
-The driver builds a `QueryRouting` from the compiled app, its assignment and the addresses the
-runners reported, and ships it with every batch's settings; each runner's query endpoint
-(queries/server.py) and the driver's use it to answer for keys held elsewhere. Pure values and logic.
+The driver routes: it builds a `QueryRouting` (`query_routing`) from the compiled app, its
+assignment and the addresses the runners reported, and ships it with every batch's settings
+(protocol/work.py); the query server (queries/server.py) on each runner and on the driver reads
+it to forward keys held elsewhere. Pure values and logic.
 
 A key's task is the partition Kafka's default partitioner gives its serialized key
 (`kafka_partition`: murmur2, as the Java client and Eddy's repartition producers use), in the

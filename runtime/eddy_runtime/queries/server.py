@@ -1,10 +1,11 @@
-"""Interactive queries: the stores' committed contents, read-only over HTTP (JSON), from any
-executor's runner or the driver, routed to the executor that holds the key's task.
+"""The interactive-query HTTP server: the stores' committed contents, read-only, as JSON.
 
-Every runner serves its tasks' stores beside its metrics (executor/runner.py); the driver serves the same
-paths on its metrics port and holds no stores. An endpoint answers a key it holds from its own
-copy, and forwards any other to the holders `QueryRouting` names (one hop: a forwarded request is
-answered locally or refused), so a client may ask any endpoint, or one Service in front of them.
+Each executor's runner serves it beside its metrics (executor/runner.py), answering from the task
+copies it holds (`LocalStores`: its `TaskRunner`); the driver serves the same paths on its metrics
+port (driver/loop.py) and holds no stores. An endpoint answers a key it holds from its own copy
+and forwards any other to the holders the driver's `QueryRouting` names (queries/routing.py; one
+hop: a forwarded request is answered locally or refused), so a client (queries/client.py) may ask
+any endpoint, or one Service in front of them.
 
 Paths (GET; ``max_lag``: also accept a standby this many changelog records behind, KIP-535's
 stale-store reads; without it only a running, restored active answers):
@@ -20,7 +21,7 @@ stale-store reads; without it only a running, restored active answers):
   default)
 
 Replies name the store, the task, the serving executor, its role and its lag. A value is always a
-committed one: stores are written only after their Kafka transaction commits (manager.py). A key
+committed one: stores are written only after their Kafka transaction commits (state/manager.py). A key
 nobody holds answers 503 with where it was asked; a restoring active is "not available".
 """
 
