@@ -215,7 +215,7 @@ def test_killed_executors_fail_over_to_standbys_and_tasks_move_back(kafka, spark
             for t in orphans:
                 delta = restored_after[(t, survivor)] - restored_before.get((t, survivor), 0)
                 assert delta <= ACCEPTABLE_RECOVERY_LAG, (t, delta)
-                assert driver._changelog_ends[t] > 5 * ACCEPTABLE_RECOVERY_LAG
+                assert driver.changelog_ends[t] > 5 * ACCEPTABLE_RECOVERY_LAG
             # Moving back promoted the new executor's caught-up copies (no move to an empty copy).
             back = [m for r in after for m in r.moves if m.target == new and m.task in stateful
                     and m.kind in ("promoted", "moved")]

@@ -1,21 +1,21 @@
-"""The Spark driver of a stream app: the micro-batch loop that composes planning, the Spark plan
-and accounting (docs/DESIGN.md, "One micro-batch").
+"""The Spark driver of a stream app: `Driver` puts the phases of each micro-batch in order
+(docs/DESIGN.md, "One micro-batch"); each phase's work is done elsewhere.
 
 One batch:
 
-1. read the assignment: from the operator (a file or the ``<app>-assignment`` ConfigMap) or, in
-   local mode, from the same assignor (`eddy_contract.assignor.assign_app`) run here, fed by what
-   each executor's volume holds (driver/runtime_state.py);
+1. read the assignment (driver/assignment_source.py: the operator's, or the assignor run here in
+   local mode) and hand a new generation to the runners ahead of the job (driver/handoff.py);
 2. read committed input offsets and last stable offsets (driver/offsets.py), and plan work items on
    live executors only (driver/batch_plan.py): per task ``[committed, end)`` for a running active
    (capped), a restore chunk for an active still catching up, a changelog tail for each standby
    and warmup;
-3. run them as one Spark job (driver/spark_plan.py, driver/executor_steps.py); `BatchWatch` cancels the job
-   when one of its executors dies, and the next batch re-plans without it; after a failed job,
-   find the records that make the user's DataFrame steps fail (driver/poison.py). An app that runs
-   only continuously syncs its runners over HTTP instead while nothing changes what they hold
+3. run them as one Spark job (driver/spark_plan.py, driver/executor_steps.py); `BatchWatch` cancels
+   the job when one of its executors dies, and the next batch re-plans without it; after a failed
+   job, find the records that make the user's DataFrame steps fail (driver/poison.py). An app that
+   runs only continuously syncs its runners over HTTP instead while nothing changes what they hold
    (`Driver._sync_over_http`, protocol/work_push.py);
-4. gather each item's figures: metrics, progress, the runtime state for the operator.
+4. take in each item's figures (driver/accounting.py): metrics, progress, the runtime state for
+   the operator.
 
 Stopping (SIGTERM, Ctrl-C, `request_stop`): the running batch finishes (it is cancelled if it
 outlives the grace period; a cancelled batch leaves no partial commit), then every executor's
@@ -27,25 +27,25 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from eddy_contract.assignor import Assignment, AssignorSettings, Executor, assign_app, diff
+from eddy_contract.assignor import Assignment, diff
 from eddy_contract.spec import ProcessingGuarantee, StreamAppSpec
-from eddy_runtime.driver.batch_plan import BatchPlan, continuous_copies, plan_batch, task_lags
-from eddy_runtime.driver.channel_io import AssignmentWatch, ChannelLocation, read_assignment, write_runtime_state
+from eddy_runtime.driver.accounting import BatchAccounting
+from eddy_runtime.driver.assignment_source import AssignmentSource
+from eddy_runtime.driver.batch_plan import BatchPlan, plan_batch, task_lags
+from eddy_runtime.driver.channel_io import ChannelLocation
+from eddy_runtime.driver.handoff import GenerationHandoff
 from eddy_runtime.driver.metrics import DriverMetrics
 from eddy_runtime.driver.offsets import OffsetReader, changelog_partitions, input_partitions
-from eddy_runtime.driver.outcomes import BatchReport, short_error, stop_error
+from eddy_runtime.driver.outcomes import BatchOutcome, BatchReport, short_error
 from eddy_runtime.driver.poison import PoisonIsolation
-from eddy_runtime.driver.progress import CopyProgressTracker
-from eddy_runtime.driver.runtime_state import Volumes, probe_inventories, runtime_state
 from eddy_runtime.driver.spark_plan import (
     BatchJob,
     SlotLayout,
@@ -55,14 +55,14 @@ from eddy_runtime.driver.spark_plan import (
     slot_layout,
 )
 from eddy_runtime.driver.startup import PreparedApp, load_pipeline, prepare_app, ship_by_value
-from eddy_runtime.dsl.compiler import CompiledApp
 from eddy_runtime.dsl.pipeline import Topology
+from eddy_runtime.dsl.subtopology import CompiledApp
 from eddy_runtime.kafka.client import KafkaClientConfig
-from eddy_runtime.protocol.fences import FenceBook
 from eddy_runtime.protocol.health import BatchProgress, HealthAndMetricsServer
 from eddy_runtime.protocol.placement import BatchWatch, ExecutorRef, executor_hosts, live_executors
-from eddy_runtime.protocol.work import BatchSettings, ContinuousWork, ItemResult, ItemStatus, WorkItem
-from eddy_runtime.protocol.work_push import push_work, release_tasks, sync_runners
+from eddy_runtime.protocol.runner_messages import Program
+from eddy_runtime.protocol.work import BatchSettings, ContinuousWork, ItemResult, WorkItem
+from eddy_runtime.protocol.work_push import sync_runners
 from eddy_runtime.queries.routing import QueryRouting, query_routing
 from eddy_runtime.queries.server import StoreQueries
 
@@ -75,9 +75,6 @@ log = logging.getLogger("eddy.driver")
 
 #: every this many batches, executors report what their volumes hold even without a new assignment
 INVENTORY_EVERY_BATCHES = 20
-#: how long a live runner has to let go of the continuous actives a generation takes from it
-#: before it is fenced instead (protocol/fences.py; at least 5 commit intervals)
-RELEASE_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -110,7 +107,7 @@ def default_state_dir() -> str:
 
 
 class Driver:
-    """Runs one stream app's micro-batches on a SparkSession."""
+    """Runs one stream app's micro-batches on a SparkSession: puts each batch's phases in order."""
 
     def __init__(self, spark: SparkSession, spec: StreamAppSpec, options: DriverOptions,
                  topology: Topology | None = None, pipeline_module: ModuleType | None = None) -> None:
@@ -128,47 +125,31 @@ class Driver:
             ship_by_value(pipeline_module)
         self.metrics = DriverMetrics(self.app)
         self.compiled: CompiledApp | None = None
-        self.assignment: Assignment | None = None
         self.batch_id = 0
         self.progress = BatchProgress(spec.trigger_interval_s)
         #: per task, input records not committed yet (as of the last batch's plan)
         self.last_lag: dict[str, int] = {}
+        #: where the queryable stores' keys live now (what the driver's query endpoint routes by)
+        self.routing: QueryRouting | None = None
+        self._source = AssignmentSource(self.sc, spec, options.assignment_source, self.metrics)
+        self._handoff = GenerationHandoff(self.app, self.kafka, spec.trigger_interval_s, self._source.lost)
         self._prepared: PreparedApp | None = None
         self._offsets = OffsetReader(self.kafka, self.app)
         self._layout: SlotLayout | None = None
-        self._volumes = Volumes()
-        #: restore progress of every copy catching up (published for the operator's status)
-        self._progress = CopyProgressTracker()
-        self._poison = PoisonIsolation(spark, spec.bad_record_policy.value)
-        self._known_executors: set[str] = set()
-        self._lost: set[str] = set()
-        #: executors whose task runner answered a batch: only those are given tasks (`_assignable`)
-        self._ready: set[str] = set()
+        self._poison = PoisonIsolation(spark, spec.bad_record_policy)
         #: this batch's DataFrame tasks with their item and executor (what poison isolation probes)
         self._dataframe_items: dict[str, tuple[WorkItem, ExecutorRef]] = {}
         #: the generation whose first batch ran with every copy (see `plan_batch`'s `fresh`)
         self._planned_generation = -1
-        #: per task, the changelog ends summed over its stores (as of the last batch's plan)
-        self._changelog_ends: dict[str, int] = {}
         self._stop = threading.Event()
         self._health: HealthAndMetricsServer | None = None
-        self._assignment_watch: AssignmentWatch | None = None
         self._watch: BatchWatch | None = None
-        self._failed_batches = 0
+        self._accounting = BatchAccounting(self.app, self.metrics, self._source, self._offsets,
+                                           self._handoff.runner_addresses, options.runtime_state_target,
+                                           options.max_failed_batches)
         self._last_batch_end = time.monotonic()
         #: the sub-topologies whose tasks the executors run continuously (executor/continuous.py)
         self._continuous: frozenset[int] = frozenset()
-        #: executor -> where its runner serves interactive queries; and the routing built from them
-        self._query_addresses: dict[str, str] = {}
-        #: what the runners require of a push of a new generation (protocol/work_push.py)
-        self._push_token = secrets.token_urlsafe(18)
-        self._push_lock = threading.Lock()
-        #: the newest assignment pushed to the runners (it may be ahead of `assignment` while a
-        #: job runs: an executor died mid-batch, or the operator's new generation came)
-        self.pushed: Assignment | None = None
-        self.routing: QueryRouting | None = None
-        #: exactly-once continuous: the runners' fences (protocol/fences.py)
-        self._fences: FenceBook | None = None
 
     def prepare(self) -> CompiledApp:
         """Compile the pipeline against the topics and create the topics the app needs."""
@@ -178,9 +159,8 @@ class Driver:
         if self.spec.execution == "continuous":
             self._continuous = frozenset(s.id for s in self.compiled.subtopologies if not s.uses_dataframe)
         exactly_once = self.spec.processing_guarantee == ProcessingGuarantee.EXACTLY_ONCE
-        if self._continuous and exactly_once and self._fences is None:
-            self._fences = FenceBook(self.kafka, self.app)
-            self._fences.start()
+        self._handoff.start(self.compiled, self._continuous, exactly_once)
+        self._source.prepare(self.compiled, self._handoff.push if self._continuous else None)
         return self.compiled
 
     @property
@@ -188,11 +168,31 @@ class Driver:
         """The sub-topologies whose tasks the executors' runners run without micro-batches."""
         return self._continuous
 
+    @property
+    def assignment(self) -> Assignment | None:
+        """The assignment the batches run."""
+        return self._source.current
+
+    @property
+    def pushed(self) -> Assignment | None:
+        """The newest assignment pushed to the runners (it may be ahead of `assignment`)."""
+        return self._handoff.pushed
+
+    @property
+    def changelog_ends(self) -> dict[str, int]:
+        """Per task, the changelog ends summed over its stores (as of the last batch's plan)."""
+        return self._source.changelog_ends
+
+    def standby_lags(self) -> dict[str, dict[str, int]]:
+        """Per stateful task, per standby (or warmup) executor: changelog offsets it lacks."""
+        return self._source.standby_lags()
+
     def _settings(self, live: Sequence[ExecutorRef] = ()) -> BatchSettings:
+        assignment = self._source.current
         return BatchSettings(
             app=self.app,
             batch_id=self.batch_id,
-            generation=self.assignment.generation if self.assignment else 0,
+            generation=assignment.generation if assignment else 0,
             kafka=self.kafka,
             guarantee=self.spec.processing_guarantee,
             bad_record_policy=self.spec.bad_record_policy,
@@ -201,146 +201,19 @@ class Driver:
             per_executor_state_dirs=self.options.per_executor_state_dirs,
             executor_hosts=executor_hosts(live),
             routing=self._query_routing(live),
-            push_token=self._push_token,
+            push_token=self._handoff.token,
         )
 
     def _query_routing(self, live: Sequence[ExecutorRef]) -> QueryRouting | None:
         """Where the queryable stores' keys live now (queries/server.py); also what the driver's endpoint routes by."""
-        if self.compiled is None or self.assignment is None:
+        if self.compiled is None or self._source.current is None:
             return None
+        addresses = self._handoff.runner_addresses
         alive = {e.id for e in live}
-        for e in [e for e in self._query_addresses if e not in alive]:
-            del self._query_addresses[e]
-        self.routing = query_routing(self.compiled, self.assignment, self._query_addresses)
+        for e in [e for e in addresses if e not in alive]:
+            del addresses[e]
+        self.routing = query_routing(self.compiled, self._source.current, addresses)
         return self.routing
-
-    # -- executors and assignment ---------------------------------------------------------------
-
-    def _notice_executors(self, live: Sequence[ExecutorRef]) -> None:
-        """Count the executors that left; before the first assignment, read the volumes of the
-        executors (later newcomers report theirs in their first batch, see `_assignable`)."""
-        new = [e for e in live if e.id not in self._known_executors]
-        for gone in self._known_executors - {e.id for e in live} - self._lost:
-            self._executor_lost(gone, "it left the cluster")
-        if new and self.assignment is None and self.options.assignment_source is None:
-            try:
-                found = probe_inventories(self.sc, new, self._settings(new))
-            except Exception as e:  # noqa: BLE001 - placement still works without it, just less sticky
-                log.warning("could not read the state inventories of %s: %s", [e.id for e in new], e)
-            else:
-                for executor, inventory in found:
-                    self._volumes.record_inventory(executor, inventory)
-        self._known_executors = {e.id for e in live}
-
-    # -- pushing a new generation (protocol/work_push.py) -------------------------------------------------
-
-    def _push(self, assignment: Assignment, live: Set[str]) -> None:
-        """Push `assignment`'s continuous work to the runners of `live` (once per generation)."""
-        with self._push_lock:
-            if (not self._continuous or self.compiled is None
-                    or (self.pushed is not None and assignment.generation <= self.pushed.generation)):
-                return
-            try:
-                self._fence_for(assignment)
-            except Exception:  # noqa: BLE001 - nothing pushed; the next batch fences and sends it
-                log.exception("fencing for generation %d failed; not pushed", assignment.generation)
-                return
-            self.pushed = assignment
-        work = continuous_copies(self.compiled, assignment, live, self._continuous)
-        epochs = self.fence_epochs()
-        push_work(self._query_addresses,
-                  {e: ContinuousWork(assignment.generation, tuple(tasks), self.spec.trigger_interval_s,
-                                     epochs.get(e, 0))
-                   for e, tasks in work.items()}, self.app, self._push_token)
-
-    def _fence_for(self, assignment: Assignment) -> None:
-        """Exactly-once continuous: before any runner hears of `assignment`, the executors that
-        lose a continuous active in it let it go, or have their runner transactions fenced
-        (protocol/fences.py); only an executor that `assignment` still names is asked to let go."""
-        if self._fences is None or self.compiled is None:
-            return
-        actives = {task: placement.active for sub in self.compiled.subtopologies if sub.id in self._continuous
-                   for task in sub.task_ids if (placement := assignment.tasks.get(task)) is not None}
-        named = set(assignment.executors()) - self._lost
-
-        def release(losing: Mapping[str, Sequence[str]]) -> set[str]:
-            asked = {e: tasks for e, tasks in losing.items() if e in named}
-            if not asked:
-                return set()
-            return release_tasks(self._query_addresses, asked, self.app, self._push_token, assignment.generation,
-                                 max(RELEASE_TIMEOUT_S, 5 * self.spec.trigger_interval_s))
-
-        self._fences.before_generation(assignment.generation, actives, release)
-
-    def fence_epochs(self) -> dict[str, int]:
-        """Each executor's fence epoch, as every generation's work carries it (protocol/fences.py)."""
-        return self._fences.epochs() if self._fences is not None else {}
-
-    def _lost_mid_batch(self, executor: str) -> None:
-        """On a thread of the batch watch, when an executor dies while a job or a sync over HTTP
-        runs: cancelling the job takes seconds on a loaded machine, and the next batch starts
-        only after the sync, so the next generation (local mode: the assignor run here, as the
-        next batch will) goes to the survivors now."""
-        if not self._continuous or self.options.assignment_source is not None or self.assignment is None:
-            return
-        live = [e for e in live_executors(self.sc) if e.id != executor]
-        assignment = self._next_assignment(self._assignable(live), self._changelog_ends)
-        if assignment is not None and assignment.generation != self.assignment.generation:
-            log.info("executor %s died mid-batch: generation %d pushed to the survivors", executor,
-                     assignment.generation)
-            self._push(assignment, {e.id for e in live})
-
-    def _assignment_changed(self) -> None:
-        """On the assignment watch's thread: the operator's new generation goes to the runners
-        now, not after the job under way."""
-        if not self._continuous or self.options.assignment_source is None or self.assignment is None:
-            return
-        assignment = read_assignment(self.options.assignment_source)
-        if assignment is not None and assignment.generation > self.assignment.generation:
-            self._push(assignment, {e.id for e in live_executors(self.sc)})
-
-    def _executor_lost(self, executor: str, what: str) -> None:
-        self._lost.add(executor)
-        self._ready.discard(executor)
-        self.metrics.failovers.labels(self.app).inc()
-        log.warning("executor %s died (%s); re-planning on the live executors", executor, what)
-
-    def _assignable(self, live: Sequence[ExecutorRef]) -> list[ExecutorRef]:
-        """The live executors that may be given tasks. An executor that joins later (a replacement
-        for a lost one, a scale-up) first runs one batch with nothing assigned: its task runner
-        starts, loads the program and reports the volume's inventory, so that tasks moved to it
-        do not wait for a cold start while their previous owner has already let them go."""
-        if self.assignment is None:
-            return list(live)
-        return [e for e in live if e.id in self._ready] or list(live)
-
-    def _next_assignment(self, live: Sequence[ExecutorRef], changelog_ends: Mapping[str, int]) -> Assignment | None:
-        if self.options.assignment_source is not None:
-            return read_assignment(self.options.assignment_source)
-        assert self.compiled is not None
-        live_ids = {e.id for e in live}
-        held = {e: tasks for e, tasks in self._volumes.held.items() if e in live_ids}
-        settings = AssignorSettings(
-            standby_replicas=self.spec.state.standby_replicas,
-            acceptable_recovery_lag=self.spec.state.acceptable_recovery_lag,
-            max_warmup_replicas=self.spec.state.max_warmup_replicas,
-        )
-        executors = [Executor(id=e.id, cores=self.spec.executors.cores) for e in live]
-        return assign_app(executors, changelog_ends, held, self.assignment, settings, self.compiled.stateful_tasks())
-
-    def standby_lags(self) -> dict[str, dict[str, int]]:
-        """Per stateful task, per standby (or warmup) executor: changelog offsets it lacks."""
-        if self.assignment is None or self.compiled is None:
-            return {}
-        out: dict[str, dict[str, int]] = {}
-        for task in self.compiled.stateful_tasks():
-            placement = self.assignment.tasks.get(task)
-            if placement is None:
-                continue
-            end = self._changelog_ends.get(task, 0)
-            out[task] = {e: max(end - self._volumes.held.get(e, {}).get(task, 0), 0)
-                         for e in (*placement.standbys, *placement.warmups)}
-        return out
 
     # -- one batch ------------------------------------------------------------------------------
 
@@ -353,63 +226,65 @@ class Driver:
         live = live_executors(self.sc)
         if not live:
             time.sleep(1)
-            return BatchReport(self.batch_id, "failed", 0.0, 0, error="no live executor")
-        self._notice_executors(live)
+            return BatchReport(self.batch_id, BatchOutcome.FAILED, 0.0, 0, error="no live executor")
+        self._source.notice_executors(live, self._settings)
         inputs = input_partitions(compiled)
         changelogs = changelog_partitions(compiled)
         committed = self._offsets.committed(inputs, unsettled_ok=input_partitions(compiled, self._continuous))
         ends = self._offsets.list_offsets(inputs + [tp for tps in changelogs.values() for tp in tps], "latest")
         changelog_ends = {t: sum(ends[tp] for tp in tps) for t, tps in changelogs.items()}
-        self._changelog_ends = changelog_ends
-        previous = self.assignment
-        assignable = self._assignable(live)
-        assignment = self._next_assignment(assignable, changelog_ends)
+        self._source.changelog_ends = changelog_ends
+        previous = self._source.current
+        assignable = self._source.assignable(live)
+        assignment = self._source.next_assignment(assignable)
         if assignment is None:
             log.info("waiting for the operator's first assignment")
             # The operator assigns only once it has seen the runtime state: publish it while waiting.
             if self.options.runtime_state_target is not None:
-                self._publish_runtime_state(BatchReport(self.batch_id, "failed", 0.0, 0), {}, assignable)
+                waiting = BatchReport(self.batch_id, BatchOutcome.FAILED, 0.0, 0)
+                self._accounting.publish_runtime_state(compiled, waiting, {}, assignable)
             time.sleep(1)
-            return BatchReport(self.batch_id, "failed", 0.0, 0, error="no assignment yet")
+            return BatchReport(self.batch_id, BatchOutcome.FAILED, 0.0, 0, error="no assignment yet")
         moves = diff(previous, assignment) if previous is None or assignment.generation != previous.generation else ()
-        self._fence_for(assignment)  # before any runner hears of it (raises: the batch fails, nothing sent)
-        self.assignment = assignment
+        self._handoff.fence(assignment)  # before any runner hears of it (raises: the batch fails, nothing sent)
+        self._source.current = assignment
         for m in moves:
             log.info("assignment %d: task %s %s %s -> %s", assignment.generation, m.task, m.kind, m.source, m.target)
         if previous is not None and assignment.generation != previous.generation:
             # before planning the job (a tenth of a second or more): a task let go waits for it
-            self._push(assignment, {e.id for e in live})  # the job below brings it again
+            self._handoff.push(assignment, {e.id for e in live})  # the job below brings it again
         settings = self._settings(live)
         layout = self._layout = slot_layout(self.spark, compiled, assignment, live, self._layout)
         lag = self.last_lag = task_lags(compiled, committed, ends)
         fresh = self._planned_generation != assignment.generation
         plan = plan_batch(compiled, assignment, {e.id for e in layout.executor_slots}, committed=committed, ends=ends,
-                          changelog_ends=changelog_ends, held_offsets=self._volumes.held,
-                          restoring=self._volumes.restoring, poison=self._poison.found,
+                          changelog_ends=changelog_ends, held_offsets=self._source.volumes.held,
+                          restoring=self._source.volumes.restoring, poison=self._poison.found,
                           max_records=self.options.max_batch_records, fresh=fresh, continuous=self._continuous)
         self._planned_generation = assignment.generation
         self._dataframe_items = dataframe_item_slots(layout, plan)
         inventory = fresh or self.batch_id % INVENTORY_EVERY_BATCHES == 0
-        warm = {e.id for e in layout.executor_slots} - self._ready
-        report = BatchReport(self.batch_id, "ok", 0.0, assignment.generation, moves=moves)
+        warm = {e.id for e in layout.executor_slots} - self._source.ready
+        report = BatchReport(self.batch_id, BatchOutcome.OK, 0.0, assignment.generation, moves=moves)
         report.plan_s = time.monotonic() - started
         synced, complete = ([], False) if fresh or warm else self._sync_over_http(
             plan, [e.id for e in layout.executor_slots], inventory)
         if complete:
             report.results, report.over_http = synced, True
         else:  # what runners answered over HTTP is theirs no more: it counts beside the job's
-            job = batch_job(compiled, layout, plan, settings, (self._prepared.program_id, self._prepared.program),
+            job = batch_job(compiled, layout, plan, settings,
+                            Program(self._prepared.program_id, self._prepared.program),
                             fresh=fresh, inventory=inventory,
                             commit_interval_s=self.spec.trigger_interval_s if self._continuous else None,
-                            fence_epochs=self.fence_epochs(), warm=warm)
+                            fence_epochs=self._handoff.fence_epochs(), warm=warm)
             report.results = synced + self._run_job(job, live, settings, report)
-        if report.outcome == "ok":
-            self._ready.update(e.id for e in layout.executor_slots)
+        if report.outcome == BatchOutcome.OK:
+            self._source.ready.update(e.id for e in layout.executor_slots)
         report.duration_s = time.monotonic() - started
         report.job_s = report.duration_s - report.plan_s
         wall = time.monotonic() - self._last_batch_end
         self._last_batch_end = time.monotonic()
-        self._account(report, wall, assignment, live, lag)
+        self._accounting.account(compiled, report, wall, assignment, live, lag)
         return report
 
     def _sync_over_http(self, plan: BatchPlan, executors: Sequence[str],
@@ -420,26 +295,20 @@ class Driver:
         answered. Nothing is asked when the batch needs its Spark job anyway: the app has other
         work or the last batch failed (the caller also runs one for whatever changes what an
         executor holds)."""
-        if (self.compiled is None or self.assignment is None or self._failed_batches
+        assignment = self._source.current
+        if (self.compiled is None or assignment is None or self._accounting.failed_batches
                 or len(self._continuous) != len(self.compiled.subtopologies)
                 or plan.dataframe_items or any(plan.per_executor.values())):
             return [], False
-        epochs = self.fence_epochs()
-        work = {e: ContinuousWork(self.assignment.generation, tuple(plan.continuous[e]), self.spec.trigger_interval_s,
+        epochs = self._handoff.fence_epochs()
+        work = {e: ContinuousWork(assignment.generation, tuple(plan.continuous[e]), self.spec.trigger_interval_s,
                                   epochs.get(e, 0)) for e in executors}
         # watched as a Spark job is: an executor that dies meanwhile has its tasks moved at once
         with BatchWatch(self.sc, f"eddy-{self.app}-sync-{self.batch_id}", executors,
-                        description=f"eddy {self.app} sync {self.batch_id}", on_lost=self._lost_mid_batch):
-            answers = sync_runners(self._query_addresses, work, self.app, self._push_token, inventory)
-        results = self._take_inventories([r for results in answers.values() for r in results])
+                        description=f"eddy {self.app} sync {self.batch_id}", on_lost=self._source.lost_mid_batch):
+            answers = sync_runners(self._handoff.runner_addresses, work, self.app, self._handoff.token, inventory)
+        results = self._source.take_inventories([r for results in answers.values() for r in results])
         return results, answers.keys() == work.keys()
-
-    def _take_inventories(self, results: list[ItemResult]) -> list[ItemResult]:
-        """`results` less the volumes' inventories among them, which are recorded."""
-        for r in results:
-            if r.inventory is not None:
-                self._volumes.record_inventory(r.executor, r.inventory)
-        return [r for r in results if r.inventory is None]
 
     def _run_job(self, job: BatchJob, live: Sequence[ExecutorRef], settings: BatchSettings,
                  report: BatchReport) -> list[ItemResult]:
@@ -449,22 +318,22 @@ class Driver:
         try:
             with BatchWatch(self.sc, f"eddy-{self.app}-batch-{self.batch_id}", [e.id for e in live],
                             description=f"eddy {self.app} batch {self.batch_id}",
-                            on_lost=self._lost_mid_batch) as watch:
+                            on_lost=self._source.lost_mid_batch) as watch:
                 self._watch = watch
                 rows = job.collect()
-            return self._take_inventories([pickle.loads(r) for r in rows])
+            return self._source.take_inventories([pickle.loads(r) for r in rows])
         except Exception as e:  # noqa: BLE001 - classified below; the next batch re-plans
             # The items of this batch may not all have run: plan every copy again next batch.
             self._planned_generation = -1
             if self._watch is not None and self._watch.lost is not None:
-                report.outcome = "cancelled"
+                report.outcome = BatchOutcome.CANCELLED
                 report.lost_executor = self._watch.lost
-                self._executor_lost(self._watch.lost, f"batch {self.batch_id} was cancelled")
+                self._source.executor_lost(self._watch.lost, f"batch {self.batch_id} was cancelled")
             elif self._watch is not None and self._watch.cancelled_reason:
-                report.outcome = "cancelled"
+                report.outcome = BatchOutcome.CANCELLED
                 report.error = self._watch.cancelled_reason
             else:
-                report.outcome = "failed"
+                report.outcome = BatchOutcome.FAILED
                 report.error = short_error(e)
                 log.error("batch %d failed: %s", self.batch_id, report.error)
                 if self._dataframe_items:
@@ -473,46 +342,6 @@ class Driver:
             return []
         finally:
             self._watch = None
-
-    def _account(self, report: BatchReport, wall: float, assignment: Assignment, live: Sequence[ExecutorRef],
-                 lag: Mapping[str, int]) -> None:
-        """Metrics, progress and the runtime state from a batch; `DriverError` if the app must stop."""
-        assert self.compiled is not None
-        live_ids = {e.id for e in live}
-        self._volumes.record_results(report.results, live_ids)
-        self._query_addresses.update((r.executor, r.query_address) for r in report.results if r.query_address)
-        self._progress.update(report.results, assignment, live_ids, complete=report.outcome == "ok")
-        restoring = sum(1 for r in report.results if r.role == "active" and r.status == "restoring")
-        standbys = sum(len(a.standbys) + len(a.warmups) for t, a in assignment.tasks.items()
-                       if self.compiled.subtopology_of(t).stateful_task)
-        self.metrics.observe_batch(report.outcome, report.duration_s, report.results, wall)
-        self.metrics.observe_tasks(lag, restoring, standbys, len(live), assignment.generation)
-        if report.outcome == "ok" and not report.by_status(ItemStatus.FAILED):
-            self._failed_batches = 0
-        else:
-            self._failed_batches += 1
-        for r in report.by_status(ItemStatus.FAILED):
-            log.error("task %s on executor %s failed: %s", r.task, r.executor, r.message)
-        for r in report.results:
-            for b in r.bad_records:
-                log.warning("app %s task %s: bad record %s (%s)", self.app, r.task, b,
-                            "dead-lettered" if r.dead_lettered else "skipped")
-        error = stop_error(report, self._failed_batches, self.options.max_failed_batches)
-        if error is not None:
-            raise error
-        if self.options.runtime_state_target is not None:
-            try:
-                self._publish_runtime_state(report, lag, self._assignable(live))
-            except Exception as e:  # noqa: BLE001 - the operator reads it again next batch
-                log.warning("could not publish the runtime state: %s", e)
-
-    def _publish_runtime_state(self, report: BatchReport, lag: Mapping[str, int],
-                               live: Sequence[ExecutorRef]) -> None:
-        assert self.options.runtime_state_target is not None and self.compiled is not None
-        changelogs = [tp for tps in changelog_partitions(self.compiled).values() for tp in tps]
-        state = runtime_state(self.compiled, self._offsets.list_offsets(changelogs, "latest"), self._volumes, live,
-                              self._progress.in_progress(), lag, report.generation, report.batch_id)
-        write_runtime_state(self.options.runtime_state_target, state)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -542,8 +371,7 @@ class Driver:
                 StoreQueries(lambda: self.routing).wsgi)
             log.info("metrics, /healthz and interactive queries on http://%s:%d", self.options.metrics_addr,
                      self.options.metrics_port)
-        if self.options.assignment_source is not None:
-            self._assignment_watch = AssignmentWatch(self.options.assignment_source, self._assignment_changed)
+        self._source.watch()
         n = 0
         try:
             while not self._stop.is_set():
@@ -570,13 +398,11 @@ class Driver:
         """Until the next sync of an app that runs only continuously: the sync interval, or until
         an executor comes or goes (its tasks move at once), or the operator's assignment changed
         (its new generation reaches the executors at once)."""
-        known = set(self._known_executors)
+        known = set(self._source.known)
         deadline = started + self.options.sync_interval_s
         step = min(self.spec.trigger_interval_s, 0.1)
-        watch = self._assignment_watch
         while not self._stop.wait(max(0.0, min(step, deadline - time.monotonic()))):
-            if watch is not None and watch.changed.is_set():
-                watch.changed.clear()
+            if self._source.take_change():
                 return
             if time.monotonic() >= deadline or {e.id for e in live_executors(self.sc)} != known:
                 return
@@ -588,12 +414,9 @@ class Driver:
             if live:
                 close_runners(self.sc, live, self._settings(live))
         finally:
-            if self._assignment_watch is not None:
-                self._assignment_watch.close()
-                self._assignment_watch = None
+            self._source.close()
             if self._health is not None:
                 self._health.close()
                 self._health = None
-            if self._fences is not None:
-                self._fences.close()
+            self._handoff.close()
             self._offsets.close()

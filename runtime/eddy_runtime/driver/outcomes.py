@@ -1,19 +1,29 @@
-"""What the driver's work comes to: one batch's `BatchReport`, and `DriverError` when the app
-cannot go on (docs/DESIGN.md, "One micro-batch", step 6).
+"""What the driver's work comes to: one batch's `BatchReport` and `BatchOutcome`, and `DriverError`
+when the app cannot go on (docs/DESIGN.md, "One micro-batch", step 6).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from eddy_contract.assignor import TaskMove
 from eddy_runtime.protocol.work import ItemResult, ItemStatus
 
-__all__ = ["BatchReport", "DriverError", "short_error", "stop_error"]
+__all__ = ["BatchOutcome", "BatchReport", "DriverError", "short_error", "stop_error"]
 
 
 class DriverError(RuntimeError):
     """The app cannot go on (a bad record under policy fail, a pipeline error...)."""
+
+
+class BatchOutcome(StrEnum):
+    """How a batch ended (the ``outcome`` label of ``eddy_driver_batches_total``)."""
+
+    OK = "ok"
+    #: an executor died, or a stop outlived the grace period: nothing of the batch is committed
+    CANCELLED = "cancelled"
+    FAILED = "failed"
 
 
 @dataclass
@@ -21,7 +31,7 @@ class BatchReport:
     """What one batch did, for progress output and tests."""
 
     batch_id: int
-    outcome: str  # "ok", "cancelled" (an executor died), "failed"
+    outcome: BatchOutcome
     duration_s: float
     generation: int
     results: list[ItemResult] = field(default_factory=list)
