@@ -13,8 +13,9 @@ from eddy_runtime.driver.batch_plan import continuous_copies, input_ranges, plan
 from eddy_runtime.driver.outcomes import BatchReport, stop_error
 from eddy_runtime.driver.poison import first_failing
 from eddy_runtime.driver.runtime_state import Volumes
-from eddy_runtime.dsl.compiler import CompiledApp, compile_topology
+from eddy_runtime.dsl.compiler import compile_topology
 from eddy_runtime.dsl.pipeline import Topology, join_windows
+from eddy_runtime.dsl.subtopology import CompiledApp
 from eddy_runtime.kafka.partitions import InputRange
 from eddy_runtime.protocol.work import ItemResult, WorkItem
 from eddy_runtime.state import StoreFigures, StoreInventory, TaskFigures, TaskInventory

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_runtime.dsl.compiler import RepartitionSink, TopicSink, compile_topology
+from eddy_runtime.dsl.compiler import compile_topology
 from eddy_runtime.dsl.pipeline import PipelineError, Topology, duration_ms, hopping, tumbling
+from eddy_runtime.dsl.subtopology import RepartitionSink, TopicSink
 
 pytestmark = pytest.mark.unit
 

@@ -8,9 +8,10 @@ import struct
 import pyarrow as pa
 import pytest
 
-from eddy_runtime.dsl.compiler import GROUP_KEY_COLUMN, RepartitionSink, compile_topology
+from eddy_runtime.dsl.compiler import compile_topology
 from eddy_runtime.dsl.pipeline import PipelineError, Topology
-from eddy_runtime.dsl.record_steps import RecordStep, apply_record_steps
+from eddy_runtime.dsl.record_steps import GROUP_KEY_COLUMN, RecordStep, apply_record_steps
+from eddy_runtime.dsl.subtopology import RepartitionSink
 from eddy_runtime.kafka.records import RawRecords, decode_source
 from eddy_runtime.processing.operators import TaskState, process_batch
 from examples.wordcount.app import build_own_steps, words_of

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from eddy_runtime.driver.app_topics import ensure_app_topics
-from eddy_runtime.dsl.compiler import CompiledApp, compile_topology
+from eddy_runtime.dsl.compiler import compile_topology
 from eddy_runtime.dsl.pipeline import Topology
+from eddy_runtime.dsl.subtopology import CompiledApp
 from eddy_runtime.kafka.topics import (
     TopicCreationFailed,
     TopicMismatch,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from eddy_contract.spec import ProcessingGuarantee, StreamAppSpec
-from eddy_runtime.dsl.compiler import CompiledApp
+from eddy_runtime.dsl.subtopology import CompiledApp
 from eddy_runtime.kafka.topics import TopicRequirement, ensure_topics
 from eddy_runtime.protocol.fences import fence_topic
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from eddy_contract.assignor import Assignment, TaskAssignment
 from eddy_contract.tasks import Role, TaskId
-from eddy_runtime.dsl.compiler import CompiledApp, SubTopology
+from eddy_runtime.dsl.subtopology import CompiledApp, SubTopology
 from eddy_runtime.kafka.partitions import InputRange
 from eddy_runtime.protocol.work import WorkItem
 

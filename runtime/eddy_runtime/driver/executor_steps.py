@@ -21,7 +21,7 @@ from eddy_runtime.protocol.work import BatchSettings, ItemResult, ItemStatus, Sl
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from eddy_runtime.dsl.compiler import SubTopology
+    from eddy_runtime.dsl.subtopology import SubTopology
 
 __all__ = ["RESULT_DDL", "Program", "executor_slot_job", "executor_step", "probe_sink", "read_step", "sink_step"]
 

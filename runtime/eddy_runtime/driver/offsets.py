@@ -18,7 +18,7 @@ from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.state import changelog_topic_name
 
 if TYPE_CHECKING:
-    from eddy_runtime.dsl.compiler import CompiledApp
+    from eddy_runtime.dsl.subtopology import CompiledApp
 
 __all__ = ["OffsetReader", "TopicPartitions", "changelog_partitions", "input_partitions"]
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from eddy_contract.tasks import Role
 from eddy_runtime.driver.executor_steps import RESULT_DDL, probe_sink, read_step
 from eddy_runtime.driver.outcomes import DriverError, short_error
-from eddy_runtime.dsl.compiler import CompiledApp, SubTopology
+from eddy_runtime.dsl.subtopology import CompiledApp, SubTopology
 from eddy_runtime.kafka.partitions import InputRange
 from eddy_runtime.kafka.records import spark_source_schema
 from eddy_runtime.protocol.placement import ExecutorRef, PinnedSlots

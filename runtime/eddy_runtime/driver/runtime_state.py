@@ -24,7 +24,7 @@ from eddy_runtime.state import TaskInventory, changelog_topic_name
 if TYPE_CHECKING:
     from pyspark import SparkContext
 
-    from eddy_runtime.dsl.compiler import CompiledApp
+    from eddy_runtime.dsl.subtopology import CompiledApp
 
 __all__ = ["Volumes", "held_offsets", "probe_inventories", "runtime_state"]
 

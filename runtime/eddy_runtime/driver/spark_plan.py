@@ -25,7 +25,7 @@ from eddy_runtime.driver.executor_steps import (
     sink_step,
 )
 from eddy_runtime.driver.outcomes import short_error
-from eddy_runtime.dsl.compiler import CompiledApp
+from eddy_runtime.dsl.subtopology import CompiledApp
 from eddy_runtime.kafka.records import spark_source_schema
 from eddy_runtime.protocol.placement import ExecutorRef, PinnedSlots, current_executor_id
 from eddy_runtime.protocol.runner_client import RunnerClient

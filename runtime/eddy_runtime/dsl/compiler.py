@@ -47,7 +47,6 @@ from eddy_runtime.dsl.pipeline import (
 )
 from eddy_runtime.dsl.record_steps import GROUP_KEY_COLUMN, RecordStep
 from eddy_runtime.dsl.subtopology import (
-    METADATA_COLUMNS,
     CompiledApp,
     RepartitionSink,
     Sink,
@@ -61,20 +60,8 @@ from eddy_runtime.dsl.subtopology import (
 )
 from eddy_runtime.state import StoreSpec
 
-__all__ = [
-    "METADATA_COLUMNS",
-    "CompiledApp",
-    "RepartitionSink",
-    "Sink",
-    "SourceSpec",
-    "StatefulSpec",
-    "SubTopology",
-    "TableSpec",
-    "TopicSink",
-    "compile_topology",
-    "repartition_topic_name",
-    "GROUP_KEY_COLUMN",
-]
+__all__ = ["compile_topology"]
+
 
 def _with_group_key(expr: Any) -> Callable[[Any], Any]:
     """The DataFrame step that computes a group_by expression into `GROUP_KEY_COLUMN`."""

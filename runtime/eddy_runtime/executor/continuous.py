@@ -40,7 +40,7 @@ from eddy_runtime.protocol.work import BatchSettings, ContinuousWork, ItemResult
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from eddy_runtime.dsl.compiler import SubTopology
+    from eddy_runtime.dsl.subtopology import SubTopology
     from eddy_runtime.executor.metrics import ExecutorMetrics
 
 __all__ = ["CommitCycle", "ContinuousLoop", "InputPoller", "merge_results"]

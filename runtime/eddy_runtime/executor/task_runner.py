@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from eddy_contract.tasks import Role, TaskId
-from eddy_runtime.dsl.compiler import SubTopology
+from eddy_runtime.dsl.subtopology import SubTopology
 from eddy_runtime.executor.continuous import ContinuousLoop
 from eddy_runtime.executor.metrics import ExecutorMetrics
 from eddy_runtime.kafka.partitions import InputRange

@@ -29,8 +29,8 @@ from eddy_contract.spec import StreamAppSpec, load_streamapp_file
 from eddy_runtime.driver.loop import Driver, DriverOptions
 from eddy_runtime.driver.outcomes import BatchReport, DriverError
 from eddy_runtime.driver.startup import load_pipeline
-from eddy_runtime.dsl.compiler import TopicSink
 from eddy_runtime.dsl.pipeline import Topology
+from eddy_runtime.dsl.subtopology import TopicSink
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig, KafkaCredentialsMissing, KafkaUnreachable
 from eddy_runtime.protocol.work import ItemStatus

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eddy_runtime.dsl.compiler import StatefulSpec, TableSpec
+from eddy_runtime.dsl.subtopology import StatefulSpec, TableSpec
 from eddy_runtime.kafka.records import TS_TYPE, RawRecords, decode_column, encode_column, timestamps_ms
 
 __all__ = [

@@ -25,8 +25,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eddy_runtime.dsl.compiler import (
-    GROUP_KEY_COLUMN,
+from eddy_runtime.dsl.errors import PipelineRuntimeError
+from eddy_runtime.dsl.processors import ProcessorTask, run_processor
+from eddy_runtime.dsl.record_steps import GROUP_KEY_COLUMN, apply_record_steps
+from eddy_runtime.dsl.subtopology import (
     METADATA_COLUMNS,
     RepartitionSink,
     StatefulSpec,
@@ -34,9 +36,6 @@ from eddy_runtime.dsl.compiler import (
     TableSpec,
     TopicSink,
 )
-from eddy_runtime.dsl.errors import PipelineRuntimeError
-from eddy_runtime.dsl.processors import ProcessorTask, run_processor
-from eddy_runtime.dsl.record_steps import apply_record_steps
 from eddy_runtime.kafka.records import (
     _INT64,
     TS_TYPE,
