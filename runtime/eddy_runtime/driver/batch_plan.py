@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from eddy_contract.assignor import Assignment, TaskAssignment
 from eddy_contract.tasks import Role, TaskId
 from eddy_runtime.dsl.subtopology import CompiledApp, SubTopology
-from eddy_runtime.kafka.partitions import InputRange
+from eddy_runtime.kafka.partitions import InputRange, TopicPartition
 from eddy_runtime.protocol.work import WorkItem
 
 __all__ = ["BatchPlan", "Offsets", "PoisonOffsets", "continuous_copies", "input_ranges", "plan_batch", "task_lags"]
 
-#: (topic, partition) -> offset
-Offsets = Mapping[tuple[str, int], int]
-#: (topic, partition) -> offset -> error: records that make a task's DataFrame steps fail
-PoisonOffsets = Mapping[tuple[str, int], Mapping[int, str]]
+#: an offset per topic partition
+Offsets = Mapping[TopicPartition, int]
+#: per topic partition, offset -> error: records that make a task's DataFrame steps fail
+PoisonOffsets = Mapping[TopicPartition, Mapping[int, str]]
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,9 @@ def input_ranges(sub: SubTopology, task: str, committed: Offsets, ends: Offsets,
     p = TaskId.parse(task).partition
     out = []
     for topic in sub.input_topics:
-        start = committed[(topic, p)]
-        end = max(start, min(ends[(topic, p)], start + cap))
+        tp = TopicPartition(topic, p)
+        start = committed[tp]
+        end = max(start, min(ends[tp], start + cap))
         out.append(InputRange(topic, p, start, end))
     return tuple(out)
 
@@ -55,7 +56,8 @@ def task_lags(compiled: CompiledApp, committed: Offsets, ends: Offsets) -> dict[
     lag: dict[str, int] = {}
     for sub in compiled.subtopologies:
         for p, task in enumerate(sub.task_ids):
-            lag[task] = sum(max(ends[(t, p)] - committed[(t, p)], 0) for t in sub.input_topics)
+            inputs = [TopicPartition(t, p) for t in sub.input_topics]
+            lag[task] = sum(max(ends[tp] - committed[tp], 0) for tp in inputs)
     return lag
 
 
@@ -90,7 +92,7 @@ def plan_batch(compiled: CompiledApp, assignment: Assignment, live: Set[str], *,
                 is_restoring = restoring.get(task) == placement.active
                 source = input_ranges(sub, task, committed, ends, max_records)
                 first = source[0]
-                bad = tuple(sorted((o, e) for o, e in poison.get((first.topic, first.partition), {}).items()
+                bad = tuple(sorted((o, e) for o, e in poison.get(first.topic_partition, {}).items()
                                    if first.start <= o < first.end))
                 item = WorkItem(task, Role.ACTIVE, source, restore_only=is_restoring, poison=bad)
                 if fresh or is_restoring or sub.punctuates or not all(r.empty for r in item.ranges):

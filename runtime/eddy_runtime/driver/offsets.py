@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from eddy_contract.tasks import task_id
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig
+from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.state import changelog_topic_name
 
 if TYPE_CHECKING:
@@ -22,8 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["OffsetReader", "TopicPartitions", "changelog_partitions", "input_partitions"]
 
-#: (topic, partition) pairs
-TopicPartitions = Sequence[tuple[str, int]]
+TopicPartitions = Sequence[TopicPartition]
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +32,16 @@ SLOW_ADMIN_S = 2.0
 LIST_OFFSETS_TIMEOUT_S = 10
 
 
-def input_partitions(compiled: CompiledApp, subtopologies: Collection[int] | None = None) -> list[tuple[str, int]]:
+def input_partitions(compiled: CompiledApp, subtopologies: Collection[int] | None = None) -> list[TopicPartition]:
     """Every input partition of every task (sources and joined tables, in task order); of the
     tasks of `subtopologies` only, if given."""
-    return [(t, p) for s in compiled.subtopologies if subtopologies is None or s.id in subtopologies
+    return [TopicPartition(t, p) for s in compiled.subtopologies if subtopologies is None or s.id in subtopologies
             for t in s.input_topics for p in range(s.partitions)]
 
 
-def changelog_partitions(compiled: CompiledApp) -> dict[str, list[tuple[str, int]]]:
+def changelog_partitions(compiled: CompiledApp) -> dict[str, list[TopicPartition]]:
     """Per task, the changelog partitions of its stores (empty for a stateless task)."""
-    return {task_id(s.id, p): [(changelog_topic_name(compiled.app, st.name), p) for st in s.stores]
+    return {task_id(s.id, p): [TopicPartition(changelog_topic_name(compiled.app, st.name), p) for st in s.stores]
             for s in compiled.subtopologies for p in range(s.partitions)}
 
 
@@ -56,7 +56,7 @@ class OffsetReader:
         self._consumers: dict[bool, Any] = {}
         #: earliest offsets of input partitions nothing was committed for yet (they do not move
         #: back, and asking once per partition is enough)
-        self._earliest: dict[tuple[str, int], int] = {}
+        self._earliest: dict[TopicPartition, int] = {}
 
     @property
     def admin(self) -> Any:
@@ -65,22 +65,23 @@ class OffsetReader:
             self._admin = kafka_client.admin(self.kafka)
         return self._admin
 
-    def list_offsets(self, tps: TopicPartitions, which: Literal["latest", "earliest"]) -> dict[tuple[str, int], int]:
+    def list_offsets(self, tps: TopicPartitions, which: Literal["latest", "earliest"]) -> dict[TopicPartition, int]:
         """Last stable (``latest``, read committed) or earliest offsets of `tps`."""
-        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+        from confluent_kafka import IsolationLevel, KafkaException
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
         from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # re-exported without __all__
 
         if not tps:
             return {}
         spec = OffsetSpec.latest() if which == "latest" else OffsetSpec.earliest()  # type: ignore[no-untyped-call]
-        request = {TopicPartition(t, p): spec for t, p in tps}
+        request = {KafkaTopicPartition(t, p): spec for t, p in tps}
 
-        def list_offsets() -> dict[tuple[str, int], int]:
+        def list_offsets() -> dict[TopicPartition, int]:
             started = time.monotonic()
             futures = self.admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
                                               request_timeout=LIST_OFFSETS_TIMEOUT_S)
             try:
-                return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+                return {TopicPartition(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
             except KafkaException as e:
                 if "LEADER_EPOCH" in str(e):
                     # After a partition leader moved (a broker stopped or came back), librdkafka's
@@ -99,8 +100,8 @@ class OffsetReader:
 
         return kafka_client.retrying(list_offsets, "listing offsets")
 
-    def committed(self, tps: TopicPartitions, unsettled_ok: Collection[tuple[str, int]] = ()
-                  ) -> dict[tuple[str, int], int]:
+    def committed(self, tps: TopicPartitions, unsettled_ok: Collection[TopicPartition] = ()
+                  ) -> dict[TopicPartition, int]:
         """The group's committed positions of `tps`; the earliest offset where none is committed.
 
         A read_committed consumer asks for settled offsets (KIP-447's require_stable): the broker
@@ -109,7 +110,7 @@ class OffsetReader:
         runners commit many times a second, so some transaction is nearly always open, and the
         driver uses their positions only for lag) are read without that wait: they are the
         offsets committed before the open transactions (a pending offset is never visible)."""
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
 
         unsettled = set(unsettled_ok)
         loose = [tp for tp in tps if tp in unsettled]
@@ -117,14 +118,15 @@ class OffsetReader:
         found: list[Any] = []
         for part, stable in ((settled, True), (loose, False)):
             if part:
-                found += self._read_committed(self._group_consumer(stable), [TopicPartition(t, p) for t, p in part])
-        out: dict[tuple[str, int], int] = {}
-        missing: list[tuple[str, int]] = []
+                asked = [KafkaTopicPartition(t, p) for t, p in part]
+                found += self._read_committed(self._group_consumer(stable), asked)
+        out: dict[TopicPartition, int] = {}
+        missing: list[TopicPartition] = []
         for tp in found:
             if tp.offset >= 0:
-                out[(tp.topic, tp.partition)] = tp.offset
+                out[TopicPartition(tp.topic, tp.partition)] = tp.offset
             else:
-                missing.append((tp.topic, tp.partition))
+                missing.append(TopicPartition(tp.topic, tp.partition))
         need = [tp for tp in missing if tp not in self._earliest]
         if need:
             self._earliest.update(self.list_offsets(need, "earliest"))

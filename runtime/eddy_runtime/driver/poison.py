@@ -13,11 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from eddy_contract.spec import BadRecordPolicy
 from eddy_contract.tasks import Role
 from eddy_runtime.driver.executor_steps import RESULT_DDL, probe_sink, read_step
 from eddy_runtime.driver.outcomes import DriverError, short_error
 from eddy_runtime.dsl.subtopology import CompiledApp, SubTopology
-from eddy_runtime.kafka.partitions import InputRange
+from eddy_runtime.kafka.partitions import InputRange, TopicPartition
 from eddy_runtime.kafka.records import spark_source_schema
 from eddy_runtime.protocol.placement import ExecutorRef, PinnedSlots
 from eddy_runtime.protocol.work import BatchSettings, SlotWork, WorkItem
@@ -50,12 +51,12 @@ def first_failing(start: int, end: int, fails: Callable[[int, int], str | None])
 class PoisonIsolation:
     """The poison records found so far, and the Spark probes that find them."""
 
-    def __init__(self, spark: SparkSession, policy: str) -> None:
+    def __init__(self, spark: SparkSession, policy: BadRecordPolicy) -> None:
         self.spark = spark
         #: the app's bad-record policy: under ``fail`` a poison record stops the app
         self.policy = policy
-        #: (topic, partition) -> offset -> error
-        self.found: dict[tuple[str, int], dict[int, str]] = {}
+        #: per topic partition, offset -> error
+        self.found: dict[TopicPartition, dict[int, str]] = {}
 
     def probe(self, settings: BatchSettings, sub: SubTopology, task: str, executor: ExecutorRef,
               rng: InputRange, poison: tuple[tuple[int, str], ...]) -> str | None:
@@ -95,9 +96,9 @@ class PoisonIsolation:
                 continue
             offset, error = found
             message = f"a DataFrame step failed on this record: {error[:500]}"
-            self.found.setdefault((rng.topic, rng.partition), {})[offset] = message
+            self.found.setdefault(rng.topic_partition, {})[offset] = message
             log.warning("task %s: %s[%d] offset %d makes the pipeline's steps fail: %s", task, rng.topic,
                         rng.partition, offset, error[:300])
-            if self.policy == "fail":
+            if self.policy == BadRecordPolicy.FAIL:
                 raise DriverError(f"task {task}: bad record at {rng.topic}[{rng.partition}] offset {offset}: "
                                   f"{message} (badRecordPolicy: fail)")

@@ -6,11 +6,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Set
 from dataclasses import dataclass
+from enum import StrEnum
 
 from eddy_contract.assignor import Assignment, TaskAssignment
-from eddy_runtime.protocol.work import ItemResult
+from eddy_contract.tasks import Role
+from eddy_runtime.protocol.work import ItemResult, ItemStatus
 
-__all__ = ["CopyProgress", "CopyProgressTracker"]
+__all__ = ["CopyProgress", "CopyProgressTracker", "CopyRole"]
+
+
+class CopyRole(StrEnum):
+    """What a copy catching up is, as the StreamApp's status shows it."""
+
+    ACTIVE = "active"
+    STANDBY = "standby"
+    #: a standby the assignor placed to take the active over once caught up
+    WARMUP = "warmup"
 
 
 @dataclass(frozen=True)
@@ -19,7 +30,7 @@ class CopyProgress:
 
     task: str
     executor: str
-    role: str  # "active", "standby" or "warmup"
+    role: CopyRole
     restored: int
     remaining: int
 
@@ -40,17 +51,17 @@ class CopyProgressTracker:
                 continue
             key = (r.task, r.executor)
             seen.add(key)
-            if r.role == "active" and r.status == "restoring":
-                self._copies[key] = CopyProgress(r.task, r.executor, "active", r.restored, r.restore_remaining)
-            elif r.role == "active" and r.status == "processed":
+            if r.role == Role.ACTIVE and r.status == ItemStatus.RESTORING:
+                self._copies[key] = CopyProgress(r.task, r.executor, CopyRole.ACTIVE, r.restored, r.restore_remaining)
+            elif r.role == Role.ACTIVE and r.status == ItemStatus.PROCESSED:
                 self._copies.pop(key, None)
-            elif r.status == "standby":
-                role = "warmup" if r.executor in placement.warmups else "standby"
+            elif r.status == ItemStatus.STANDBY:
+                role = CopyRole.WARMUP if r.executor in placement.warmups else CopyRole.STANDBY
                 self._copies[key] = CopyProgress(r.task, r.executor, role, r.restored, r.restore_remaining)
         for key, c in list(self._copies.items()):
             placement = assignment.tasks.get(c.task)
             moved = c.executor not in live or placement is None or not _still_there(c, placement)
-            caught_up = complete and c.role != "active" and key not in seen
+            caught_up = complete and c.role != CopyRole.ACTIVE and key not in seen
             if moved or caught_up:
                 del self._copies[key]
 
@@ -61,6 +72,6 @@ class CopyProgressTracker:
 
 
 def _still_there(copy: CopyProgress, placement: TaskAssignment) -> bool:
-    if copy.role == "active":
+    if copy.role == CopyRole.ACTIVE:
         return placement.active == copy.executor
     return copy.executor in placement.standbys or copy.executor in placement.warmups

@@ -15,10 +15,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from eddy_contract.channel import ExecutorInventory, RestoreProgress, RuntimeState
-from eddy_contract.tasks import TaskId
+from eddy_contract.tasks import Role, TaskId
 from eddy_runtime.driver.progress import CopyProgress
+from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.protocol.placement import ExecutorRef, PinnedSlots, current_executor_id
-from eddy_runtime.protocol.work import BatchSettings, ItemResult
+from eddy_runtime.protocol.work import BatchSettings, ItemResult, ItemStatus
 from eddy_runtime.state import TaskInventory, changelog_topic_name
 
 if TYPE_CHECKING:
@@ -76,10 +77,10 @@ class Volumes:
                 if stores:
                     self.held.setdefault(r.executor, {})[r.task] = sum(stores.values())
                     self.held_stores.setdefault(r.executor, {})[r.task] = stores
-            if r.role == "active":
-                if r.status == "restoring":
+            if r.role == Role.ACTIVE:
+                if r.status == ItemStatus.RESTORING:
                     self.restoring[r.task] = r.executor
-                elif r.status == "processed":
+                elif r.status == ItemStatus.PROCESSED:
                     self.restoring.pop(r.task, None)
         for e in list(self.held):
             if e not in live:
@@ -101,14 +102,14 @@ def probe_inventories(sc: SparkContext, executors: Sequence[ExecutorRef],
     return PinnedSlots(sc, executors).run(inventory)
 
 
-def runtime_state(compiled: CompiledApp, changelog_ends: Mapping[tuple[str, int], int], volumes: Volumes,
+def runtime_state(compiled: CompiledApp, changelog_ends: Mapping[TopicPartition, int], volumes: Volumes,
                   live: Sequence[ExecutorRef], restores: Iterable[CopyProgress], lag: Mapping[str, int],
                   generation: int, batch_id: int) -> RuntimeState:
     """The runtime state for the operator: changelog ends per task and store, what each live
     executor's volume holds, restores under way, input lag."""
     app = compiled.app
     per_task = {
-        task: {st.name: changelog_ends[(changelog_topic_name(app, st.name), TaskId.parse(task).partition)]
+        task: {st.name: changelog_ends[TopicPartition(changelog_topic_name(app, st.name), TaskId.parse(task).partition)]
                for st in s.stores}
         for s in compiled.subtopologies for task in s.task_ids
     }
