@@ -13,9 +13,11 @@ import pickle
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from eddy_contract.spec import BadRecordPolicy
 from eddy_runtime.kafka.records import decode_source, range_reader
 from eddy_runtime.protocol.placement import MisplacedTask, ensure_on_executor
 from eddy_runtime.protocol.runner_client import RunnerClient
+from eddy_runtime.protocol.runner_messages import Program, StashRead
 from eddy_runtime.protocol.work import BatchSettings, ItemResult, ItemStatus, SlotWork, volume_inventory
 
 if TYPE_CHECKING:
@@ -27,9 +29,6 @@ __all__ = ["RESULT_DDL", "Program", "executor_slot_job", "executor_step", "probe
 
 #: the schema of what every partition returns: pickled `ItemResult`s
 RESULT_DDL = "result binary"
-
-#: (program id, pickled sub-topologies for the runners): runners cache a program by its id
-Program = tuple[str, bytes]
 
 #: a mapInArrow function
 ArrowFn = Callable[[Iterable["pa.RecordBatch"]], Iterator["pa.RecordBatch"]]
@@ -48,17 +47,13 @@ def _misplaced(settings: BatchSettings, work: SlotWork) -> list[ItemResult] | No
 
 def _call_runner(settings: BatchSettings, program: Program, work: SlotWork, data: object) -> list[ItemResult]:
     """Run `work` in the executor's task runner (sending the program if the runner lacks it)."""
-    program_id, program_bytes = program
     client = RunnerClient(settings.state_dir_for(work.executor), work.executor)
     try:
-        reply = client.call(("run", program_id, None, settings, work, data))
-        if reply == "need-program":
-            reply = client.call(("run", program_id, program_bytes, settings, work, data))
+        return client.run(program, settings, work, data)
     except Exception as e:  # noqa: BLE001 - other items of the batch still count
         return [ItemResult(i.task, work.executor, i.role, ItemStatus.FAILED,
                            message=f"task runner: {type(e).__name__}: {e}")
                 for i in work.items]
-    return list(reply)
 
 
 def _result_batch(results: Sequence[ItemResult]) -> pa.RecordBatch:
@@ -119,8 +114,8 @@ def read_step(settings: BatchSettings, sub: SubTopology, works: list[SlotWork], 
                 # The sink sees rows after the user's steps; the runner needs the records read
                 # (for figures) and the bad ones (for the policy).
                 client = RunnerClient(settings.state_dir_for(work.executor), work.executor)
-                client.call(("stash", settings.batch_id, item.task, bad, len(raw)))
-                if bad and settings.bad_record_policy == "fail":
+                client.call(StashRead(settings.batch_id, item.task, tuple(bad), len(raw)))
+                if bad and settings.bad_record_policy == BadRecordPolicy.FAIL:
                     continue
             yield from table.to_batches(max_chunksize=65_536)
 

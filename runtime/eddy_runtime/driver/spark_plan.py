@@ -29,6 +29,7 @@ from eddy_runtime.dsl.subtopology import CompiledApp
 from eddy_runtime.kafka.records import spark_source_schema
 from eddy_runtime.protocol.placement import ExecutorRef, PinnedSlots, current_executor_id
 from eddy_runtime.protocol.runner_client import RunnerClient
+from eddy_runtime.protocol.runner_messages import Shutdown
 from eddy_runtime.protocol.work import BatchSettings, ContinuousWork, SlotWork, WorkItem
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ def close_runners(sc: SparkContext, live: Sequence[ExecutorRef], settings: Batch
         me = current_executor_id(settings.executor_hosts) or ""
         client = RunnerClient(settings.state_dir_for(me), me)
         try:
-            yield me, str(client.call(("shutdown",), timeout_s=60, start=False))
+            yield me, str(client.call(Shutdown(), timeout_s=60, start=False))
         except ConnectionRefusedError:
             yield me, "no task runner"
         except Exception as e:  # noqa: BLE001

@@ -1,28 +1,21 @@
 """The task runner process: the one process per executor (and state directory) that owns its
-tasks' stores, serving `runner_client.RunnerClient` requests with a `task_runner.TaskRunner`.
+tasks' stores, serving the typed requests of `protocol/runner_messages.py` that
+`protocol.runner_client.RunnerClient` sends, with an `executor.task_runner.TaskRunner`.
 
-Why a process of its own. The three options considered, measured on this 2-core machine
-(under load; one key-value store, exactly-once, local broker):
+Why a process of its own (docs/DESIGN.md has the measurements): opening an exactly-once task's
+state manager per batch (``init_transactions``, changelog offsets, RocksDB) costs far more than a
+commit on an open one; and handles cached in Spark's Python workers do not work, because a
+DataFrame task runs a Python step on each side of the user's steps, in two workers at once, and
+either may serve a task next batch, finding the task's lock held by the other. One long-lived
+process per executor keeps stores, producers (transactions initialised once) and consumers open
+across batches, and nothing else ever opens the executor's stores.
 
-- open per batch: ``ProcessorStateManager.open`` of an exactly-once active takes ~590 ms
-  (``init_transactions``, changelog offsets, RocksDB) and ``close`` ~25 ms, for every task and
-  batch; a commit on an open manager takes ~16 ms. Ruled out.
-- one core per executor, handles cached in Python workers: a DataFrame task runs a Python step on
-  each side of the user's steps, i.e. two workers at once, and either may serve a task next
-  batch, so a cached handle finds the task's lock held by the other worker. Ruled out.
-- one long-lived process per executor (this module): a round trip costs ~1 ms, ~80 ms with a
-  100k-row Arrow table; stores, producers (transactions initialised once) and consumers stay open
-  across batches, and nothing else ever opens the executor's stores. Chosen.
-
-Who calls it: `RunnerClient.call` in Spark tasks (driver/executor_steps.py's partition functions), which
-starts the runner on first use (detached, in its own session) and reconnects if it died. The
-runner exits when its executor JVM does (it polls the pid), closing its stores cleanly, or on a
-`shutdown` request.
-
-Requests (pickled tuples): ``("run", program_id, program_or_None, settings, slot, data)`` ->
-list of `ItemResult`; ``("stash", batch_id, task, bad_records, read)`` keeps what a read
-step found (bad records, records read) for the sink of the same batch; ``("close", None)`` closes every task;
-``("shutdown",)`` closes every task and exits (the driver sends it when it stops).
+Who calls it: `RunnerClient` in Spark tasks (driver/executor_steps.py's partition functions),
+which starts the runner on first use (detached, in its own session) and reconnects if it died;
+and the driver's `Shutdown` when it stops (driver/spark_plan.py). The runner exits when its
+executor JVM does (it polls the pid), closing its stores cleanly, or on `Shutdown`. Beside the
+socket it serves, over HTTP, the executor's metrics, interactive queries and the driver's pushes
+(`_serve_endpoint`).
 """
 
 from __future__ import annotations
@@ -38,12 +31,27 @@ import threading
 from collections.abc import Sequence
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
-from typing import Any
 
+import pyarrow as pa
+
+from eddy_runtime.dsl.subtopology import SubTopology
 from eddy_runtime.executor.metrics import ExecutorMetrics
 from eddy_runtime.executor.task_runner import TaskRunner
+from eddy_runtime.processing.operators import BatchOutput
 from eddy_runtime.protocol.health import HealthAndMetricsServer
-from eddy_runtime.protocol.runner_client import PROTOCOL
+from eddy_runtime.protocol.runner_client import PICKLE_PROTOCOL
+from eddy_runtime.protocol.runner_messages import (
+    Close,
+    Done,
+    NeedProgram,
+    Ping,
+    Pong,
+    RunnerRequest,
+    RunReply,
+    RunWork,
+    Shutdown,
+    StashRead,
+)
 from eddy_runtime.protocol.work_push import (
     PUSH_PATH,
     RELEASE_PATH,
@@ -54,9 +62,44 @@ from eddy_runtime.protocol.work_push import (
 )
 from eddy_runtime.queries.server import StoreQueries
 
-__all__ = ["METRICS_ADDRESS_FILE", "main", "serve"]
+__all__ = ["METRICS_ADDRESS_FILE", "RequestDispatch", "main", "serve"]
 
 log = logging.getLogger("eddy.runner")
+
+
+class RequestDispatch:
+    """Answers each request but `Shutdown` (which `serve` handles: it stops the process) with
+    the runner's `TaskRunner`, and caches the programs `RunWork` requests bring."""
+
+    def __init__(self, runner: TaskRunner) -> None:
+        self._runner = runner
+        #: program id -> its sub-topologies by id
+        self._programs: dict[str, dict[int, SubTopology]] = {}
+
+    def answer(self, request: RunnerRequest[object]) -> object:
+        """The reply to `request` (the type it names); raises what serving it raised."""
+        match request:
+            case RunWork():
+                return self._run(request)
+            case StashRead():
+                self._runner.stash_read(request.batch_id, request.task, request.bad_records, request.records_read)
+                return Done()
+            case Close():
+                self._runner.close_all()
+                return Done()
+            case Ping():
+                return Pong(self._runner.executor_id, os.getpid())
+        raise ValueError(f"unknown request {request!r}")
+
+    def _run(self, request: RunWork) -> RunReply:
+        if request.program is not None:
+            self._programs[request.program_id] = {s.id: s for s in pickle.loads(request.program)}
+        elif request.program_id not in self._programs:
+            return NeedProgram(request.program_id)
+        data = request.data
+        if not (data is None or isinstance(data, pa.Table | BatchOutput)):
+            raise TypeError(f"a slot's data is a table, a batch's output or None, not a {type(data).__name__}")
+        return self._runner.run(self._programs[request.program_id], request.settings, request.slot, data)
 
 
 def serve(address: str, executor_id: str, state_dir: str, executor_pid: int | None) -> None:
@@ -67,6 +110,7 @@ def serve(address: str, executor_id: str, state_dir: str, executor_pid: int | No
         log.info("runner for %s already running (%s); exiting", state_dir, e)
         return
     runner = TaskRunner(executor_id, state_dir, ExecutorMetrics())
+    dispatch = RequestDispatch(runner)
     threading.Thread(target=_warm_up, name="eddy-warm", daemon=True).start()
     endpoint = _serve_endpoint(state_dir, runner)
     stop = threading.Event()
@@ -89,20 +133,22 @@ def serve(address: str, executor_id: str, state_dir: str, executor_pid: int | No
                     request = pickle.loads(conn.recv_bytes())
                 except (EOFError, OSError):
                     return
-                if request[0] == "shutdown":
+                if isinstance(request, Shutdown):
                     runner.close_all()
                     stop.set()
-                    conn.send_bytes(pickle.dumps("ok"))
+                    conn.send_bytes(pickle.dumps(Done()))
                     with contextlib.suppress(OSError):  # wake the accept loop
                         Client(address, family="AF_UNIX").close()
                     return
+                kind = type(request).__name__
+                reply: object
                 try:
-                    reply: Any = runner.handle(request)
+                    reply = dispatch.answer(request)
                 except Exception as e:  # noqa: BLE001 - the client turns it into a failed item
-                    log.exception("request %s failed", request[0])
-                    reply = RuntimeError(f"runner request {request[0]} failed: {type(e).__name__}: {e}")
+                    log.exception("request %s failed", kind)
+                    reply = RuntimeError(f"runner request {kind} failed: {type(e).__name__}: {e}")
                 try:
-                    conn.send_bytes(pickle.dumps(reply, protocol=PROTOCOL))
+                    conn.send_bytes(pickle.dumps(reply, protocol=PICKLE_PROTOCOL))
                 except OSError:
                     return
 

@@ -1,21 +1,19 @@
 """The task runner's work: the tasks one executor holds (their state managers, kept open across
 batches) and the work items it runs against them (docs/DESIGN.md, "One micro-batch", steps 4-5).
 
-`TaskRunner.handle` serves the requests executor/runner.py receives from `runner_client.RunnerClient`.
+executor/runner.py serves `protocol.runner_messages` requests with a `TaskRunner`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import pickle
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -110,7 +108,6 @@ class TaskRunner:
         self._tasks_lock = threading.Lock()
         #: the closes of tasks let go of (`close_task`) under way
         self._closing: list[threading.Thread] = []
-        self._programs: dict[str, dict[int, SubTopology]] = {}
         #: (batch, task) -> bad records and the count of records a read step read for the sink
         self._stash: dict[tuple[int, str], tuple[list[BadRecord], int]] = {}
         #: the tasks of sub-topologies that run continuously (executor/continuous.py)
@@ -122,28 +119,13 @@ class TaskRunner:
 
     # -- requests -----------------------------------------------------------------------------
 
-    def handle(self, request: tuple[Any, ...]) -> Any:
-        kind = request[0]
-        if kind == "run":
-            _, program_id, program, settings, slot, data = request
-            if program is not None:
-                self._programs[program_id] = {s.id: s for s in pickle.loads(program)}
-            elif program_id not in self._programs:
-                return "need-program"
-            return self.run(self._programs[program_id], settings, slot, data)
-        if kind == "stash":
-            _, batch_id, task, records, read = request
-            self._stash[(batch_id, task)] = (list(records), read)
-            # Old batches' leftovers (a sink that never came) must not pile up.
-            for key in [k for k in self._stash if k[0] < batch_id - 10]:
-                del self._stash[key]
-            return "ok"
-        if kind == "close":
-            self.close_all()
-            return "ok"
-        if kind == "ping":
-            return ("pong", self.executor_id, os.getpid())
-        raise ValueError(f"unknown request {kind!r}")
+    def stash_read(self, batch_id: int, task: str, bad_records: Sequence[BadRecord], records_read: int) -> None:
+        """Keep what a DataFrame task's read step found for the sink step of the same batch
+        (executor/runner.py serves `protocol.runner_messages.StashRead` with it)."""
+        self._stash[(batch_id, task)] = (list(bad_records), records_read)
+        # Old batches' leftovers (a sink that never came) must not pile up.
+        for key in [k for k in self._stash if k[0] < batch_id - 10]:
+            del self._stash[key]
 
     def run(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork,
             data: pa.Table | BatchOutput | None) -> list[ItemResult]:

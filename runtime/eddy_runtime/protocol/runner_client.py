@@ -1,6 +1,6 @@
 """A Spark Python worker's connection to its executor's task runner (executor/runner.py): the socket
-address, the wire format, and starting the runner on first use (docs/DESIGN.md, "One
-micro-batch", step 4).
+address, the wire format (pickled `runner_messages` requests and replies), and starting the runner
+on first use (docs/DESIGN.md, "One micro-batch", step 4).
 """
 
 from __future__ import annotations
@@ -14,14 +14,18 @@ import threading
 import time
 from multiprocessing.connection import Client, Connection
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar, TypeVar, cast
 
 from eddy_runtime.protocol.placement import executor_jvm_pid
+from eddy_runtime.protocol.runner_messages import NeedProgram, Program, RunnerRequest, RunWork
+from eddy_runtime.protocol.work import BatchSettings, ItemResult, SlotWork
 
-__all__ = ["PROTOCOL", "RunnerClient", "runner_address"]
+__all__ = ["PICKLE_PROTOCOL", "RunnerClient", "runner_address"]
 
 #: the pickle protocol of requests and replies
-PROTOCOL = 5
+PICKLE_PROTOCOL = 5
+
+_Reply = TypeVar("_Reply")
 
 
 def runner_address(state_dir: str) -> str:
@@ -40,16 +44,28 @@ class RunnerClient:
         self.executor_id = executor_id
         self.address = runner_address(state_dir)
 
-    def call(self, request: tuple[Any, ...], timeout_s: float = 600.0, start: bool = True) -> Any:
+    def run(self, program: Program, settings: BatchSettings, slot: SlotWork, data: object) -> list[ItemResult]:
+        """Run `slot`'s work in the runner (`RunWork`), sending the program only if the runner
+        has not cached it yet."""
+        reply = self.call(RunWork(program.program_id, None, settings, slot, data))
+        if isinstance(reply, NeedProgram):
+            reply = self.call(RunWork(program.program_id, program.sub_topologies, settings, slot, data))
+        if isinstance(reply, NeedProgram):
+            raise RuntimeError(f"the task runner of executor {self.executor_id} did not take program "
+                               f"{program.program_id}")
+        return reply
+
+    def call(self, request: RunnerRequest[_Reply], timeout_s: float = 600.0, start: bool = True) -> _Reply:
         """Send `request` and wait for the reply; `start`: start the runner if it is not running
-        (otherwise raise `ConnectionRefusedError`)."""
+        (otherwise raise `ConnectionRefusedError`). A runner that failed to serve the request
+        answers with the exception, raised here."""
         for attempt in range(2):
             conn = self._connect(start)
             try:
-                conn.send_bytes(pickle.dumps(request, protocol=PROTOCOL))
+                conn.send_bytes(pickle.dumps(request, protocol=PICKLE_PROTOCOL))
                 if not conn.poll(timeout_s):
                     raise TimeoutError(f"task runner of executor {self.executor_id} did not answer in {timeout_s}s")
-                reply = pickle.loads(conn.recv_bytes())
+                reply: object = pickle.loads(conn.recv_bytes())
             except (EOFError, OSError, BrokenPipeError):
                 self._connections.pop(self.address, None)
                 if attempt:
@@ -57,7 +73,8 @@ class RunnerClient:
                 continue
             if isinstance(reply, Exception):
                 raise reply
-            return reply
+            # The runner answers each request kind with the reply type the request names.
+            return cast(_Reply, reply)
         raise AssertionError("unreachable")
 
     def _connect(self, start: bool) -> Connection:
