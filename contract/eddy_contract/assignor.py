@@ -30,15 +30,29 @@ The rules (Kafka Streams' guarantees; "balanced" = per core, loads differ by at 
 Lag of an executor for a task = changelog end offset - the offset its volume holds (the sum over
 the task's stores); an executor that holds nothing for the task has lag = end offset, i.e. a full
 restore from the changelog's start. A stateless task has end offset 0 and lag 0 everywhere.
+
+Each rule is a module of `eddy_contract.assignment` (rule 1: `active_targets`, `caught_up_swaps`,
+`stateless`; 2 and 4: `task_movement`; 3: `standbys`, `standby_balance`); `plan` runs them once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import replace
 from types import MappingProxyType
 
-from eddy_contract.assignor_balance import Node, Placement, Plan
+from eddy_contract.assignment.app_tasks import AppTasks
+from eddy_contract.assignment.client_state import ClientState
+from eddy_contract.assignment.model import (
+    Assignment,
+    AssignmentError,
+    AssignorSettings,
+    Executor,
+    TaskAssignment,
+    task_lag,
+)
+from eddy_contract.assignment.moves import MoveKind, TaskMove, diff
+from eddy_contract.assignment.plan import plan
 from eddy_contract.tasks import task_sort_key
 
 __all__ = [
@@ -46,6 +60,7 @@ __all__ = [
     "AssignmentError",
     "AssignorSettings",
     "Executor",
+    "MoveKind",
     "TaskAssignment",
     "TaskMove",
     "assign",
@@ -54,91 +69,6 @@ __all__ = [
     "task_lag",
     "task_sort_key",
 ]
-
-
-class AssignmentError(ValueError):
-    """The inputs do not allow an assignment (no live executor, duplicate executor ids...)."""
-
-
-@dataclass(frozen=True)
-class Executor:
-    """A live executor: its Spark executor id, its pod, the zone of its node (None if unknown)
-    and its cores, which weight its share of the load (Kafka Streams weights by stream threads)."""
-
-    id: str
-    pod: str = ""
-    zone: str | None = None
-    cores: int = 1
-
-    def __post_init__(self) -> None:
-        if self.cores < 1:
-            raise AssignmentError(f"executor {self.id} has {self.cores} cores; it needs at least 1")
-
-
-@dataclass(frozen=True)
-class AssignorSettings:
-    standby_replicas: int = 1
-    acceptable_recovery_lag: int = 10000
-    max_warmup_replicas: int = 2
-
-    def __post_init__(self) -> None:
-        if self.standby_replicas < 0 or self.acceptable_recovery_lag < 0 or self.max_warmup_replicas < 0:
-            raise AssignmentError(f"settings must not be negative: {self}")
-
-
-@dataclass(frozen=True)
-class TaskAssignment:
-    """Where one task's copies live: the active, hot standbys, and warmups that are catching up."""
-
-    active: str
-    standbys: tuple[str, ...] = ()
-    warmups: tuple[str, ...] = ()
-
-    @property
-    def copies(self) -> tuple[str, ...]:
-        return (self.active, *self.standbys, *self.warmups)
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """One generation of the app's assignment. `tasks` maps task id (`S_P`) to its placement."""
-
-    generation: int
-    tasks: Mapping[str, TaskAssignment] = field(default_factory=lambda: MappingProxyType({}))
-
-    def active_tasks(self, executor: str) -> tuple[str, ...]:
-        return tuple(t for t, a in self.tasks.items() if a.active == executor)
-
-    def standby_tasks(self, executor: str) -> tuple[str, ...]:
-        return tuple(t for t, a in self.tasks.items() if executor in a.standbys)
-
-    def warmup_tasks(self, executor: str) -> tuple[str, ...]:
-        return tuple(t for t, a in self.tasks.items() if executor in a.warmups)
-
-    def executors(self) -> tuple[str, ...]:
-        """Every executor named by this assignment, sorted."""
-        return tuple(sorted({e for a in self.tasks.values() for e in a.copies}))
-
-
-@dataclass(frozen=True)
-class TaskMove:
-    """One change between two generations, for events and logs.
-
-    kind: `promoted` (a standby or warmup became the active), `moved` (the active went to an
-    executor that held no copy), `assigned` (a new task), `standby-added`, `standby-removed`,
-    `warmup-added`, `warmup-removed`, `removed` (the task no longer exists)."""
-
-    task: str
-    kind: str
-    source: str | None
-    target: str | None
-
-
-def task_lag(end_offset: int, held_offset: int | None) -> int:
-    """Records an executor must restore before its copy is current; `None`: it holds nothing."""
-    if held_offset is None:
-        return max(end_offset, 0)
-    return max(end_offset - held_offset, 0)
 
 
 def assign(
@@ -172,51 +102,22 @@ def assign_app(
     ids = [e.id for e in executors]
     if len(set(ids)) != len(ids):
         raise AssignmentError(f"duplicate executor ids: {sorted(ids)}")
-    nodes = [Node(e.id, e.zone, e.cores) for e in executors]
-    lag = {(e, t): task_lag(end, held.get(e, {}).get(t)) for e in ids for t, end in end_offsets.items()}
-    kinds = set(stateful) & set(end_offsets)
-    prev = {t: (a.active, a.standbys, a.warmups) for t, a in previous.tasks.items()} if previous else {}
-    seen: list[dict[str, Placement]] = []
+    tasks = AppTasks.of(end_offsets, stateful)
+    prev = dict(previous.tasks) if previous is not None else {}
+    clients = ClientState.observe(executors, end_offsets, held, prev, settings.acceptable_recovery_lag)
+    seen: list[dict[str, TaskAssignment]] = []
     while True:
-        plan = Plan(nodes, lag, end_offsets, kinds, prev, settings.standby_replicas,
-                    settings.acceptable_recovery_lag, settings.max_warmup_replicas).run()
-        if plan == prev or plan in seen or len(seen) == _FIXED_POINT_ROUNDS:
+        placed = plan(tasks, clients, settings)
+        if placed == prev or placed in seen or len(seen) == _FIXED_POINT_ROUNDS:
             break
-        seen.append(plan)
-        prev = plan
-    tasks = {t: TaskAssignment(*p) for t, p in plan.items()}
-    if previous is not None and dict(previous.tasks) == tasks:
+        seen.append(placed)
+        prev = placed
+        clients = replace(clients, previous=prev)
+    if previous is not None and dict(previous.tasks) == placed:
         return previous
     generation = previous.generation + 1 if previous is not None else 1
-    return Assignment(generation, MappingProxyType(tasks))
+    return Assignment(generation, MappingProxyType(placed))
 
 
+# Rule 5: the property tests find the fixed point within this many rounds.
 _FIXED_POINT_ROUNDS = 8
-
-
-def diff(previous: Assignment | None, current: Assignment) -> tuple[TaskMove, ...]:
-    """What changed from `previous` to `current`, task by task in task order."""
-    moves: list[TaskMove] = []
-    before = dict(previous.tasks) if previous is not None else {}
-    for task in sorted(set(before) | set(current.tasks), key=task_sort_key):
-        old, new = before.get(task), current.tasks.get(task)
-        if new is None:
-            assert old is not None
-            moves.append(TaskMove(task, "removed", old.active, None))
-            continue
-        if old is None:
-            moves.append(TaskMove(task, "assigned", None, new.active))
-        elif old.active != new.active:
-            kind = "promoted" if new.active in old.standbys or new.active in old.warmups else "moved"
-            moves.append(TaskMove(task, kind, old.active, new.active))
-        old_standbys = set(old.standbys) if old else set()
-        old_warmups = set(old.warmups) if old else set()
-        for e in sorted(set(new.standbys) - old_standbys):
-            moves.append(TaskMove(task, "standby-added", None, e))
-        for e in sorted(old_standbys - set(new.standbys) - {new.active}):
-            moves.append(TaskMove(task, "standby-removed", e, None))
-        for e in sorted(set(new.warmups) - old_warmups):
-            moves.append(TaskMove(task, "warmup-added", None, e))
-        for e in sorted(old_warmups - set(new.warmups) - {new.active} - set(new.standbys)):
-            moves.append(TaskMove(task, "warmup-removed", e, None))
-    return tuple(moves)

@@ -1,0 +1,75 @@
+"""What the assignor knows of its clients, the live executors (Kafka Streams' ClientState): their
+zones and cores, each one's lag for every task, and where the previous assignment put every copy.
+
+Lag of an executor for a task = changelog end offset - the offset its volume holds; a copy is
+caught up when that is within acceptableRecoveryLag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from eddy_contract.assignment.model import Executor, TaskAssignment, task_lag
+
+
+@dataclass(frozen=True)
+class ClientState:
+    live: tuple[str, ...]  # executor ids, sorted
+    zone: Mapping[str, str | None]
+    cores: Mapping[str, int]
+    lags: Mapping[str, Mapping[str, int]]  # executor -> task -> lag
+    previous: Mapping[str, TaskAssignment]  # task -> its copies in the previous assignment
+    acceptable_recovery_lag: int
+
+    @classmethod
+    def observe(
+        cls,
+        executors: Sequence[Executor],
+        end_offsets: Mapping[str, int],
+        held: Mapping[str, Mapping[str, int]],
+        previous: Mapping[str, TaskAssignment],
+        acceptable_recovery_lag: int,
+    ) -> ClientState:
+        """`held`: per executor, the offset each task's stores hold on its volume."""
+        lags = {e.id: {t: task_lag(end, held.get(e.id, {}).get(t)) for t, end in end_offsets.items()}
+                for e in executors}
+        return cls(
+            live=tuple(sorted(e.id for e in executors)),
+            zone={e.id: e.zone for e in executors},
+            cores={e.id: e.cores for e in executors},
+            lags=lags,
+            previous=previous,
+            acceptable_recovery_lag=acceptable_recovery_lag,
+        )
+
+    def lag(self, executor: str, task: str) -> int:
+        return self.lags[executor][task]
+
+    def caught_up(self, executor: str, task: str) -> bool:
+        return self.lag(executor, task) <= self.acceptable_recovery_lag
+
+    def previous_active(self, task: str) -> str | None:
+        p = self.previous.get(task)
+        return p.active if p is not None else None
+
+    def was_copy(self, executor: str, task: str) -> bool:
+        p = self.previous.get(task)
+        return p is not None and executor in p.copies
+
+    def was_standby(self, executor: str, task: str) -> bool:
+        p = self.previous.get(task)
+        return p is not None and executor in p.standbys
+
+    def was_warmup(self, executor: str, task: str) -> bool:
+        p = self.previous.get(task)
+        return p is not None and executor in p.warmups
+
+    def sticky(self, task: str) -> str | None:
+        """The previous active, if it is live and caught up: the task should stay there."""
+        p = self.previous_active(task)
+        return p if p is not None and p in self.cores and self.caught_up(p, task) else None
+
+    def freshest(self, task: str) -> Callable[[str], tuple[bool, int, bool, str]]:
+        """Order executors for `task`: caught up, then least lag, then a previous copy, then id."""
+        return lambda e: (not self.caught_up(e, task), self.lag(e, task), not self.was_copy(e, task), e)
