@@ -17,9 +17,9 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from eddy_contract.tasks import TaskId, task_id
+from eddy_contract.tasks import Role, TaskId, task_id
 
 if TYPE_CHECKING:
     from eddy_contract.assignor import Assignment
@@ -29,6 +29,7 @@ __all__ = [
     "QueryError",
     "QueryRouting",
     "StoreRoute",
+    "TaskCopies",
     "encode_key",
     "kafka_partition",
     "murmur2",
@@ -149,8 +150,15 @@ class Holder:
     """One executor holding a copy of a task, and where it serves queries ("" unknown yet)."""
 
     executor: str
-    role: Literal["active", "standby"]
+    role: Role
     address: str
+
+
+class TaskCopies(NamedTuple):
+    """The executors holding a task's copies, as of one assignment."""
+
+    active: str
+    standbys: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -160,8 +168,8 @@ class QueryRouting:
     app: str
     generation: int
     stores: Mapping[str, StoreRoute] = field(default_factory=dict)
-    #: task -> (active executor, standby executors)
-    tasks: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    #: task -> the executors holding its copies
+    tasks: Mapping[str, TaskCopies] = field(default_factory=dict)
     #: executor -> host:port of its query endpoint
     addresses: Mapping[str, str] = field(default_factory=dict)
 
@@ -174,9 +182,9 @@ class QueryRouting:
 
     def holders(self, task: str) -> list[Holder]:
         """The task's active first, then its standbys."""
-        active, standbys = self.tasks.get(task, ("", ()))
-        out = [Holder(active, "active", self.addresses.get(active, ""))] if active else []
-        return out + [Holder(e, "standby", self.addresses.get(e, "")) for e in standbys]
+        active, standbys = self.tasks.get(task, TaskCopies("", ()))
+        out = [Holder(active, Role.ACTIVE, self.addresses.get(active, ""))] if active else []
+        return out + [Holder(e, Role.STANDBY, self.addresses.get(e, "")) for e in standbys]
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -214,6 +222,6 @@ def store_routes(compiled: CompiledApp) -> dict[str, StoreRoute]:
 def query_routing(compiled: CompiledApp, assignment: Assignment, addresses: Mapping[str, str]) -> QueryRouting:
     stores = store_routes(compiled)
     owned = {r.subtopology for r in stores.values()}
-    tasks = {t: (a.active, tuple(a.standbys)) for t, a in assignment.tasks.items()
+    tasks = {t: TaskCopies(a.active, tuple(a.standbys)) for t, a in assignment.tasks.items()
              if TaskId.parse(t).subtopology in owned}
     return QueryRouting(compiled.app, assignment.generation, stores, tasks, dict(addresses))

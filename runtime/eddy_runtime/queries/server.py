@@ -37,6 +37,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from eddy_contract.tasks import Role
 from eddy_runtime.queries.routing import QueryError, QueryRouting, StoreRoute, encode_key, json_value, parse_key
 from eddy_runtime.state import serde_for
 from eddy_runtime.state.store import prefix_successor
@@ -173,7 +174,7 @@ class StoreQueries:
         me = self._self_address()
         if not forwarded:
             for holder in routing.holders(task):
-                if holder.address == me or (holder.role == "standby" and max_lag is None):
+                if holder.address == me or (holder.role == Role.STANDBY and max_lag is None):
                     continue
                 if not holder.address:
                     tried.append(f"executor {holder.executor} ({holder.role}): its endpoint is not known yet")
@@ -184,7 +185,7 @@ class StoreQueries:
                 tried.append(f"executor {holder.executor} ({holder.role}) at {holder.address}: "
                              f"{body.get('error', status)}")
         ask = [h.address for h in routing.holders(task) if h.address and h.address != me
-               and (h.role == "active" or max_lag is not None)]
+               and (h.role == Role.ACTIVE or max_lag is not None)]
         lag_text = "an active" if max_lag is None else f"a copy at most {max_lag} records behind"
         raise QueryError(503, f"task {task} of store {route.store} is not available here from {lag_text}"
                               + (f" ({'; '.join(tried)})" if tried else ""), task=task, ask=ask)
@@ -217,7 +218,7 @@ class StoreQueries:
 
 def _unfit(copy: LocalCopy, max_lag: int | None) -> str | None:
     """Why this copy may not answer (None: it may)."""
-    if copy.role == "active":
+    if copy.role == Role.ACTIVE:
         return None if copy.available else f"the active is restoring ({copy.lag} records to go)"
     if max_lag is None:
         return "a standby, and the query allows no lag (give max_lag)"

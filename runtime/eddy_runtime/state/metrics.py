@@ -16,6 +16,8 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
+from eddy_contract.tasks import Role
+
 __all__ = ["COMMIT_LATENCY_BUCKETS_S", "StateMetrics", "StoreFigures", "TaskFigures"]
 
 COMMIT_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -43,7 +45,7 @@ class StoreFigures:
 class TaskFigures:
     app: str
     task_id: str
-    role: str  # "active" or "standby"
+    role: Role
     restoring: bool
     stores: tuple[StoreFigures, ...]
     #: latencies of the commits since the previous figures() call, in seconds
@@ -88,14 +90,14 @@ class StateMetrics:
         # Figures carry cumulative counts per manager; the counter gets the increase.
         self._last_restored: dict[tuple[str, ...], int] = {}
         #: per copy (app, task, store): the role its series carry now
-        self._roles: dict[tuple[str, str, str], str] = {}
+        self._roles: dict[tuple[str, str, str], Role] = {}
 
     def _gauges(self) -> list[Any]:
         gauges = [self.restore_rate, self.restore_remaining, self.restore_eta, self.size, self.entries,
                   self.changelog_offset]
         return gauges + ([self.standby_lag] if self.standby_lag is not None else [])
 
-    def _key(self, app: str, task: str, role: str, store: str) -> tuple[str, ...]:
+    def _key(self, app: str, task: str, role: Role, store: str) -> tuple[str, ...]:
         if not self.per_copy:
             return (app, task, store)
         before = self._roles.get((app, task, store))
@@ -105,7 +107,7 @@ class StateMetrics:
         return (app, task, role, store)
 
     def observe(self, figures: TaskFigures) -> None:
-        if not self.per_copy and figures.role != "active":
+        if not self.per_copy and figures.role != Role.ACTIVE:
             return
         for s in figures.stores:
             key = self._key(figures.app, figures.task_id, figures.role, s.store)
