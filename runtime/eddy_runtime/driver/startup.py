@@ -19,7 +19,8 @@ from eddy_contract.spec import StreamAppSpec
 from eddy_runtime.driver.app_topics import ensure_app_topics
 from eddy_runtime.driver.outcomes import DriverError
 from eddy_runtime.dsl.compiler import compile_topology
-from eddy_runtime.dsl.pipeline import Join, Node, PipelineError, StreamJoin, TableJoin, TableSource, Topology
+from eddy_runtime.dsl.graph import Join, Node, StreamJoin, TableJoin, TableSource
+from eddy_runtime.dsl.pipeline import PipelineError, Topology
 from eddy_runtime.dsl.subtopology import CompiledApp
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig, KafkaCredentialsMissing, KafkaUnreachable

@@ -1,4 +1,5 @@
-"""Compile a pipeline (dsl/pipeline.py's graph) into sub-topologies, stores, topics and tasks.
+"""Compile a pipeline (the graph dsl/pipeline.py records, dsl/graph.py) into sub-topologies, stores,
+topics and tasks.
 
 Pure: takes the graph, the app id and the partition counts of the source topics, returns
 frozen values. The driver calls `compile_topology` once at start; the sub-topologies travel to
@@ -26,13 +27,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from eddy_runtime.dsl.pipeline import (
+from eddy_runtime.dsl.errors import PipelineError
+from eddy_runtime.dsl.graph import (
     Aggregate,
     GroupBy,
     Join,
     Merge,
     Node,
-    PipelineError,
     Process,
     Record,
     Source,
@@ -40,11 +41,11 @@ from eddy_runtime.dsl.pipeline import (
     Suppress,
     TableJoin,
     TableSource,
-    Topology,
     ToStream,
     ToTopic,
     Transform,
 )
+from eddy_runtime.dsl.pipeline import Topology
 from eddy_runtime.dsl.record_steps import GROUP_KEY_COLUMN, RecordStep
 from eddy_runtime.dsl.subtopology import (
     CompiledApp,
@@ -244,9 +245,8 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
     elif isinstance(node, Process):
         if b.stateful is not None:
             raise PipelineError("one stateful step per sub-topology: group_by between them")
-        stores = tuple(StoreSpec.key_value(n, k, v) for n, k, v in node.stores)
         b.stateful = StatefulSpec("process", None, b.source.key_serde, processor=node.factory,
-                                  process_stores=(*stores, StoreSpec.key_value(f"{node.name}-time")))
+                                  process_stores=(*node.stores, StoreSpec.key_value(f"{node.name}-time")))
     elif isinstance(node, ToStream):
         b.streamed = True
     else:  # pragma: no cover - every node type is handled above

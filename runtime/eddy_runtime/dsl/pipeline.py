@@ -21,8 +21,9 @@ Kafka Streams' vocabulary; docs/pipelines.md is the reference. The word count::
   (or, with `until_time_limit(...)`, each key's newest update after a wait): Kafka Streams' ``suppress``.
 - `Stream.join(table)` joins a stream with a `Topology.table` from a co-partitioned compacted topic.
 
-This module only records what the user asked for (a graph of frozen nodes); dsl/compiler.py turns
-it into sub-topologies and tasks, and the runtime executes those.
+This module is the user's entry point (``from eddy_runtime.dsl.pipeline import Topology, tumbling``);
+it only records what the user asked for, as a graph of frozen nodes (dsl/graph.py);
+dsl/compiler.py turns it into sub-topologies and tasks, and the runtime executes those.
 """
 
 from __future__ import annotations
@@ -34,6 +35,24 @@ from typing import Any, Literal
 
 from eddy_runtime.dsl.branches import BranchedStream
 from eddy_runtime.dsl.errors import PipelineError
+from eddy_runtime.dsl.graph import (
+    Aggregate,
+    GroupBy,
+    Join,
+    Merge,
+    Node,
+    Process,
+    Record,
+    Source,
+    StreamJoin,
+    Suppress,
+    TableJoin,
+    TableSource,
+    ToStream,
+    ToTopic,
+    Transform,
+)
+from eddy_runtime.dsl.processors import Processor
 from eddy_runtime.dsl.record_steps import RecordStep, RecordSteps, TableValues, is_key_selector
 from eddy_runtime.dsl.time_windows import (
     JoinWindows,
@@ -48,153 +67,17 @@ from eddy_runtime.dsl.time_windows import (
     until_time_limit,
     until_window_closes,
 )
+from eddy_runtime.state import StoreSpec
 
 __all__ = [
-    "Aggregate", "GroupBy", "GroupedStream", "Join", "PipelineError", "Record", "Source", "Stream", "Table",
-    "TableSource", "TimeWindows", "ToStream", "ToTopic", "Topology", "Transform", "WindowedStream",
-    "duration_ms", "hopping", "tumbling", "JoinWindows", "Merge", "StreamJoin", "TableJoin", "join_windows",
-    "SessionWindowedStream", "SessionWindows", "session_windows", "Suppress", "Suppressed", "until_time_limit",
-    "until_window_closes",
+    "GroupedStream", "JoinWindows", "PipelineError", "SessionWindowedStream", "SessionWindows", "Stream",
+    "Suppressed", "Table", "TimeWindows", "Topology", "WindowedStream", "duration_ms", "hopping", "join_windows",
+    "session_windows", "tumbling", "until_time_limit", "until_window_closes",
 ]
 
 KEY_SERDES = ("string", "bytes", "int64", "json")
 VALUE_SERDES = ("string", "bytes", "int64", "json")
 REDUCE_OPS = ("sum", "min", "max")
-
-
-# -- the graph: one frozen node per call ---------------------------------------------------------
-
-
-@dataclass(frozen=True, eq=False)
-class Node:
-    """A step of the pipeline; `parent` is the step it reads from (None for a source)."""
-
-    parent: Node | None
-
-
-@dataclass(frozen=True, eq=False)
-class Source(Node):
-    topic: str
-    key_serde: str
-    value_serde: str
-
-
-@dataclass(frozen=True, eq=False)
-class TableSource(Node):
-    topic: str
-    key_serde: str
-    value_serde: str
-    store: str
-
-
-@dataclass(frozen=True, eq=False)
-class Transform(Node):
-    fn: Callable[[Any], Any]
-    name: str
-
-
-@dataclass(frozen=True, eq=False)
-class Record(Node):
-    step: RecordStep
-
-
-@dataclass(frozen=True, eq=False)
-class Process(Node):
-    """A user `Processor` (dsl/processors.py) run record by record, with its own key-value stores."""
-
-    factory: Callable[[], Any]
-    #: (store name, key serde, value serde)
-    stores: tuple[tuple[str, str, str], ...]
-    name: str
-
-
-@dataclass(frozen=True, eq=False)
-class GroupBy(Node):
-    #: a column name, a key selector (its function (key, value) -> key), a pyspark Column, or None
-    #: for `group_by_key` (the ``key`` column, no repartition)
-    key: Any
-    name: str
-    key_serde: str
-    partitions: int | None
-
-
-@dataclass(frozen=True, eq=False)
-class Aggregate(Node):
-    kind: Literal["count", "reduce", "aggregate"]
-    store: str
-    value_serde: str
-    windows: TimeWindows | None = None
-    #: reduce: "sum" / "min" / "max" or a callable (a, b) -> c; aggregate: (key, values, agg) -> agg
-    reducer: str | Callable[[Any, Any], Any] | None = None
-    column: str | None = None
-    initializer: Callable[[], Any] | None = None
-    adder: Callable[[Any, dict[str, list[Any]], Any], Any] | None = None
-    #: session windows (then `windows` is None), and an aggregate's merger (key, agg, agg) -> agg
-    session_windows: SessionWindows | None = None
-    merger: Callable[[Any, Any, Any], Any] | None = None
-
-
-@dataclass(frozen=True, eq=False)
-class Suppress(Node):
-    """A windowed aggregation's table (`parent`) seen through a suppression buffer kept in `store`."""
-
-    suppressed: Suppressed
-    store: str
-
-
-@dataclass(frozen=True, eq=False)
-class Join(Node):
-    table: TableSource
-    how: Literal["inner", "left"]
-    right_name: str
-
-
-@dataclass(frozen=True, eq=False)
-class StreamJoin(Node):
-    """A windowed join with another stream read straight from its topic (`other`)."""
-
-    other: Source
-    joiner: Callable[[Any, Any], Any]
-    windows: JoinWindows
-    left_store: str
-    right_store: str
-    how: Literal["inner", "left", "outer"] = "inner"
-    #: left and outer joins: the records still without a partner (Kafka Streams' outer join store)
-    outer_store: str = ""
-
-
-@dataclass(frozen=True, eq=False)
-class TableJoin(Node):
-    """Two source tables joined on their keys (`parent` is the left one)."""
-
-    other: TableSource
-    joiner: Callable[[Any, Any], Any]
-    how: Literal["inner", "left", "outer"]
-
-
-@dataclass(frozen=True, eq=False)
-class Merge(Node):
-    """`parent`'s records and `other`'s in one stream, through the internal topic
-    ``<app>-<name>-repartition``, keyed as they are."""
-
-    other: Node
-    name: str
-    key_serde: str
-    partitions: int | None
-
-
-@dataclass(frozen=True, eq=False)
-class ToStream(Node):
-    pass
-
-
-@dataclass(frozen=True, eq=False)
-class ToTopic(Node):
-    topic: str
-    key_serde: str | None
-    value_serde: str | None
-    key: str
-    value: str | tuple[str, ...]
 
 
 def _check_serde(serde: str, allowed: Sequence[str], what: str) -> str:
@@ -286,7 +169,7 @@ class Stream(RecordSteps):
             )
         return Stream(self.topology, Transform(self.node, fn, name or str(getattr(fn, "__name__", "transform"))))
 
-    def process(self, factory: Callable[[], Any], *, stores: Sequence[str | tuple[str, str, str]] = (),
+    def process(self, factory: Callable[[], Processor], *, stores: Sequence[str | tuple[str, str, str]] = (),
                 name: str | None = None) -> Stream:
         """Run a Kafka Streams-style `Processor` (eddy_runtime.dsl.processors) on each record: it gets
         the task's `stores` (names, or (name, key serde, value serde); JSON keys and values by
@@ -300,10 +183,11 @@ class Stream(RecordSteps):
         specs = []
         for s in stores:
             store, key_serde, value_serde = (s, "json", "json") if isinstance(s, str) else s
-            specs.append((_check_name(store, "store"), _check_serde(key_serde, KEY_SERDES, "store key serde"),
-                          _check_serde(value_serde, VALUE_SERDES, "store value serde")))
-        if len({n for n, _, _ in specs}) != len(specs):
-            raise PipelineError(f"process() stores must have distinct names, got {[n for n, _, _ in specs]}")
+            specs.append(StoreSpec.key_value(_check_name(store, "store"),
+                                             _check_serde(key_serde, KEY_SERDES, "store key serde"),
+                                             _check_serde(value_serde, VALUE_SERDES, "store value serde")))
+        if len({spec.name for spec in specs}) != len(specs):
+            raise PipelineError(f"process() stores must have distinct names, got {[spec.name for spec in specs]}")
         base = self.topology._name(name, "process")
         return Stream(self.topology, Process(self.node, factory, tuple(specs), base))
 

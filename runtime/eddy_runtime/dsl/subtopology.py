@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from eddy_contract.tasks import TaskId, task_id
-from eddy_runtime.dsl.pipeline import JoinWindows, SessionWindows, Suppressed, TimeWindows
 from eddy_runtime.dsl.record_steps import RecordStep
+from eddy_runtime.dsl.time_windows import JoinWindows, SessionWindows, Suppressed, TimeWindows
 from eddy_runtime.state import ChangelogTopicSpec, StoreSpec
 
 __all__ = [
