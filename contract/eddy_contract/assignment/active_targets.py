@@ -6,6 +6,7 @@ then `caught_up_swaps` trades targets between tasks to put more of them on caugh
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from eddy_contract.assignment.app_tasks import AppTasks, TaskGroup
 from eddy_contract.assignment.caught_up_swaps import swap_towards_caught_up
@@ -34,24 +35,31 @@ def target_actives(tasks: AppTasks, clients: ClientState) -> dict[str, str]:
     return target
 
 
+class _Core(NamedTuple):
+    """One core of an executor: actives are dealt out core by core."""
+
+    executor: str
+    number: int
+
+
 def _quotas(tasks: AppTasks, clients: ClientState) -> Mapping[TaskGroup, Mapping[str, int]]:
     """How many of each group's actives each executor gets: the group's tasks dealt over every
     core of every executor, the least loaded cores first, those of sticky executors first."""
-    slots = [(e, i) for e in clients.live for i in range(clients.cores[e])]
-    total = {s: 0 for s in slots}
+    cores = [_Core(e, i) for e in clients.live for i in range(clients.cores[e])]
+    total = {c: 0 for c in cores}
     out: dict[TaskGroup, dict[str, int]] = {}
     for g, members in tasks.groups.items():
         stick = {e: 0 for e in clients.live}
         for t in members:
             if (p := clients.sticky(t)) is not None:
                 stick[p] += 1
-        base, extra = divmod(len(members), len(slots))
+        base, extra = divmod(len(members), len(cores))
         # an executor's cores fill up in step with the others' (Kafka's least loaded client)
-        order = sorted(slots, key=lambda s: (total[s], s[1] / clients.cores[s[0]], -stick[s[0]], s))
+        order = sorted(cores, key=lambda c: (total[c], c.number / clients.cores[c.executor], -stick[c.executor], c))
         quota = {e: 0 for e in clients.live}
-        for n, s in enumerate(order):
+        for n, c in enumerate(order):
             got = base + (1 if n < extra else 0)
-            total[s] += got
-            quota[s[0]] += got
+            total[c] += got
+            quota[c.executor] += got
         out[g] = quota
     return out
