@@ -97,7 +97,7 @@ def fill_changelog(bootstrap: str, topic: str, records: int, keys: int, value_by
 def eddy_restore(bootstrap: str, app: str, state_root: Path, chunk: int) -> dict[str, float]:
     state_dir = state_root / "eddy"
     shutil.rmtree(state_dir, ignore_errors=True)
-    mgr = ProcessorStateManager.open(app, "0_0", [STORE], state_dir, bootstrap, guarantee="at_least_once")
+    mgr = ProcessorStateManager.open(app, "0_0", [STORE], state_dir, bootstrap)
     try:
         started = time.monotonic()
         cpu = time.process_time()

@@ -1,11 +1,11 @@
 """When a runner's rounds start under exactly-once: a cycle per commit interval, and follow-up
-rounds down the topology within it (continuous.CommitCycle; pure)."""
+rounds down the topology within it (commit_cycle.CommitCycle; pure)."""
 
 from __future__ import annotations
 
 import pytest
 
-from eddy_runtime.executor.continuous import CommitCycle
+from eddy_runtime.executor.commit_cycle import CommitCycle
 
 pytestmark = pytest.mark.unit
 

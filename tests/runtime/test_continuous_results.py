@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_runtime.executor.continuous import merge_results
+from eddy_runtime.executor.results import merge_results
 from eddy_runtime.protocol.work import BadRecordInfo, ItemResult
 
 pytestmark = pytest.mark.unit

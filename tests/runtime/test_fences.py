@@ -12,7 +12,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from eddy_runtime.executor.continuous import ContinuousLoop
 from eddy_runtime.executor.task_runner import TaskRunner
-from eddy_runtime.kafka.transactions import CommitPart, OutputRecord, TaskCommitter, TaskFenced, runner_transactional_id
+from eddy_runtime.kafka.transactional_ids import runner_transactional_id
+from eddy_runtime.kafka.transactions import CommitPart, OutputRecord, TaskCommitter, TaskFenced
 from eddy_runtime.protocol.fences import FenceBook, fence_topic, read_epochs
 from eddy_runtime.protocol.work import BatchSettings, ContinuousWork
 
@@ -99,11 +100,11 @@ def test_stale_work_makes_no_committer_and_fresh_work_does(kafka, tmp_path):
     try:
         # Executor 1 still holds generation 1 (epoch 0): a committer made now would escape the
         # fence, so none is kept.
-        loop._make_committer(ContinuousWork(1, (("0_0", "active"),), 0.1, fence_epoch=0), settings)
-        assert loop._committer is None
-        assert loop._stale_epoch == 0
-        loop._make_committer(ContinuousWork(2, (), 0.1, fence_epoch=1), settings)
-        assert loop._committer is not None and loop._committer_epoch == 1
+        loop.producer.make(ContinuousWork(1, (("0_0", "active"),), 0.1, fence_epoch=0), settings)
+        assert loop.producer.committer is None
+        assert loop.producer.stale_epoch == 0
+        loop.producer.make(ContinuousWork(2, (), 0.1, fence_epoch=1), settings)
+        assert loop.producer.committer is not None and loop.producer.epoch == 1
     finally:
         loop.close()
         book.close()

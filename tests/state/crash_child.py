@@ -21,7 +21,8 @@ from collections import Counter
 
 from confluent_kafka import Consumer, TopicPartition
 
-from eddy_runtime.state import ProcessorStateManager, StoreSpec
+from eddy_runtime.executor.commit import StateCommitter
+from eddy_runtime.state import StoreSpec
 
 COUNTS = StoreSpec.key_value("counts", key_serde="string", value_serde="int64")
 BATCH = 100
@@ -37,8 +38,9 @@ def crash_point(name: str, batch: int) -> None:
 
 
 def main(bootstrap: str, app: str, state_dir: str, input_topic: str, guarantee: str) -> int:
-    mgr = ProcessorStateManager.open(app, "0_0", [COUNTS], state_dir, bootstrap, guarantee=guarantee,
-                                     lock_timeout=30)
+    task = StateCommitter.open(app, "0_0", [COUNTS], state_dir, bootstrap, guarantee=guarantee,
+                               lock_timeout=30)
+    mgr = task.state
     mgr.restore()
     print("restored", flush=True)
     tp = TopicPartition(input_topic, 0)
@@ -70,11 +72,11 @@ def main(bootstrap: str, app: str, state_dir: str, input_topic: str, guarantee: 
         counts.put_many(keys, [c + words[k] for k, c in zip(keys, counts.get_many(keys, default=0), strict=True)])
         position = msgs[-1].offset() + 1
         crash_point("before_commit", batch)
-        kc = mgr.commit_to_kafka(tx, input_offsets={(input_topic, 0): position})
+        kc = task.commit_to_kafka(tx, input_offsets={(input_topic, 0): position})
         crash_point("between_commit_and_store", batch)
-        mgr.apply_commit(tx, kc)
+        task.write_stores(tx, kc)
         crash_point("after_store", batch)
-    mgr.close()
+    task.close()
     consumer.close()
     print("done", flush=True)
     return 0

@@ -8,15 +8,21 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from eddy_runtime.kafka.transactions import CommitPart, PlannedPositions, TaskCommitter, runner_transactional_id
+from eddy_runtime.executor.commit import StateCommitter
+from eddy_runtime.kafka.transactional_ids import runner_transactional_id
+from eddy_runtime.kafka.transactions import (
+    CommitFailed,
+    CommitPart,
+    OutputRecord,
+    PlannedPositions,
+    TaskCommitter,
+    TaskFenced,
+)
 from eddy_runtime.state import (
     ChangelogTopicMismatch,
     ChangelogTopicSpec,
-    CommitFailed,
-    OutputRecord,
     ProcessorStateManager,
     TaskDirectoryLocked,
-    TaskFenced,
     ensure_changelog_topics,
 )
 from tests.state.conftest import COUNTS, StateApp, read_all
@@ -25,8 +31,8 @@ from tests.state.test_task_directory import hold_lock_in_child
 pytestmark = pytest.mark.integration
 
 
-def open_active(app: StateApp, **kw) -> ProcessorStateManager:
-    return ProcessorStateManager.open(app.name, "0_0", [COUNTS], app.state_dir, app.bootstrap, **kw)
+def open_active(app: StateApp, **kw) -> StateCommitter:
+    return StateCommitter.open(app.name, "0_0", [COUNTS], app.state_dir, app.bootstrap, **kw)
 
 
 def increment(mgr: ProcessorStateManager, key: str):
@@ -71,22 +77,23 @@ def test_lock_held_by_another_process_is_rejected(state_app: StateApp) -> None:
     finally:
         child.kill()
         child.wait(10)
-    with open_active(state_app) as mgr:
-        assert mgr.restored
+    with open_active(state_app) as task:
+        assert task.state.restored
 
 
 def test_exactly_once_commit_carries_outputs_changelog_and_input_offsets(state_app: StateApp, kafka) -> None:
     state_app.ensure_changelogs()
     out = kafka.new_topic(f"{state_app.name}-out", partitions=2)
-    with open_active(state_app) as mgr:
+    with open_active(state_app) as task:
+        mgr = task.state
         tx = increment(mgr, "k")
-        result = mgr.commit(tx, outputs=[OutputRecord(out, b"k", struct.pack(">q", 1), partition=0)],
+        result = task.commit(tx, outputs=[OutputRecord(out, b"k", struct.pack(">q", 1), partition=0)],
                             input_offsets={(state_app.input_topic, 0): 42})
         assert result.changelog_records == 1 and result.outputs == 1
         assert mgr.store("counts").offsets.changelog_offset == result.changelog_offsets["counts"]
         assert dict(mgr.store("counts").offsets.input_offsets) == {(state_app.input_topic, 0): 42}
         assert mgr.figures().commit_latencies_s
-        assert mgr.committer.committed_offsets([(state_app.input_topic, 0), (state_app.input_topic, 1)]) == {
+        assert task.committed_offsets([(state_app.input_topic, 0), (state_app.input_topic, 1)]) == {
             (state_app.input_topic, 0): 42, (state_app.input_topic, 1): 0}
     assert committed(state_app) == 42
     assert [(k, v) for _, k, v in read_all(state_app.bootstrap, out)] == [(b"k", struct.pack(">q", 1))]
@@ -97,13 +104,15 @@ def test_exactly_once_commit_carries_outputs_changelog_and_input_offsets(state_a
 
 def test_a_crash_between_kafka_commit_and_store_write_is_repaired_by_the_next_open(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
-    with open_active(state_app) as mgr:
-        mgr.commit(increment(mgr, "k"), input_offsets={(state_app.input_topic, 0): 1})
+    with open_active(state_app) as task:
+        mgr = task.state
+        task.commit(increment(mgr, "k"), input_offsets={(state_app.input_topic, 0): 1})
         tx = increment(mgr, "k")
-        mgr.commit_to_kafka(tx, input_offsets={(state_app.input_topic, 0): 2})
+        task.commit_to_kafka(tx, input_offsets={(state_app.input_topic, 0): 2})
         # ... the process dies here: the store never sees the second batch.
         assert mgr.store("counts").get("k") == 1
-    with open_active(state_app) as mgr:
+    with open_active(state_app) as task:
+        mgr = task.state
         mgr.restore(timeout_s=30)
         assert mgr.store("counts").get("k") == 2
         assert dict(mgr.store("counts").offsets.input_offsets) == {(state_app.input_topic, 0): 2}
@@ -113,29 +122,30 @@ def test_a_crash_between_kafka_commit_and_store_write_is_repaired_by_the_next_op
 def test_a_zombie_of_the_task_is_fenced(state_app: StateApp, tmp_path) -> None:
     state_app.ensure_changelogs()
     zombie = open_active(state_app)
-    zombie.commit(increment(zombie, "k"))
+    zombie.commit(increment(zombie.state, "k"))
     # The task moved: a new instance on another volume (the zombie still runs, e.g. a partition).
-    with ProcessorStateManager.open(state_app.name, "0_0", [COUNTS], tmp_path / "other", state_app.bootstrap) as new:
-        new.restore(timeout_s=30)
+    with StateCommitter.open(state_app.name, "0_0", [COUNTS], tmp_path / "other", state_app.bootstrap) as new:
+        new.state.restore(timeout_s=30)
         with pytest.raises(TaskFenced):
-            zombie.commit(increment(zombie, "k"))
-        assert zombie.store("counts").get("k") == 1, "a fenced batch never reaches the store"
-        new.commit(increment(new, "k"))
-        assert new.store("counts").get("k") == 2
+            zombie.commit(increment(zombie.state, "k"))
+        assert zombie.state.store("counts").get("k") == 1, "a fenced batch never reaches the store"
+        new.commit(increment(new.state, "k"))
+        assert new.state.store("counts").get("k") == 2
     zombie.close()
 
 
 def test_an_aborted_batch_leaves_the_store_untouched(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
     # Give up on the unknown topic after 1 s instead of librdkafka's 30 s default.
-    with open_active(state_app, producer_overrides={"topic.metadata.propagation.max.ms": 1000}) as mgr:
-        mgr.commit(increment(mgr, "k"))
+    with open_active(state_app, producer_overrides={"topic.metadata.propagation.max.ms": 1000}) as task:
+        mgr = task.state
+        task.commit(increment(mgr, "k"))
         tx = increment(mgr, "k")
         with pytest.raises(CommitFailed, match="no-such-topic") as err:
-            mgr.commit(tx, outputs=[OutputRecord(f"{state_app.name}-no-such-topic", b"k", b"v")])
+            task.commit(tx, outputs=[OutputRecord(f"{state_app.name}-no-such-topic", b"k", b"v")])
         assert err.value.aborted
         assert mgr.store("counts").get("k") == 1
-        mgr.commit(increment(mgr, "k"))
+        task.commit(increment(mgr, "k"))
         assert mgr.store("counts").get("k") == 2
     assert [v for _, _, v in read_all(state_app.bootstrap, state_app.changelog())] == [
         struct.pack(">q", 1), struct.pack(">q", 2)
@@ -144,9 +154,10 @@ def test_an_aborted_batch_leaves_the_store_untouched(state_app: StateApp) -> Non
 
 def test_at_least_once_commit_flushes_commits_offsets_then_writes_the_store(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
-    with open_active(state_app, guarantee="at_least_once") as mgr:
+    with open_active(state_app, guarantee="at_least_once") as task:
+        mgr = task.state
         for i in range(3):
-            mgr.commit(increment(mgr, "k"), input_offsets={(state_app.input_topic, 0): i + 1})
+            task.commit(increment(mgr, "k"), input_offsets={(state_app.input_topic, 0): i + 1})
         assert mgr.store("counts").get("k") == 3
     assert committed(state_app) == 3
     assert len(read_all(state_app.bootstrap, state_app.changelog())) == 3

@@ -22,7 +22,7 @@ from collections import Counter
 
 import pytest
 
-from eddy_runtime.state import ProcessorStateManager
+from eddy_runtime.executor.commit import StateCommitter
 from tests.servers import REPO
 from tests.state.conftest import COUNTS, StateApp, produce
 from tests.state.crash_child import BATCH, EXIT_INCONSISTENT
@@ -95,10 +95,10 @@ def test_counts_survive_repeated_sigkills(state_app: StateApp, guarantee: str) -
         finished_early += code == 0
     assert run_child(state_app, guarantee, {}, kill_after_s=120) == 0
 
-    with ProcessorStateManager.open(state_app.name, "0_0", [COUNTS], state_app.state_dir, state_app.bootstrap,
-                                    guarantee=guarantee) as mgr:
-        assert mgr.restored
-        counts = dict(mgr.store("counts").items())
+    with StateCommitter.open(state_app.name, "0_0", [COUNTS], state_app.state_dir, state_app.bootstrap,
+                             guarantee=guarantee) as task:
+        assert task.state.restored
+        counts = dict(task.state.store("counts").items())
     assert kills.total() - kills["lost_volume"] >= KILLS
     assert kills["between_commit_and_store"] >= 3
     if guarantee == "exactly_once":

@@ -11,9 +11,10 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 
+from eddy_runtime.executor.commit import StateCommitter
+from eddy_runtime.kafka.transactions import OutputRecord
 from eddy_runtime.state import (
     ChangelogTopicMissing,
-    OutputRecord,
     ProcessorStateManager,
     StoreSpec,
 )
@@ -25,8 +26,9 @@ pytestmark = pytest.mark.integration
 RAW = StoreSpec.key_value("counts")  # the same store, seen as bytes
 
 
-def open_task(app: StateApp, task: str = "0_0", specs=(RAW,), **kw) -> ProcessorStateManager:
-    return ProcessorStateManager.open(app.name, task, list(specs), app.state_dir, app.client, **kw)
+def open_task(app: StateApp, task: str = "0_0", specs=(RAW,), **kw) -> StateCommitter:
+    """The task opened as an active that commits on its own (`mgr.state` is its state manager)."""
+    return StateCommitter.open(app.name, task, list(specs), app.state_dir, app.client, **kw)
 
 
 def random_changelog(n: int, keys: int, seed: int = 1) -> list[tuple[bytes, bytes | None]]:
@@ -48,7 +50,8 @@ def test_restore_from_scratch_rebuilds_the_store_from_the_changelog(state_app: S
     records = random_changelog(30_000, keys=5_000)
     produce(state_app.bootstrap, state_app.changelog(), records, partition=0,
             transactional_id=f"{state_app.name}-writer", per_transaction=2_000)
-    with open_task(state_app) as mgr:
+    with open_task(state_app) as task:
+        mgr = task.state
         assert not mgr.restored
         chunks = []
         deadline = time.monotonic() + 60
@@ -71,20 +74,22 @@ def test_restore_from_scratch_rebuilds_the_store_from_the_changelog(state_app: S
 @pytest.mark.parametrize("state_app", ["plaintext", "sasl_ssl"], indirect=True)
 def test_restore_from_a_checkpoint_reads_only_the_delta(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
-    with open_task(state_app, specs=(COUNTS,)) as mgr:
+    with open_task(state_app, specs=(COUNTS,)) as task:
+        mgr = task.state
         for batch in range(10):
             tx = mgr.transaction()
             counts = tx.key_value("counts")
             words = [f"w{i}" for i in range(50)]
             counts.put_many(words, [v + 1 for v in counts.get_many(words, default=0)])
-            mgr.commit(tx, input_offsets={(state_app.input_topic, 0): batch + 1})
+            task.commit(tx, input_offsets={(state_app.input_topic, 0): batch + 1})
     checkpoint = (state_app.state_dir / state_app.name / "0_0" / ".checkpoint").read_text().split("\n")
     assert checkpoint[0] == "0" and f"{state_app.changelog()} 0 " in "\n".join(checkpoint)
 
     # Another writer (the task, running elsewhere while this volume was away) adds a delta.
     delta = [(b"w1", (100).to_bytes(8, "big")), (b"new", (1).to_bytes(8, "big"))]
     produce(state_app.bootstrap, state_app.changelog(), delta, transactional_id=f"{state_app.name}-0_0")
-    with open_task(state_app, specs=(COUNTS,)) as mgr:
+    with open_task(state_app, specs=(COUNTS,)) as task:
+        mgr = task.state
         assert mgr.restore(timeout_s=30).done, "the delta is restored within 30 s"
         assert mgr.progress.restored == 2
         assert mgr.progress.stores[0].mode == "batch"
@@ -96,17 +101,18 @@ def test_restore_from_a_checkpoint_reads_only_the_delta(state_app: StateApp) -> 
 def test_a_periodic_checkpoint_is_written_off_the_commit_and_never_after_a_later_one(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
     path = state_app.state_dir / state_app.name / "0_0" / ".checkpoint"
-    with open_task(state_app, specs=(COUNTS,), checkpoint_interval_s=0.0) as mgr:
+    with open_task(state_app, specs=(COUNTS,), checkpoint_interval_s=0.0) as task:
+        mgr = task.state
         for batch in range(5):
             tx = mgr.transaction()
             tx.key_value("counts").put_many(["w"], [batch])
-            mgr.commit(tx, input_offsets={(state_app.input_topic, 0): batch + 1})
+            task.commit(tx, input_offsets={(state_app.input_topic, 0): batch + 1})
             # each commit hands one to the checkpoint writer (unless the last is still being written)
             mgr._await_checkpoint()
             assert f"{state_app.input_topic} 0 {batch}" in path.read_text()
         tx = mgr.transaction()
         tx.key_value("counts").put_many(["w"], [5])
-        mgr.commit(tx, input_offsets={(state_app.input_topic, 0): 6})
+        task.commit(tx, input_offsets={(state_app.input_topic, 0): 6})
     # close writes the last one after whatever the writer had under way
     assert f"{state_app.input_topic} 0 5" in path.read_text()
     assert f"{state_app.changelog()} 0 " in path.read_text()
@@ -114,11 +120,13 @@ def test_a_periodic_checkpoint_is_written_off_the_commit_and_never_after_a_later
 
 def test_reopening_a_caught_up_task_restores_nothing(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
-    with open_task(state_app, specs=(COUNTS,)) as mgr:
+    with open_task(state_app, specs=(COUNTS,)) as task:
+        mgr = task.state
         tx = mgr.transaction()
         tx.key_value("counts").put("a", 1)
-        mgr.commit(tx)
-    with open_task(state_app, specs=(COUNTS,)) as mgr:
+        task.commit(tx)
+    with open_task(state_app, specs=(COUNTS,)) as task:
+        mgr = task.state
         assert mgr.restored, "only the commit marker follows the store's offset"
         assert mgr.progress.restored == 0
 
@@ -144,14 +152,16 @@ def test_compacted_changelog_is_restored_exactly(state_app: StateApp, kafka) -> 
     offsets = [o for o, _, _ in on_log]
     assert any(b - a > 1 for a, b in zip(offsets, offsets[1:], strict=False)), "offsets must have gaps"
     expected = last_value_per_key([*records, *rolls])
-    with open_task(state_app) as mgr:
+    with open_task(state_app) as task:
+        mgr = task.state
         assert mgr.restore(timeout_s=60).done, "the compacted changelog is restored within 60 s"
         assert store_contents(mgr) == expected
 
 
 def test_empty_changelog_restores_nothing_and_is_done_at_once(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
-    with open_task(state_app) as mgr:
+    with open_task(state_app) as task:
+        mgr = task.state
         assert mgr.restored
         assert mgr.progress.stores[0].mode == "none"
 
@@ -159,7 +169,8 @@ def test_empty_changelog_restores_nothing_and_is_done_at_once(state_app: StateAp
 def test_store_ahead_of_a_recreated_changelog_is_wiped_and_restored(state_app: StateApp, kafka, caplog) -> None:
     state_app.ensure_changelogs()
     produce(state_app.bootstrap, state_app.changelog(), random_changelog(500, 100))
-    with open_task(state_app) as mgr:
+    with open_task(state_app) as task:
+        mgr = task.state
         assert mgr.restore(timeout_s=30).done, "the first restore finishes within 30 s"
     kafka.admin.delete_topics([state_app.changelog()])[state_app.changelog()].result(30)
     _wait_until_gone(kafka, state_app.changelog())
@@ -168,7 +179,8 @@ def test_store_ahead_of_a_recreated_changelog_is_wiped_and_restored(state_app: S
     state_app.ensure_changelogs()
     fresh = [(b"only", b"1")]
     produce(state_app.bootstrap, state_app.changelog(), fresh)
-    with caplog.at_level(logging.WARNING), open_task(state_app) as mgr:
+    with caplog.at_level(logging.WARNING), open_task(state_app) as task:
+        mgr = task.state
         assert mgr.restore(timeout_s=30).done, "the restore from scratch finishes within 30 s"
         assert store_contents(mgr) == {b"only": b"1"}
     assert "beyond the changelog's end" in caplog.text
@@ -179,14 +191,16 @@ def test_store_behind_the_changelog_start_is_wiped_and_restored(state_app: State
     # stores' compact,delete changelogs); the broker refuses DeleteRecords on compact-only topics.
     kafka.create_topic(state_app.changelog(), partitions=2, config={"cleanup.policy": "compact,delete"})
     produce(state_app.bootstrap, state_app.changelog(), [(b"a", b"1"), (b"b", b"1")])
-    with open_task(state_app) as mgr:
+    with open_task(state_app) as task:
+        mgr = task.state
         assert mgr.restore(timeout_s=30).done, "the first restore finishes within 30 s"
         assert mgr.store("counts").offsets.changelog_offset == 1
     produce(state_app.bootstrap, state_app.changelog(), [(b"c", b"1"), (b"d", b"1"), (b"e", b"1")])
     futures = kafka.admin.delete_records([TopicPartition(state_app.changelog(), 0, 4)])
     for f in futures.values():
         f.result(30)
-    with caplog.at_level(logging.WARNING), open_task(state_app) as mgr:
+    with caplog.at_level(logging.WARNING), open_task(state_app) as task:
+        mgr = task.state
         assert mgr.restore(timeout_s=30).done, "the restore from scratch finishes within 30 s"
         assert store_contents(mgr) == {b"e": b"1"}
     assert "below the changelog's start" in caplog.text
@@ -196,14 +210,16 @@ def test_window_store_is_restored_from_its_changelog(state_app: StateApp) -> Non
     spec = StoreSpec.window("clicks", window_size_ms=1_000, retention_ms=60_000, key_serde="string",
                             value_serde="int64")
     state_app.ensure_changelogs([spec])
-    with open_task(state_app, specs=(spec,)) as mgr:
+    with open_task(state_app, specs=(spec,)) as task:
+        mgr = task.state
         tx = mgr.transaction()
         w = tx.window("clicks")
         for t in range(0, 10_000, 1_000):
             w.put("alice", t, t // 1_000)
-        mgr.commit(tx, outputs=[OutputRecord(state_app.input_topic, b"x", b"y", partition=1)])
+        task.commit(tx, outputs=[OutputRecord(state_app.input_topic, b"x", b"y", partition=1)])
     shutil.rmtree(state_app.state_dir)
-    with open_task(state_app, specs=(spec,)) as mgr:
+    with open_task(state_app, specs=(spec,)) as task:
+        mgr = task.state
         assert mgr.restore(timeout_s=30).done, "the window store is restored within 30 s"
         assert list(mgr.store("clicks").fetch_range("alice", 2_000, 4_000)) == [(2_000, 2), (3_000, 3), (4_000, 4)]
         assert mgr.store("clicks").get_raw(b"alice", 9_000) == (9).to_bytes(8, "big")
@@ -232,12 +248,13 @@ def _wait_until_gone(kafka, topic: str) -> None:
 def test_session_store_is_restored_from_its_changelog_with_its_stream_time(state_app: StateApp) -> None:
     spec = StoreSpec.session("visits", retention_ms=60_000, key_serde="string", value_serde="int64")
     state_app.ensure_changelogs([spec])
-    with open_task(state_app, specs=(spec,)) as mgr:
+    with open_task(state_app, specs=(spec,)) as task:
+        mgr = task.state
         tx = mgr.transaction()
         s = tx.session("visits")
         s.put("alice", 0, 0, 1)
         s.put("alice", 5_000, 5_000, 1)
-        mgr.commit(tx, outputs=[OutputRecord(state_app.input_topic, b"x", b"y", partition=1)])
+        task.commit(tx, outputs=[OutputRecord(state_app.input_topic, b"x", b"y", partition=1)])
         tx = mgr.transaction()
         s = tx.session("visits")  # a record at 2 s merges alice's two sessions
         s.remove("alice", 0, 0)
@@ -245,11 +262,13 @@ def test_session_store_is_restored_from_its_changelog_with_its_stream_time(state
         s.put("alice", 0, 5_000, 3)
         s.put("bob", 7_000, 9_000, 2)
         s.observe(9_500)  # the newest record was late, or another store's: stream time still moves
-        mgr.commit(tx, outputs=[OutputRecord(state_app.input_topic, b"x", b"y", partition=1)])
-    with open_task(state_app, specs=(spec,)) as mgr:  # a restart: the store as it was
+        task.commit(tx, outputs=[OutputRecord(state_app.input_topic, b"x", b"y", partition=1)])
+    with open_task(state_app, specs=(spec,)) as task:  # a restart: the store as it was
+        mgr = task.state
         assert mgr.store("visits").stream_time == 9_500
     shutil.rmtree(state_app.state_dir)
-    with open_task(state_app, specs=(spec,)) as mgr:  # a restore elsewhere: the changelog replayed
+    with open_task(state_app, specs=(spec,)) as task:  # a restore elsewhere: the changelog replayed
+        mgr = task.state
         assert mgr.restore(timeout_s=30).done, "the session store is restored within 30 s"
         store = mgr.store("visits")
         assert store.all_sessions() == [(("alice", 0, 5_000), 3), (("bob", 7_000, 9_000), 2)]

@@ -8,18 +8,19 @@ from typing import Any
 
 import pytest
 
+from eddy_runtime.executor.commit import StateCommitter
 from eddy_runtime.state import ProcessorStateManager
 from tests.state.conftest import COUNTS, StateApp
 
 pytestmark = pytest.mark.integration
 
 
-def count_batch(mgr: ProcessorStateManager, words: list[str], input_topic: str, position: int) -> None:
-    tx = mgr.transaction()
+def count_batch(task: StateCommitter, words: list[str], input_topic: str, position: int) -> None:
+    tx = task.state.transaction()
     counts = tx.key_value("counts")
     uniq = sorted(set(words))
     counts.put_many(uniq, [c + words.count(w) for c, w in zip(counts.get_many(uniq, default=0), uniq, strict=True)])
-    mgr.commit(tx, input_offsets={(input_topic, 1): position})
+    task.commit(tx, input_offsets={(input_topic, 1): position})
 
 
 def chunks_until_done(chunk: Callable[[], Any], done: Callable[[Any], bool], what: str,
@@ -38,18 +39,20 @@ def caught_up(standby: ProcessorStateManager, what: str = "standby catching up")
     return chunks_until_done(standby.standby_chunk, lambda p: not p.remaining, what)
 
 
-def open_pair(app: StateApp):
-    """The active on one 'volume' and a standby of the same task on another."""
-    active = ProcessorStateManager.open(app.name, "0_1", [COUNTS], app.state_dir / "a", app.bootstrap)
-    standby = ProcessorStateManager.open(app.name, "0_1", [COUNTS], app.state_dir / "b", app.bootstrap,
-                                         role="standby")
+def open_pair(app: StateApp) -> tuple[StateCommitter, StateCommitter]:
+    """The active on one 'volume' and a standby of the same task on another (each makes its
+    committer once it is active)."""
+    active = StateCommitter.open(app.name, "0_1", [COUNTS], app.state_dir / "a", app.bootstrap)
+    standby = StateCommitter.open(app.name, "0_1", [COUNTS], app.state_dir / "b", app.bootstrap,
+                                  role="standby")
     return active, standby
 
 
 def test_standby_tails_the_changelog_and_reports_its_lag(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
-    active, standby = open_pair(state_app)
-    with active, standby:
+    active, standby_copy = open_pair(state_app)
+    standby = standby_copy.state
+    with active, standby_copy:
         for i in range(5):
             count_batch(active, ["a", "b", "a"], state_app.input_topic, i + 1)
         assert standby.standby_chunk(max_records=1, max_seconds=2).remaining > 0
@@ -64,8 +67,9 @@ def test_standby_tails_the_changelog_and_reports_its_lag(state_app: StateApp) ->
 
 def test_standby_promotion_with_zero_lag_restores_nothing(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
-    active, standby = open_pair(state_app)
-    with standby:
+    active, standby_copy = open_pair(state_app)
+    standby = standby_copy.state
+    with standby_copy:
         with active:
             for i in range(3):
                 count_batch(active, ["x", "y"], state_app.input_topic, i + 1)
@@ -77,14 +81,15 @@ def test_standby_promotion_with_zero_lag_restores_nothing(state_app: StateApp) -
         # the standby read past the commit marker after its last record: nothing left to read
         assert [s.mode for s in progress.stores] == ["none"], progress
         assert standby.figures().stores[0].restored_records == applied_as_standby
-        count_batch(standby, ["x"], state_app.input_topic, 4)
+        count_batch(standby_copy, ["x"], state_app.input_topic, 4)
         assert dict(standby.store("counts").items()) == {"x": 4, "y": 3}
 
 
 def test_standby_promotion_with_some_lag_restores_only_the_delta(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
-    active, standby = open_pair(state_app)
-    with standby:
+    active, standby_copy = open_pair(state_app)
+    standby = standby_copy.state
+    with standby_copy:
         with active:
             count_batch(active, [f"w{i}" for i in range(100)], state_app.input_topic, 1)
             caught_up(standby)
@@ -100,10 +105,11 @@ def test_standby_promotion_with_some_lag_restores_only_the_delta(state_app: Stat
 
 def test_standby_survives_a_restart_and_continues_from_its_offset(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
-    active, standby = open_pair(state_app)
+    active, standby_copy = open_pair(state_app)
+    standby = standby_copy.state
     with active:
         count_batch(active, ["a"], state_app.input_topic, 1)
-        with standby:
+        with standby_copy:
             caught_up(standby)
         count_batch(active, ["a", "b"], state_app.input_topic, 2)
     with ProcessorStateManager.open(state_app.name, "0_1", [COUNTS], state_app.state_dir / "b",

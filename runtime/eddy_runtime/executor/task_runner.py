@@ -20,9 +20,10 @@ import pyarrow as pa
 
 from eddy_contract.tasks import Role, TaskId
 from eddy_runtime.dsl.subtopology import SubTopology
+from eddy_runtime.executor.commit import StateCommitter, write_stores
 from eddy_runtime.executor.continuous import ContinuousLoop
 from eddy_runtime.executor.metrics import ExecutorMetrics
-from eddy_runtime.kafka.partitions import InputRange
+from eddy_runtime.kafka.partitions import InputRange, TopicPartition
 from eddy_runtime.kafka.records import BadRecord, RawRecords, decode_repartition, decode_source, range_reader
 from eddy_runtime.kafka.transactions import (
     CommitFailed,
@@ -68,15 +69,17 @@ def latency_histogram(latencies_s: np.ndarray) -> tuple[tuple[int, ...], float]:
 class _Task:
     """A task the runner holds: its state manager, what it keeps between batches, its lock."""
 
-    def __init__(self, manager: ProcessorStateManager) -> None:
-        self.manager = manager
+    def __init__(self, opened: StateCommitter) -> None:
+        #: the task's state and the committer its batches commit through
+        self.opened = opened
+        self.manager = opened.state
         self.state = TaskState()
         self.lock = threading.Lock()
         #: held by interactive queries while they read the stores, and by `close`
         self.read_lock = threading.Lock()
         self.closed = False
         #: input positions this runner committed (or found committed when it opened the task)
-        self.positions: dict[tuple[str, int], int] | None = None
+        self.positions: dict[TopicPartition, int] | None = None
 
 
 @dataclass
@@ -87,7 +90,7 @@ class _Prepared:
     base: ItemResult
     tx: TaskTransaction
     outputs: list[OutputRecord]
-    input_offsets: dict[tuple[str, int], int]
+    input_offsets: dict[TopicPartition, int]
     records_in: int
     out: BatchOutput
     bad: list[BadRecord]
@@ -206,7 +209,7 @@ class TaskRunner:
                 self.metrics.forget(t.manager.app, task_id, list(t.manager.stores))
             self._drop_processor(task_id, t)
             try:
-                t.manager.close()
+                t.opened.close()
             except Exception:  # noqa: BLE001 - the lock is released by close() even on errors
                 log.exception("closing task %s failed", task_id)
 
@@ -251,7 +254,7 @@ class TaskRunner:
                 copy = LocalCopy(task_id, self.executor_id, "standby", m.standby_lag or 0, True, m.store(store))
             yield copy
 
-    def positions(self, task_id: str) -> dict[tuple[str, int], int] | None:
+    def positions(self, task_id: str) -> dict[TopicPartition, int] | None:
         """A running active's input positions: None unless held open as an active, restored, with
         its committed positions read."""
         with self._tasks_lock:
@@ -284,7 +287,7 @@ class TaskRunner:
                 return t
         if t is not None:
             self._close(task_id, "becomes a standby here")
-        manager = ProcessorStateManager.open(
+        opened = StateCommitter.open(
             settings.app,
             task_id,
             list(sub.stores),
@@ -296,10 +299,10 @@ class TaskRunner:
             fence_task_producer=not runner_transactions,
         )
         log.info("opened task %s as %s", task_id, role)
-        t = _Task(manager)
+        t = _Task(opened)
         for spec in sub.stores:
             if spec.kind == "window":
-                st = manager.store(spec.name).offsets.stream_time
+                st = opened.state.store(spec.name).offsets.stream_time
                 t.state.stream_time = st
         with self._tasks_lock:
             self._tasks[task_id] = t
@@ -352,7 +355,7 @@ class TaskRunner:
             got = self._prepare(settings, sub, item, t, data, base, records)
             if isinstance(got, ItemResult):
                 return got
-            t.manager.commit(got.tx, got.outputs, got.input_offsets)
+            t.opened.commit(got.tx, got.outputs, got.input_offsets)
             return self._committed_result(got)
         return self._guarded(item.task, t, base, active)
 
@@ -391,8 +394,8 @@ class TaskRunner:
         ready: list[tuple[_Task, _Prepared]] = []
         with ExitStack() as held:
             tasks: dict[str, _Task] = {}
-            to: dict[tuple[str, int], int] = {}
-            back: dict[tuple[str, int], int] = {}
+            to: dict[TopicPartition, int] = {}
+            back: dict[TopicPartition, int] = {}
             for item, _ in entries:
                 base = ItemResult(item.task, self.executor_id, Role.ACTIVE, ItemStatus.PROCESSED)
                 with self._tasks_lock:
@@ -408,9 +411,9 @@ class TaskRunner:
                     continue
                 tasks[item.task] = t
                 positions = t.positions
-                if positions is not None and all(positions.get((r.topic, r.partition)) == r.start for r in item.ranges):
-                    to.update({(r.topic, r.partition): r.end for r in item.ranges})
-                    back.update({(r.topic, r.partition): r.start for r in item.ranges})
+                if positions is not None and all(positions.get(r.topic_partition) == r.start for r in item.ranges):
+                    to.update({r.topic_partition: r.end for r in item.ranges})
+                    back.update({r.topic_partition: r.start for r in item.ranges})
 
             def prepared() -> Iterator[CommitPart]:
                 for item, records in entries:
@@ -461,7 +464,7 @@ class TaskRunner:
         out = []
         for (t, p), kc in zip(ready, commits, strict=True):
             try:
-                t.manager.apply_commit(p.tx, kc)
+                write_stores(t.manager, p.tx, kc)
             except Exception as e:  # noqa: BLE001 - committed in Kafka: the next open restores the store's delta
                 log.exception("task %s: writing its stores after the commit failed", p.base.task)
                 self._close_quietly(p.base.task, t)
@@ -491,8 +494,8 @@ class TaskRunner:
             return replace(base, status=ItemStatus.RESTORING, figures=mgr.figures(), restored=progress.restored,
                               restore_remaining=progress.remaining)
         if t.positions is None:
-            t.positions = self._committed(mgr, item.ranges)
-        stale = [r for r in item.ranges if t.positions.get((r.topic, r.partition), 0) != r.start]
+            t.positions = self._committed(t.opened, item.ranges)
+        stale = [r for r in item.ranges if t.positions.get(r.topic_partition, 0) != r.start]
         if stale and not item.restore_only:
             return replace(base, status=ItemStatus.ABORTED, figures=mgr.figures(),
                               message=f"stale plan: {[(r.topic, r.partition, r.start) for r in stale]} but "
@@ -556,7 +559,7 @@ class TaskRunner:
         for b in bad:
             log.warning("app %s task %s: bad record %s[%d]@%d (%s): %s", settings.app, item.task, b.topic,
                         b.partition, b.offset, "dead-lettered" if dead else "skipped", b.error)
-        input_offsets = {(r.topic, r.partition): r.end for r in item.ranges}
+        input_offsets = {r.topic_partition: r.end for r in item.ranges}
         return _Prepared(t, base, tx, outputs, input_offsets, records_in, out, bad, dead)
 
     @staticmethod
@@ -593,14 +596,14 @@ class TaskRunner:
                           bad_records=(BadRecordInfo(first.topic, first.partition, first.offset, first.error),))
 
     @staticmethod
-    def _committed(mgr: ProcessorStateManager, ranges: Sequence[InputRange]) -> dict[tuple[str, int], int]:
+    def _committed(opened: StateCommitter, ranges: Sequence[InputRange]) -> dict[TopicPartition, int]:
         """Input positions committed for the app's group, read once after the task (re)opens.
 
-        Opening the task fenced any older instance, so from here on only this runner moves them.
+        A task that commits on its own fenced any older instance when it opened; a task on its
+        runner's transactions is moved only after the driver released or fenced its last runner
+        (protocol/fences.py). Either way, from here on only this runner moves them.
         """
-        committer = mgr.committer
-        assert committer is not None
-        return committer.committed_offsets([(r.topic, r.partition) for r in ranges])
+        return opened.committed_offsets([r.topic_partition for r in ranges])
 
 
 def _with_duration(result: ItemResult, seconds: float) -> ItemResult:

@@ -1,6 +1,6 @@
 """Sends a task's batch to Kafka and notes what Kafka acknowledged (Kafka Streams' RecordCollector).
 
-`TaskCommitter` (kafka/transactions.py) owns one `RecordCollector` per active task: it sends the batch's
+`TaskCommitter` (kafka/transactions.py) owns one `RecordCollector`, for its producer: it sends a batch's
 output records and each store's changelog records, and collects from the delivery reports the
 last offset Kafka gave each partition (a store's changelog offset) and every failed record. The
 last changelog record of each store and batch carries the input positions the batch reflects
@@ -18,12 +18,14 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig
+from eddy_runtime.kafka.partitions import TopicPartition
 
 __all__ = [
     "INPUT_OFFSETS_HEADER",
     "ChangelogBatches",
     "OutputRecord",
     "RecordCollector",
+    "SentRecords",
     "input_offsets_header",
     "input_offsets_in",
 ]
@@ -56,17 +58,26 @@ class ChangelogBatches(Protocol):
         ...
 
 
-def input_offsets_header(inputs: Mapping[tuple[str, int], int]) -> list[tuple[str, str]]:
+def input_offsets_header(inputs: Mapping[TopicPartition, int]) -> list[tuple[str, str]]:
     """The headers of a batch's last changelog record of a store: the input positions it reflects."""
     return [(INPUT_OFFSETS_HEADER, json.dumps(sorted([t, p, o] for (t, p), o in inputs.items())))]
 
 
-def input_offsets_in(msg: Message) -> dict[tuple[str, int], int] | None:
+def input_offsets_in(msg: Message) -> dict[TopicPartition, int] | None:
     """The input positions a changelog record carries (`input_offsets_header`), if it carries any."""
     for name, value in msg.headers() or ():  # type: ignore[str-unpack]
         if name == INPUT_OFFSETS_HEADER and value:
-            return {(t, int(p)): int(o) for t, p, o in json.loads(value)}
+            return {TopicPartition(t, int(p)): int(o) for t, p, o in json.loads(value)}
     return None
+
+
+class SentRecords(NamedTuple):
+    """What `RecordCollector.send` sent of one batch (delivery not awaited yet)."""
+
+    outputs: int
+    changelog_records: int
+    #: each store written to -> its changelog partition
+    changelog_of_store: dict[str, TopicPartition]
 
 
 class RecordCollector:
@@ -75,7 +86,7 @@ class RecordCollector:
     def __init__(self, kafka: KafkaClientConfig | str, settings: Mapping[str, Any]) -> None:
         #: delivery failures since `begin`, as "topic[partition]: reason"
         self.errors: list[str] = []
-        self._last_offsets: dict[tuple[str, int], int] = {}
+        self._last_offsets: dict[TopicPartition, int] = {}
         # Every record reports back: the changelog offsets come from these reports, and a failed
         # record must name its topic in the error the user sees.
         self.producer: Producer | None = kafka_client.producer(kafka, {**settings, "on_delivery": self._on_delivery})
@@ -87,9 +98,9 @@ class RecordCollector:
 
     def last_offset(self, topic: str, partition: int) -> int | None:
         """The highest offset Kafka acknowledged in this partition since `begin`."""
-        return self._last_offsets.get((topic, partition))
+        return self._last_offsets.get(TopicPartition(topic, partition))
 
-    def last_offsets(self) -> dict[tuple[str, int], int]:
+    def last_offsets(self) -> dict[TopicPartition, int]:
         """The highest offset Kafka acknowledged per partition since `begin`."""
         return dict(self._last_offsets)
 
@@ -103,7 +114,8 @@ class RecordCollector:
                 where = "?"
             self.errors.append(f"{where}: {err.str()}")
             return
-        tp = (msg.topic(), msg.partition())
+        # a plain tuple (equal to and hashing like a TopicPartition): this runs once per record
+        tp: Any = (msg.topic(), msg.partition())
         off = msg.offset()
         if off > self._last_offsets.get(tp, -1):
             self._last_offsets[tp] = off
@@ -112,10 +124,9 @@ class RecordCollector:
         self,
         outputs: Iterable[OutputRecord],
         tx: ChangelogBatches | None,
-        inputs: Mapping[tuple[str, int], int],
-    ) -> tuple[int, int, dict[str, tuple[str, int]]]:
-        """Produce the outputs and the changelog records; returns (outputs, changelog records,
-        {store: its changelog partition}). Delivery is not awaited."""
+        inputs: Mapping[TopicPartition, int],
+    ) -> SentRecords:
+        """Produce the outputs and the changelog records; delivery is not awaited."""
         assert self.producer is not None, "record collector is closed"
         produce = self.producer.produce
         n_out = 0
@@ -141,7 +152,7 @@ class RecordCollector:
                 kwargs["timestamp"] = timestamp
             self._produce(topic, key, value, **kwargs)
         n_cl = 0
-        last_of_store: dict[str, tuple[str, int]] = {}
+        changelog_of_store: dict[str, TopicPartition] = {}
         if tx is not None:
             header = input_offsets_header(inputs)
             for store, topic, partition, records in tx.changelog_batches():
@@ -159,8 +170,8 @@ class RecordCollector:
                     except BufferError:
                         self._produce(topic, k, v, partition=partition)
                 n_cl += len(records)
-                last_of_store[store] = (topic, partition)
-        return n_out, n_cl, last_of_store
+                changelog_of_store[store] = TopicPartition(topic, partition)
+        return SentRecords(n_out, n_cl, changelog_of_store)
 
     def _produce(self, topic: str, key: bytes | None, value: bytes | None, **kwargs: Any) -> None:
         # A full local queue is back-pressure, not a failure: serve delivery reports until the

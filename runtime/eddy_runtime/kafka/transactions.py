@@ -1,24 +1,21 @@
-"""The commit protocol of a task's batch: Kafka first, then the stores.
+"""The Kafka side of a commit: `TaskCommitter` wraps one producer and the consumer that reads
+(and, at-least-once, commits) input positions.
 
-`TaskCommitter` is created by `ProcessorStateManager` (state/manager.py) for an active task and
-called through `ProcessorStateManager.commit`; its `RecordCollector` (kafka/record_collector.py) sends
-the records and notes the offsets Kafka gives them. See docs/DESIGN.md, "One micro-batch".
+A committer commits one task's batch (`commit_to_kafka`) or, on the continuous path under
+exactly-once, the batches of all the continuous tasks of a runner in one transaction
+(`commit_parts`, with the runner's transactional id; executor/producer.py owns that committer).
+Its `RecordCollector` (kafka/record_collector.py) sends the records and notes the offsets Kafka
+gives them. What happens to the stores before and after is the executor's commit order
+(executor/commit.py; docs/DESIGN.md, "One micro-batch").
 
-``exactly_once``: one Kafka transaction per task and batch, with ``transactional.id =
-<app>-<task>`` (creating the committer calls ``init_transactions``, which fences a zombie of the
-same task and aborts its open transaction). The transaction carries the batch's output records,
-its changelog records and its input offsets (``send_offsets_to_transaction``); after it commits,
-the store's write batch (data + offsets) is applied. A crash between the two leaves the store
-behind its changelog, and the next open restores exactly that delta; the input offsets were
-committed with the changelog records, so nothing is counted twice.
+``exactly_once``: one Kafka transaction per commit, carrying the output records, the changelog
+records and the input offsets (``send_offsets_to_transaction``). Making a committer that fences
+calls ``init_transactions``, which fences a zombie with the same transactional id and aborts its
+open transaction. A committer made with ``fence=False`` only reads positions: its task commits
+through its runner's transactions, and fencing is the runner's (protocol/fences.py).
 
 ``at_least_once``: produce outputs and changelog records and flush (every record acknowledged),
-commit the input offsets, then apply the store's write batch. A crash before the offset commit
-reprocesses the batch (updates may be applied twice); a crash after it is repaired by the
-changelog. No state update is ever lost.
-
-The two phases are public (`ProcessorStateManager.commit_to_kafka`, then `apply_commit`) so that
-tests can crash in between; `ProcessorStateManager.commit` runs both.
+then commit the input offsets.
 """
 
 from __future__ import annotations
@@ -27,106 +24,36 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaPartition
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay
 
 from eddy_contract.spec import ProcessingGuarantee
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig
-from eddy_runtime.kafka.record_collector import ChangelogBatches, OutputRecord, RecordCollector
+from eddy_runtime.kafka.commit_types import CommitFailed, CommitPart, KafkaCommit, PlannedPositions, TaskFenced
+from eddy_runtime.kafka.partitions import TopicPartition
+from eddy_runtime.kafka.record_collector import ChangelogBatches, OutputRecord, RecordCollector, SentRecords
+from eddy_runtime.kafka.transactional_ids import transactional_id
 
 __all__ = [
-    "CommitFailed",
+    "CommitFailed",  # the commit types are defined in kafka/commit_types.py; named here beside their user
     "CommitPart",
-    "CommitResult",
     "KafkaCommit",
     "OutputRecord",  # defined in kafka/record_collector.py, which sends it; named here beside the commit types
     "PlannedPositions",
     "TaskCommitter",
     "TaskFenced",
-    "fence_transactional_id",
     "producer_settings",
-    "runner_transactional_id",
-    "transactional_id",
 ]
 
 log = logging.getLogger(__name__)
 
 #: send_offsets_to_transaction takes milliseconds (AddOffsetsToTxn, TxnOffsetCommit); past this it
-#: waits on a group coordinator that went away (`TaskCommitter._bounded`)
+#: waits on a group coordinator that went away (`TaskCommitter._bounded_started`)
 SEND_OFFSETS_TIMEOUT_S = 10.0
-
-
-
-class CommitFailed(RuntimeError):
-    """The batch was not committed.
-
-    `aborted`: the Kafka transaction was aborted, nothing of the batch is visible, and the
-    batch can be processed again from the last committed input offsets. Otherwise the outcome
-    in Kafka is unknown; the manager re-checks its stores against the changelogs before the next
-    batch (`ProcessorStateManager.restored` turns False until the delta is restored).
-    """
-
-    def __init__(self, message: str, *, aborted: bool = False, fatal: bool = False) -> None:
-        super().__init__(message)
-        self.aborted = aborted
-        self.fatal = fatal
-
-
-class TaskFenced(CommitFailed):
-    """Another instance of this task took over (same transactional.id); this one must stop."""
-
-
-@dataclass(frozen=True)
-class CommitPart:
-    """One task's share of a commit: its changelog records, outputs and input positions."""
-
-    tx: ChangelogBatches | None
-    outputs: Iterable[OutputRecord]
-    input_offsets: Mapping[tuple[str, int], int]
-
-
-@dataclass(frozen=True)
-class PlannedPositions:
-    """The input positions a round plans to commit (`to`), sent to the coordinators while its
-    parts are processed, and where each started (`back`): a partition whose part is left out
-    goes back there before the commit (`TaskCommitter.commit_parts`)."""
-
-    to: Mapping[tuple[str, int], int]
-    back: Mapping[tuple[str, int], int]
-
-    def corrections(self, committed: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """What must be sent again when the parts taken commit `committed`: positions that differ
-        from the plan, and the start of every planned partition that no part commits."""
-        out = {tp: off for tp, off in committed.items() if self.to.get(tp) != off}
-        out.update({tp: self.back[tp] for tp in self.to if tp not in committed})
-        return out
-
-
-#: what `RecordCollector.send` reports for one part: (outputs, changelog records, {store: changelog partition})
-Sent = tuple[int, int, dict[str, tuple[str, int]]]
-
-
-@dataclass(frozen=True)
-class KafkaCommit:
-    """What Kafka acknowledged for a batch: each store's last changelog offset."""
-
-    changelog_offsets: Mapping[str, int | None]
-    input_offsets: Mapping[tuple[str, int], int]
-    outputs: int
-    changelog_records: int
-    started: float = field(default=0.0, repr=False)
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    changelog_offsets: Mapping[str, int | None]
-    outputs: int
-    changelog_records: int
-    latency_s: float
 
 
 def producer_settings(app: str, task_id: str, guarantee: ProcessingGuarantee, **overrides: Any) -> dict[str, Any]:
@@ -153,76 +80,9 @@ def producer_settings(app: str, task_id: str, guarantee: ProcessingGuarantee, **
     return conf
 
 
-def transactional_id(app: str, task_id: str) -> str:
-    """``<app>-<task>``: a task's transactional id (a runner's too, `runner_transactional_id`)."""
-    return f"{app}-{task_id}"
-
-
-def runner_transactional_id(executor: str) -> str:
-    """The task id under which an executor's runner commits its continuous tasks together
-    (``transactional.id = <app>-runner-<executor>``, executor/continuous.py)."""
-    return f"runner-{executor}"
-
-
-#: while no producer has fenced a transactional id, another one starts this long after the last
-FENCE_STAGGER_S = 0.1
-#: how long a fence attempt but the last waits in init_transactions: less than the 500 ms after
-#: which librdkafka asks again once the coordinator answered CONCURRENT_TRANSACTIONS, so that it
-#: is gone before it could fence anything later
-FENCE_ATTEMPT_S = 0.45
-#: fence attempts before the last one, which waits for the rest of the timeout
-FENCE_QUICK_ATTEMPTS = 3
-
-
-def fence_transactional_id(kafka: KafkaClientConfig | str, app: str, task_id: str, timeout_s: float = 60.0) -> None:
-    """Fence whoever produces with `task_id`'s transactional id and abort its open transaction: a
-    producer of that id initialised, then dropped. Its records become visible (or not) at once
-    instead of holding read_committed readers until the transaction times out.
-
-    The first InitProducerId for an id with a transaction open starts its abort and is answered
-    CONCURRENT_TRANSACTIONS until the markers are written, a few milliseconds; librdkafka asks
-    again only after a fixed 500 ms (rdkafka_idempotence.c), which was most of a fence and so
-    of a failover. So while none has fenced, another producer starts every `FENCE_STAGGER_S`:
-    one that starts after the abort fences at once. The attempts but the last give up (and are
-    dropped) before librdkafka would ask again; one still under way when another fenced may
-    fence once more, which costs the id's next owner one round (it makes a new committer)."""
-    tid = transactional_id(app, task_id)
-    deadline = time.monotonic() + timeout_s
-    fenced = threading.Event()
-    errors: list[str] = []
-
-    def attempt(n: int, wait_s: float) -> None:
-        try:
-            producer = kafka_client.producer(kafka, {"transactional.id": tid, "enable.idempotence": True,
-                                                     "client.id": f"{tid}-fence-{n}"})
-        except Exception as e:  # noqa: BLE001 - raised by the caller as the fence's failure
-            errors.append(f"{type(e).__name__}: {e}")
-            return
-        try:
-            producer.init_transactions(wait_s)
-            fenced.set()
-        except KafkaException as e:
-            errors.append(str(e))
-        finally:
-            producer.flush(1)
-
-    attempts: list[threading.Thread] = []
-    for n in range(FENCE_QUICK_ATTEMPTS + 1):
-        last = n == FENCE_QUICK_ATTEMPTS
-        wait_s = max(deadline - time.monotonic(), 0.1) if last else FENCE_ATTEMPT_S
-        thread = threading.Thread(target=attempt, args=(n, wait_s), name=f"eddy-fence-{n}", daemon=True)
-        thread.start()
-        attempts.append(thread)
-        if fenced.wait(0.0 if last else FENCE_STAGGER_S):
-            return
-    while not fenced.wait(0.05) and any(t.is_alive() for t in attempts) and time.monotonic() < deadline:
-        pass
-    if not fenced.is_set():
-        raise CommitFailed(f"fencing transactional id {tid}: {errors[-1] if errors else 'timed out'}")
-
-
 class TaskCommitter:
-    """Commits one task's batches under `guarantee`; one instance per active task."""
+    """Commits batches under `guarantee` with one producer: one task's (a task that commits on its
+    own), or all of a runner's continuous tasks' together (`runner_transactional_id`)."""
 
     def __init__(
         self,
@@ -283,7 +143,7 @@ class TaskCommitter:
             raise CommitFailed(f"{self._ctx}: this committer only reads positions: {self._read_only}", fatal=True)
         return self._collector
 
-    def delivered(self) -> dict[tuple[str, int], int]:
+    def delivered(self) -> dict[TopicPartition, int]:
         """Per partition the last commit wrote to, the offset of its last record there."""
         return self._sender.last_offsets()
 
@@ -292,23 +152,23 @@ class TaskCommitter:
         """False once fenced, broken (a fatal producer error) or closed."""
         return self._unusable is None
 
-    def committed_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    def committed_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The group's committed positions of input partitions (0 where nothing is committed).
 
         Read them after the task opened: under exactly_once that fenced any older instance, and
         the read waits for a transaction's pending offsets to settle.
         """
-        tps = [TopicPartition(t, p) for t, p in partitions]
+        tps = [KafkaPartition(t, p) for t, p in partitions]
         if not tps:
             return {}
         found = self._consumer.committed(tps, timeout=self._timeout)
-        return {(tp.topic, tp.partition): max(tp.offset, 0) for tp in found}
+        return {TopicPartition(tp.topic, tp.partition): max(tp.offset, 0) for tp in found}
 
     def commit_to_kafka(
         self,
         tx: ChangelogBatches | None,
         outputs: Iterable[OutputRecord] = (),
-        input_offsets: Mapping[tuple[str, int], int] | None = None,
+        input_offsets: Mapping[TopicPartition, int] | None = None,
         *,
         group_metadata: Any = None,
     ) -> KafkaCommit:
@@ -325,7 +185,7 @@ class TaskCommitter:
     def commit_parts(self, parts: Iterable[CommitPart], *, group_metadata: Any = None,
                      planned: PlannedPositions | None = None) -> list[KafkaCommit]:
         """`commit_to_kafka` for several tasks' batches at once, in one transaction under
-        exactly-once (a runner's committer on the continuous path, `runner_transactional_id`):
+        exactly-once (a runner's committer on the continuous path, executor/producer.py):
         each part's changelog records carry its own input positions, and each part gets back its
         own stores' changelog offsets. All of them commit, or none.
 
@@ -345,9 +205,9 @@ class TaskCommitter:
             taken, started = list(parts), time.monotonic()
             sent = self._at_least_once(taken, _inputs_of(taken))
         commits = []
-        for part, (n_out, n_cl, last_of_store) in zip(taken, sent, strict=True):
+        for part, (n_out, n_cl, changelog_of_store) in zip(taken, sent, strict=True):
             offsets: dict[str, int | None] = {}
-            for store, (topic, partition) in last_of_store.items():
+            for store, (topic, partition) in changelog_of_store.items():
                 off = self._sender.last_offset(topic, partition)
                 if off is None:
                     raise CommitFailed(f"{self._ctx}: no delivery report for changelog {topic}[{partition}] of "
@@ -359,12 +219,12 @@ class TaskCommitter:
     # -- exactly once -------------------------------------------------------------------------
 
     def _exactly_once(self, parts: Iterable[CommitPart], group_metadata: Any,
-                      planned: PlannedPositions | None) -> tuple[list[CommitPart], list[Sent], float]:
+                      planned: PlannedPositions | None) -> tuple[list[CommitPart], list[SentRecords], float]:
         """The parts taken, what was sent of each, and when the commit proper started (the last
         part sent)."""
         errors = self._sender.errors
         taken: list[CommitPart] = []
-        sent: list[Sent] = []
+        sent: list[SentRecords] = []
         begun = False
         #: the send_offsets_to_transaction under way (the client takes one such call at a time)
         pending: list[Callable[[], None]] = []
@@ -414,9 +274,9 @@ class TaskCommitter:
             raise CommitFailed(f"{self._ctx}: delivery errors in a committed transaction: {errors[:3]}")
         return taken, sent, started
 
-    def _offsets_started(self, positions: Mapping[tuple[str, int], int], group_metadata: Any) -> Callable[[], None]:
+    def _offsets_started(self, positions: Mapping[TopicPartition, int], group_metadata: Any) -> Callable[[], None]:
         """send_offsets_to_transaction of `positions` started; the function returned waits for it."""
-        tps = [TopicPartition(t, n, off) for (t, n), off in positions.items()]
+        tps = [KafkaPartition(t, n, off) for (t, n), off in positions.items()]
         metadata = group_metadata or self._consumer.consumer_group_metadata()
         bound = min(self._timeout, SEND_OFFSETS_TIMEOUT_S)
         return self._bounded_started("send_offsets_to_transaction",
@@ -514,7 +374,7 @@ class TaskCommitter:
 
     # -- at least once ------------------------------------------------------------------------
 
-    def _at_least_once(self, parts: Sequence[CommitPart], inputs: Mapping[tuple[str, int], int]) -> list[Sent]:
+    def _at_least_once(self, parts: Sequence[CommitPart], inputs: Mapping[TopicPartition, int]) -> list[SentRecords]:
         errors = self._sender.errors
         try:
             sent = [self._sender.send(p.outputs, p.tx, p.input_offsets) for p in parts]
@@ -527,7 +387,7 @@ class TaskCommitter:
                 "not committed, the batch will be processed again"
             )
         if inputs:
-            tps = [TopicPartition(t, part, off) for (t, part), off in inputs.items()]
+            tps = [KafkaPartition(t, part, off) for (t, part), off in inputs.items()]
             try:
                 result = self._consumer.commit(offsets=tps, asynchronous=False)
             except KafkaException as e:
@@ -552,7 +412,7 @@ class TaskCommitter:
             self._unusable = "closed"
 
 
-def _inputs_of(parts: Iterable[CommitPart]) -> dict[tuple[str, int], int]:
+def _inputs_of(parts: Iterable[CommitPart]) -> dict[TopicPartition, int]:
     return {tp: off for p in parts for tp, off in p.input_offsets.items()}
 
 

@@ -37,7 +37,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, Producer, TopicPar
 
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig
-from eddy_runtime.kafka.transactions import fence_transactional_id, runner_transactional_id
+from eddy_runtime.kafka.transactional_ids import fence_transactional_id, runner_transactional_id
 
 __all__ = ["FenceBook", "fence_topic", "read_epochs"]
 

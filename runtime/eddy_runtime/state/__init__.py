@@ -1,4 +1,4 @@
-"""Eddy's state core: RocksDB stores with Kafka changelogs, checkpoints, restore, standbys, commit.
+"""Eddy's state core: RocksDB stores with Kafka changelogs, checkpoints, restore, standbys.
 
 This docstring is the API contract for the Spark runtime (pipeline/driver modules). It stays
 stable; additions are fine, changes are announced.
@@ -24,10 +24,14 @@ Modules (Kafka Streams' names, Quix Streams' layering; docs/DESIGN.md, "Vocabula
 - ``restore.py``          `StoreChangelogReader`: chunked restore, standby tails
 - ``restore_progress.py`` `RestoreProgress` / `TaskRestoreProgress`, restored records since open
 - ``standby.py``          `StandbyUpdater`: standbys tail changelogs, report lag
-- ``manager.py``          `ProcessorStateManager`: one task's stores, restore, standby, commit
+- ``manager.py``          `ProcessorStateManager`: one task's stores, restore, standby, checkpoints;
+                          it writes what a commit made durable in Kafka and never commits itself
 - ``metrics.py``          `TaskFigures` (picklable) and `StateMetrics` (Prometheus, in the driver and the executors)
-- ``../commit.py``        `TaskCommitter`: exactly_once / at_least_once commit protocol
-- ``../record_collector.py`` `RecordCollector`: sends a batch's records, notes the offsets Kafka gives them
+
+The commit lives above this package: ``../kafka/transactions.py`` (`TaskCommitter`, the Kafka
+side), ``../kafka/record_collector.py`` (`RecordCollector`) and ``../executor/commit.py`` (the
+commit order: Kafka first, then the stores; `StateCommitter` pairs a task's state with its
+committer).
 
 Driver, once per app start (before any task opens)::
 
@@ -39,10 +43,12 @@ Driver, once per app start (before any task opens)::
 
 Executor, per work item (a task ``S_P`` is partition ``P`` of the input and of each changelog)::
 
-    from eddy_runtime.state import ProcessorStateManager, OutputRecord
+    from eddy_runtime.executor.commit import StateCommitter
+    from eddy_runtime.kafka.transactions import OutputRecord
 
-    mgr = ProcessorStateManager.open(app, "0_3", specs, state_dir, bootstrap,
-                                     role=Role.ACTIVE, guarantee=ProcessingGuarantee.EXACTLY_ONCE)
+    task = StateCommitter.open(app, "0_3", specs, state_dir, bootstrap,
+                               role=Role.ACTIVE, guarantee=ProcessingGuarantee.EXACTLY_ONCE)
+    mgr = task.state   # a ProcessorStateManager
     # raises TaskDirectoryLocked (holder pid/host in the message) if another process has the task
 
     # restore work item: bounded, interleavable
@@ -51,38 +57,34 @@ Executor, per work item (a task ``S_P`` is partition ``P`` of the input and of e
         # progress.restored / .remaining / .rate / .eta_s / .done, per store in progress.stores
 
     # processing work item (only when mgr.restored)
-    positions = mgr.committer.committed_offsets([("words", 3)])   # once after open/promote/failure
+    positions = task.committed_offsets([TopicPartition("words", 3)])   # once after open/promote/failure
     tx = mgr.transaction()
     counts = tx.key_value("counts")                 # or tx.window / tx.session("name")
     old = counts.get_many(words, default=0)         # one multi-get; reads see this batch's writes
     counts.put_many(words, [o + 1 for o in old])    # also get / put / delete / range / prefix
-    result = mgr.commit(tx,
-                        outputs=[OutputRecord("counts-out", key_bytes, value_bytes)],
-                        input_offsets={("words", 3): next_offset})   # consumer positions
-    # exactly_once: one Kafka transaction (transactional.id <app>-<task>) with outputs, changelog
-    # records and input offsets (group id = app by default; read input with assign(), not
-    # subscribe()), then the store's write batch. CommitFailed(aborted=True): reprocess from the
-    # committed offsets; other CommitFailed: mgr.restored turns False until the delta is restored;
-    # TaskFenced: another instance owns the task, close and stop.
+    result = task.commit(tx,
+                         outputs=[OutputRecord("counts-out", key_bytes, value_bytes)],
+                         input_offsets={TopicPartition("words", 3): next_offset})   # consumer positions
+    # the order and what each failure means: executor/commit.py
 
     figures = mgr.figures()      # TaskFigures: ship to the driver -> StateMetrics().observe(figures)
-    mgr.close()                  # flush, .checkpoint, release the lock
+    task.close()                 # the committer, then flush, .checkpoint, release the lock
 
     # standby work item
-    sb = ProcessorStateManager.open(app, "0_3", specs, state_dir, bootstrap, role="standby")
+    sb = ProcessorStateManager.open(app, "0_3", specs, state_dir, bootstrap, role=Role.STANDBY)
     sb.standby_chunk(max_records=500_000, max_seconds=1.0); sb.standby_lag
-    sb.promote()                 # becomes active: fences zombies, restores only the delta (maybe 0)
+    sb.promote()                 # becomes active: restores only the delta (maybe 0); opened through
+                                 # a StateCommitter, it first makes its committer (which fences)
 
 Operator / placement: ``StateDirectory(state_dir).inventory(app)`` lists `TaskInventory` (tasks,
 stores, changelog offsets, sizes, lock holder) from the ``.checkpoint`` files, without locks.
 
-Opening a task costs a few ms for RocksDB plus Kafka clients (and ``init_transactions`` for an
-exactly_once active), so keep a manager open across batches in a long-lived worker where you can;
-the lock guarantees that a second process never opens the same task.
+Opening a task costs a few ms for RocksDB plus Kafka clients (and ``init_transactions`` for
+an exactly_once active that commits on its own), so keep a manager open across batches in a
+long-lived worker where you can; the lock guarantees that a second process never opens the same
+task.
 """
 
-from eddy_runtime.kafka.record_collector import OutputRecord
-from eddy_runtime.kafka.transactions import CommitFailed, CommitResult, TaskCommitter, TaskFenced
 from eddy_runtime.state.changelog import (
     ChangelogTopicMismatch,
     ChangelogTopicMissing,
@@ -114,13 +116,10 @@ __all__ = [
     "ChangelogTopicMismatch",
     "ChangelogTopicMissing",
     "ChangelogTopicSpec",
-    "CommitFailed",
-    "CommitResult",
     "KeyValueStore",
     "KeyValueTransaction",
     "LockHolder",
     "OffsetCheckpoint",
-    "OutputRecord",
     "ProcessorStateManager",
     "RestoreProgress",
     "SessionStore",
@@ -132,10 +131,8 @@ __all__ = [
     "StoreInventory",
     "StoreOffsets",
     "StoreSpec",
-    "TaskCommitter",
     "TaskDirectory",
     "TaskDirectoryLocked",
-    "TaskFenced",
     "TaskFigures",
     "TaskInventory",
     "TaskRestoreProgress",

@@ -1,37 +1,34 @@
-"""A task's state on one executor: its stores, their changelogs, restore, standby and commit.
+"""A task's state on one executor: its stores, their changelogs, checkpoints, restore and standby.
 
 `ProcessorStateManager` is Kafka Streams' class of the same name, for one task (``S_P``): it
 takes the task directory's lock, opens the task's stores, registers their changelog partitions
-(partition ``P`` of ``<app>-<store>-changelog``), plans their restores, and owns the task's
-`TaskCommitter` (kafka/transactions.py) while the task is active. The Spark runtime calls it inside an
-executor's Python worker; see the package docstring (state/__init__.py) for the flow.
+(partition ``P`` of ``<app>-<store>-changelog``), plans their restores and writes checkpoints. It
+knows no producer and never commits: the executor commits a batch to Kafka and then has the
+stores written here (`write_committed`), in the order executor/commit.py states once.
 
-Roles: an *active* restores until `restored`, then processes batches through `transaction()`
-and `commit()`; a *standby* tails its changelogs (`standby_chunk`) and becomes the active with
-`promote()`, which restores only what the standby had not applied yet (docs/DESIGN.md, "Vocabulary"
-and "One micro-batch").
+Roles: an *active* restores until `restored`, then processes batches through `transaction()`;
+a *standby* tails its changelogs (`standby_chunk`) and becomes the active with `promote()`,
+which restores only what the standby had not applied yet (docs/DESIGN.md, "Vocabulary" and
+"One micro-batch").
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
 from confluent_kafka import Consumer
 
-from eddy_contract.spec import ProcessingGuarantee
 from eddy_contract.tasks import Role, TaskId
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig
-from eddy_runtime.kafka.record_collector import OutputRecord
-from eddy_runtime.kafka.transactions import CommitFailed, CommitResult, KafkaCommit, TaskCommitter
+from eddy_runtime.kafka.partitions import TopicPartition
+from eddy_runtime.kafka.transactions import KafkaCommit
 from eddy_runtime.state.changelog import changelog_topic_name
 from eddy_runtime.state.metrics import StoreFigures, TaskFigures
 from eddy_runtime.state.restore import StoreChangelogReader, restore_consumer_settings
@@ -63,7 +60,7 @@ def _checkpoint_writer() -> ThreadPoolExecutor:
 
 
 class ProcessorStateManager:
-    """Opens, restores, tails, commits and closes one task's stores. Use `open`."""
+    """Opens, restores, tails, writes and closes one task's stores. Use `open`."""
 
     def __init__(
         self,
@@ -76,7 +73,7 @@ class ProcessorStateManager:
         partition: int,
         *,
         role: Role,
-        new_committer: Callable[[], TaskCommitter],
+        on_active: Callable[[], None] | None,
         checkpoint_interval_s: float,
     ) -> None:
         self.app = app
@@ -87,7 +84,7 @@ class ProcessorStateManager:
         self._specs = {s.name: s for s in specs}
         self._lock = lock
         self._ctx = f"app {app} task {task_id}"
-        self._new_committer = new_committer
+        self._on_active = on_active
         self._checkpoint_interval_s = checkpoint_interval_s
         self._last_checkpoint = 0.0
         #: the periodic checkpoint being written (`_maybe_checkpoint`); at most one at a time
@@ -97,7 +94,6 @@ class ProcessorStateManager:
         self._restored_records = RestoredRecords(self._specs)
         self._closed = False
         self.stores: dict[str, StateStore] = {}
-        self.committer: TaskCommitter | None = None
         self._consumer: Consumer | None = None
         self._reader: StoreChangelogReader | None = None
         self._standby: StandbyUpdater | None = None
@@ -111,7 +107,7 @@ class ProcessorStateManager:
                 for spec in specs:
                     if spec.logged:
                         self._reader.register(self.stores[spec.name], self.changelog_topic(spec.name), partition)
-            if role == "active":
+            if role == Role.ACTIVE:
                 self._become_active()
             else:
                 self._standby = StandbyUpdater(self._reader) if self._reader else None
@@ -134,32 +130,26 @@ class ProcessorStateManager:
         kafka: KafkaClientConfig | str,
         *,
         role: Role = Role.ACTIVE,
-        guarantee: ProcessingGuarantee = ProcessingGuarantee.EXACTLY_ONCE,
         partition: int | None = None,
         lock_timeout: float = 0.0,
-        producer_overrides: Mapping[str, Any] | None = None,
         checkpoint_interval_s: float = 1.0,
-        group_id: str | None = None,
-        fence_task_producer: bool = True,
+        on_active: Callable[[], None] | None = None,
     ) -> ProcessorStateManager:
         """Lock the task directory, open the stores and plan their restore (or standby tail).
 
-        An active also creates its `TaskCommitter` *before* reading the changelogs' ends, so a
-        zombie of the task is fenced and its open transaction aborted first. Raises
-        `TaskDirectoryLocked` naming the holder when another process has the task. `kafka`: the
-        app's `KafkaClientConfig` (a bare bootstrap string means PLAINTEXT); `producer_overrides`
-        adjust the committer's producer settings. `fence_task_producer` False: the task commits
-        through its runner's transactions (the continuous path under exactly-once), so its own
-        committer only reads positions and fences nothing (`TaskCommitter`'s `fence`).
+        Raises `TaskDirectoryLocked` naming the holder when another process has the task.
+        `kafka`: the app's `KafkaClientConfig` (a bare bootstrap string means PLAINTEXT).
+        `on_active` is called each time the task becomes active (at open, or at `promote`),
+        *before* the changelogs' ends are read: the committer made there fences a zombie of the
+        task and aborts its open transaction first, so those ends are final
+        (executor/commit.py).
         """
         if partition is None:
             partition = TaskId.parse(task_id).partition  # ValueError naming a malformed id
         kc = KafkaClientConfig.of(kafka)
-        new_committer = functools.partial(TaskCommitter, app, task_id, kc, guarantee, group_id=group_id,
-                                          producer_overrides=producer_overrides, fence=fence_task_producer)
         td = TaskDirectory(state_dir, app, task_id)
         return cls(app, task_id, stores, td, td.lock(timeout=lock_timeout), kc, partition,
-                   role=role, new_committer=new_committer, checkpoint_interval_s=checkpoint_interval_s)
+                   role=role, on_active=on_active, checkpoint_interval_s=checkpoint_interval_s)
 
     def __enter__(self) -> ProcessorStateManager:
         return self
@@ -184,8 +174,8 @@ class ProcessorStateManager:
 
     def _become_active(self) -> None:
         self.role = Role.ACTIVE
-        if self.committer is None:
-            self.committer = self._new_committer()
+        if self._on_active is not None:
+            self._on_active()
         if self._reader is not None:
             self._plan(tail=False)
             if not self._progress.done and self._progress.remaining <= _READ_AT_ONCE_OFFSETS:
@@ -201,7 +191,7 @@ class ProcessorStateManager:
     @property
     def restored(self) -> bool:
         """True when an active's stores hold everything their changelogs have."""
-        return self.role == "active" and (self._reader is None or self._reader.done)
+        return self.role == Role.ACTIVE and (self._reader is None or self._reader.done)
 
     @property
     def progress(self) -> TaskRestoreProgress:
@@ -210,7 +200,7 @@ class ProcessorStateManager:
     def restore_chunk(self, max_records: int = 1_000_000, max_seconds: float = 5.0) -> TaskRestoreProgress:
         """Restore a bounded chunk (an active that is not `restored` yet); returns the progress."""
         self._check_open()
-        if self.role != "active":
+        if self.role != Role.ACTIVE:
             raise RuntimeError(f"{self._ctx}: restore_chunk is for actives; a standby uses standby_chunk")
         if self._reader is None or self._reader.done:
             return self._progress
@@ -240,7 +230,7 @@ class ProcessorStateManager:
     def standby_chunk(self, max_records: int = 1_000_000, max_seconds: float = 1.0) -> TaskRestoreProgress:
         """A standby applies what its changelogs gained (bounded); `remaining` is its lag."""
         self._check_open()
-        if self.role != "standby":
+        if self.role != Role.STANDBY:
             raise RuntimeError(f"{self._ctx}: standby_chunk is for standbys")
         if self._standby is None:
             return self._progress
@@ -251,14 +241,15 @@ class ProcessorStateManager:
 
     @property
     def standby_lag(self) -> int | None:
-        if self.role != "standby":
+        if self.role != Role.STANDBY:
             return None
         return self._standby.lag if self._standby else 0
 
     def promote(self) -> TaskRestoreProgress:
-        """Standby -> active: fence zombies, then restore only what the standby lacks (maybe nothing)."""
+        """Standby -> active (`on_active` first: it fences zombies), then restore only what the
+        standby lacks (maybe nothing)."""
         self._check_open()
-        if self.role == "active":
+        if self.role == Role.ACTIVE:
             return self._progress
         if self._standby is not None:
             self._standby.stop()
@@ -278,48 +269,16 @@ class ProcessorStateManager:
                                f"call restore_chunk until restored")
         return TaskTransaction(self.app, self.task_id, self.partition, self.stores)
 
-    def commit(
-        self,
-        tx: TaskTransaction | None,
-        outputs: Iterable[OutputRecord] = (),
-        input_offsets: Mapping[tuple[str, int], int] | None = None,
-        *,
-        group_metadata: Any = None,
-    ) -> CommitResult:
-        """Commit a batch (kafka/transactions.py): Kafka first, then the stores; figures and checkpoint after."""
-        kc = self.commit_to_kafka(tx, outputs, input_offsets, group_metadata=group_metadata)
-        return self.apply_commit(tx, kc)
-
-    def commit_to_kafka(
-        self,
-        tx: TaskTransaction | None,
-        outputs: Iterable[OutputRecord] = (),
-        input_offsets: Mapping[tuple[str, int], int] | None = None,
-        *,
-        group_metadata: Any = None,
-    ) -> KafkaCommit:
-        """Phase one of `commit` (exposed for crash tests)."""
-        self._check_open()
-        if self.committer is None or not self.restored:
-            raise RuntimeError(f"{self._ctx}: only a restored active commits")
-        try:
-            return self.committer.commit_to_kafka(tx, outputs, input_offsets, group_metadata=group_metadata)
-        except CommitFailed as e:
-            if not e.aborted:
-                # The outcome in Kafka is unknown: check the stores against the changelogs
-                # (and restore a delta) before the next batch.
-                self.recheck_changelogs()
-            raise
-
-    def apply_commit(self, tx: TaskTransaction | None, kc: KafkaCommit) -> CommitResult:
-        """Phase two of `commit`: write the stores, then figures and (throttled) checkpoint."""
+    def write_committed(self, tx: TaskTransaction | None, kc: KafkaCommit) -> float:
+        """Write a batch Kafka committed (`kc`) to the stores, with the changelog offsets Kafka
+        gave; then the figures and a (throttled) checkpoint. Returns the commit's latency."""
         if tx is not None:
             tx.apply(kc.changelog_offsets, kc.input_offsets)
         latency = time.monotonic() - kc.started
         self._commit_latencies.append(latency)
         self._commits += 1
         self._maybe_checkpoint()
-        return CommitResult(kc.changelog_offsets, kc.outputs, kc.changelog_records, latency)
+        return latency
 
     def recheck_changelogs(self) -> None:
         """After a commit whose outcome in Kafka is unknown: check the stores against the
@@ -345,8 +304,8 @@ class ProcessorStateManager:
         self._checkpointing = _checkpoint_writer().submit(self._write_checkpoint_quietly, changelogs, inputs)
         self._last_checkpoint = time.monotonic()
 
-    def _write_checkpoint_quietly(self, changelogs: dict[tuple[str, int], int],
-                                  inputs: list[dict[tuple[str, int], int]]) -> None:
+    def _write_checkpoint_quietly(self, changelogs: dict[TopicPartition, int],
+                                  inputs: list[dict[TopicPartition, int]]) -> None:
         try:
             self.task_dir.checkpoint.write_store_offsets(changelogs, inputs)
         except Exception:  # noqa: BLE001 - the next one is written an interval later, or at close
@@ -358,12 +317,12 @@ class ProcessorStateManager:
             self._checkpointing.result()
             self._checkpointing = None
 
-    def _checkpoint_offsets(self) -> tuple[dict[tuple[str, int], int], list[dict[tuple[str, int], int]]]:
+    def _checkpoint_offsets(self) -> tuple[dict[TopicPartition, int], list[dict[TopicPartition, int]]]:
         """What the checkpoint says now: the logged stores' changelog offsets, and the input
         positions the stores reflect."""
         stores = {name: store.offsets for name, store in self.stores.items() if not store.closed}
-        changelogs = {(self.changelog_topic(name), self.partition): o.changelog_offset for name, o in stores.items()
-                      if self._specs[name].logged and o.changelog_offset is not None}
+        changelogs = {TopicPartition(self.changelog_topic(name), self.partition): o.changelog_offset
+                      for name, o in stores.items() if self._specs[name].logged and o.changelog_offset is not None}
         return changelogs, [dict(o.input_offsets) for o in stores.values()]
 
     def write_checkpoint(self) -> None:
@@ -380,7 +339,7 @@ class ProcessorStateManager:
             p = by_store.get(name)
             size = store.size() if not store.closed else None
             # An active's restore while it lasts; a standby's (or warmup's) tail always.
-            restoring = p is not None and (self.role == "standby" or not p.done)
+            restoring = p is not None and (self.role == Role.STANDBY or not p.done)
             out.append(
                 StoreFigures(
                     store=name,
@@ -391,7 +350,7 @@ class ProcessorStateManager:
                     restore_rate=p.rate if p is not None and restoring else 0.0,
                     restore_remaining=p.remaining if p is not None and restoring else 0,
                     restore_eta_s=p.eta_s if p is not None and restoring else None,
-                    standby_lag=(p.remaining if p is not None else 0) if self.role == "standby" else None,
+                    standby_lag=(p.remaining if p is not None else 0) if self.role == Role.STANDBY else None,
                     size_bytes=size.bytes if size else 0,
                     keys=size.keys if size else 0,
                 )
@@ -401,7 +360,7 @@ class ProcessorStateManager:
             app=self.app,
             task_id=self.task_id,
             role=self.role,
-            restoring=self.role == "active" and not self.restored,
+            restoring=self.role == Role.ACTIVE and not self.restored,
             stores=tuple(out),
             commit_latencies_s=lat,
             commits=self._commits,
@@ -441,10 +400,4 @@ class ProcessorStateManager:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
-        if self.committer is not None:
-            try:
-                self.committer.close()
-            except Exception:  # noqa: BLE001
-                log.exception("%s: closing the committer failed", self._ctx)
-            self.committer = None
         self._lock.release()
