@@ -22,6 +22,9 @@ Everything a processor writes (store writes, forwarded records) commits in the t
 transaction with the input positions, as the rest of a batch does. A processor instance lives as
 long as its task stays on the executor; keep what must survive a restart in its stores.
 
+The task drives a processor through processing/processors.py (`run_processor`, with its side of
+the context); this module is what a user writes against.
+
 Punctuation follows Kafka Streams (``PunctuationSchedule``): a stream-time schedule starts at 0,
 fires once when a record moves stream time (the newest record timestamp of the task) to or past
 its next time, with that stream time, and then aligns to the next multiple of its interval; a
@@ -37,12 +40,15 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
+
+from eddy_runtime.state import KeyValueTransaction, TaskTransaction
 
 __all__ = [
     "STREAM_TIME",
     "WALL_CLOCK_TIME",
     "Cancellable",
+    "ForwardedRecord",
     "Processor",
     "ProcessorContext",
     "ProcessorStore",
@@ -53,8 +59,9 @@ STREAM_TIME: Literal["stream_time"] = "stream_time"
 WALL_CLOCK_TIME: Literal["wall_clock_time"] = "wall_clock_time"
 PunctuationType = Literal["stream_time", "wall_clock_time"]
 
-_INT64 = struct.Struct(">q")
-#: in the ``<name>-time`` store: the task's stream time, and schedule i's next time at b"next:<i>"
+#: the ``<name>-time`` store's values: stream time and next times, ms, as big-endian int64
+TIME_VALUE = struct.Struct(">q")
+#: in the ``<name>-time`` store: the task's stream time, and schedule i's next time at `schedule_key(i)`
 STREAM_TIME_KEY = b"stream-time"
 
 
@@ -68,6 +75,15 @@ class Record:
     topic: str = ""
     partition: int = -1
     offset: int = -1
+
+
+class ForwardedRecord(NamedTuple):
+    """A record a processor forwarded (`ProcessorContext.forward`)."""
+
+    key: Any
+    value: Any
+    #: ms
+    timestamp: int
 
 
 class Processor:
@@ -90,7 +106,7 @@ class ProcessorStore:
         self._context = context
         self.name = name
 
-    def _tx(self) -> Any:
+    def _tx(self) -> KeyValueTransaction:
         return self._context._transaction().key_value(self.name)
 
     def get(self, key: Any, default: Any = None) -> Any:
@@ -104,10 +120,10 @@ class ProcessorStore:
 
     def range(self, start: Any = None, end: Any = None) -> Iterator[tuple[Any, Any]]:
         """(key, value) with start <= key < end, in serialized-key order."""
-        return self._tx().range(start, end)  # type: ignore[no-any-return]
+        return self._tx().range(start, end)
 
     def prefix(self, prefix: Any) -> Iterator[tuple[Any, Any]]:
-        return self._tx().prefix(prefix)  # type: ignore[no-any-return]
+        return self._tx().prefix(prefix)
 
     def all(self) -> Iterator[tuple[Any, Any]]:
         return self.range()
@@ -141,11 +157,11 @@ class ProcessorContext:
 
     stores: tuple[str, ...]
     time_store: str
-    #: (key, value, timestamp ms) forwarded downstream in the current batch
-    forwarded: list[tuple[Any, Any, int]] = field(default_factory=list)
+    #: forwarded downstream in the current batch
+    forwarded: list[ForwardedRecord] = field(default_factory=list)
     stream_time: int | None = None
     clock: Callable[[], float] = time.time
-    _tx: Any = None
+    _tx: TaskTransaction | None = None
     _schedules: list[Cancellable] = field(default_factory=list)
     _current_ts: int | None = None
 
@@ -160,7 +176,7 @@ class ProcessorContext:
         """Send a record downstream: by default with the timestamp of the record being processed
         (or of the punctuation that runs)."""
         ts = timestamp if timestamp is not None else self._current_ts
-        self.forwarded.append((key, value, 0 if ts is None else int(ts)))
+        self.forwarded.append(ForwardedRecord(key, value, 0 if ts is None else int(ts)))
 
     def schedule(self, interval_ms: int, type: PunctuationType, callback: Callable[[int], None]) -> Cancellable:  # noqa: A002
         if interval_ms < 1:
@@ -169,17 +185,17 @@ class ProcessorContext:
             raise ValueError(f"punctuation type must be {STREAM_TIME!r} or {WALL_CLOCK_TIME!r}, got {type!r}")
         index = len(self._schedules)
         if type == STREAM_TIME:
-            stored = self._transaction().key_value(self.time_store).get(_next_key(index))
-            start = _INT64.unpack(stored)[0] if stored is not None else 0
+            stored = self._transaction().key_value(self.time_store).get(schedule_key(index))
+            start = TIME_VALUE.unpack(stored)[0] if stored is not None else 0
         else:
             start = self._now_ms() + interval_ms
         schedule = Cancellable(type, interval_ms, callback, start, index)
         self._schedules.append(schedule)
         return schedule
 
-    # -- for the task (processing/operators.py) ----------------------------------------------------------
+    # -- what the methods above use; the task's side is processing/processors.py -------------------
 
-    def _transaction(self) -> Any:
+    def _transaction(self) -> TaskTransaction:
         if self._tx is None:
             raise RuntimeError("a processor's stores are reachable from init, process and punctuators only")
         return self._tx
@@ -187,110 +203,7 @@ class ProcessorContext:
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
 
-    def begin(self, tx: Any) -> None:
-        self._tx = tx
-        self.forwarded = []
-        if self.stream_time is None:
-            stored = tx.key_value(self.time_store).get(STREAM_TIME_KEY)
-            self.stream_time = None if stored is None else _INT64.unpack(stored)[0]
 
-    def record_seen(self, timestamp: int) -> None:
-        self._current_ts = timestamp
-        if self.stream_time is None or timestamp > self.stream_time:
-            self.stream_time = timestamp
-
-    def punctuate(self, type: PunctuationType, now: int) -> None:  # noqa: A002
-        """Fire every due schedule of `type` at `now` (stream time or wall-clock ms)."""
-        for s in list(self._schedules):
-            if s.type != type or s.cancelled or s.next_time > now:
-                continue
-            self._current_ts = now
-            s.callback(now)
-            s.advance(now)
-
-    def punctuate_stream_time(self) -> None:
-        if self.stream_time is not None:
-            self.punctuate(STREAM_TIME, self.stream_time)
-
-    def punctuate_wall_clock(self) -> None:
-        self.punctuate(WALL_CLOCK_TIME, self._now_ms())
-
-    def end(self) -> list[tuple[Any, Any, int]]:
-        """Keep stream time and the stream-time schedules' next times with the batch; the
-        batch's forwarded records."""
-        kv = self._transaction().key_value(self.time_store)
-        if self.stream_time is not None:
-            kv.put(STREAM_TIME_KEY, _INT64.pack(self.stream_time))
-        for s in self._schedules:
-            if s.type == STREAM_TIME:
-                kv.put(_next_key(s.index), _INT64.pack(s.next_time))
-        self._tx = None
-        return self.forwarded
-
-
-def _next_key(index: int) -> bytes:
+def schedule_key(index: int) -> bytes:
+    """Where the time store keeps stream-time schedule `index`'s next time."""
     return f"next:{index}".encode()
-
-
-# -- running a process() step in its task (processing/operators.py) --------------------------------------------
-
-
-@dataclass
-class ProcessorTask:
-    """A task's processor and its context, kept between batches (operators.TaskState)."""
-
-    processor: Any
-    context: ProcessorContext
-
-
-def run_processor(spec: Any, rows: Any, tx: Any, held: ProcessorTask | None
-                  ) -> tuple[ProcessorTask, Any, dict[int, str]]:
-    """Run a batch's `rows` through the task's processor (made and initialised on first use):
-    stream-time punctuations after each record that reaches them, wall-clock ones after the
-    batch. Returns the processor, the forwarded records as rows (``key``, ``value``,
-    ``timestamp``), and the rows whose `process` raised (row index -> error)."""
-    import pyarrow as pa
-
-    from eddy_runtime.kafka.records import TS_TYPE, timestamps_ms
-
-    names = tuple(s.name for s in spec.process_stores)
-    if held is None:
-        context = ProcessorContext(names[:-1], names[-1])
-        context.begin(tx)
-        processor = spec.processor()
-        processor.init(context)
-        held = ProcessorTask(processor, context)
-    else:
-        held.context.begin(tx)
-    context = held.context
-    failed: dict[int, str] = {}
-    n = rows.num_rows
-    if n:
-        keys = rows.column("key").to_pylist() if "key" in rows.column_names else [None] * n
-        values = rows.column("value").to_pylist() if "value" in rows.column_names else [None] * n
-        stamps = timestamps_ms(rows)
-        meta: dict[str, list[Any]] = {c: rows.column(c).to_pylist() if c in rows.column_names else [None] * n
-                for c in ("topic", "partition", "offset")}
-        for i in range(n):
-            ts = 0 if stamps is None else int(stamps[i])
-            context.record_seen(ts)
-            record = Record(keys[i], values[i], ts, meta["topic"][i] or "",
-                            -1 if meta["partition"][i] is None else meta["partition"][i],
-                            -1 if meta["offset"][i] is None else meta["offset"][i])
-            try:
-                held.processor.process(record)
-            except Exception as e:  # noqa: BLE001 - a bad record: the policy applies
-                failed[i] = f"process() raised {type(e).__name__}: {e}"
-            context.punctuate_stream_time()
-    context.punctuate_wall_clock()
-    forwarded = context.end()
-    try:
-        out = pa.table({
-            "key": pa.array([k for k, _, _ in forwarded]),
-            "value": pa.array([v for _, v, _ in forwarded]),
-            "timestamp": pa.array([t * 1000 for _, _, t in forwarded], pa.int64()).cast(TS_TYPE),
-        })
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise ValueError(f"process(): the forwarded keys or values of one batch must each be of one type: {e}"
-                         ) from e
-    return held, out, failed

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from eddy_contract.tasks import TaskId, task_id
+from eddy_runtime.dsl.processors import Processor
 from eddy_runtime.dsl.record_steps import RecordStep
 from eddy_runtime.dsl.time_windows import JoinWindows, SessionWindows, Suppressed, TimeWindows
 from eddy_runtime.state import ChangelogTopicSpec, StoreSpec
@@ -99,7 +100,7 @@ class StatefulSpec:
     outer_store: StoreSpec | None = None
     #: a `process()` step: the processor factory, its stores, and its own store of stream time
     #: and punctuation schedules (the last of `process_stores`)
-    processor: Callable[[], Any] | None = None
+    processor: Callable[[], Processor] | None = None
     process_stores: tuple[StoreSpec, ...] = ()
     #: a session-windowed aggregation's windows (`windows` is None then) and its aggregate's merger
     session_windows: SessionWindows | None = None

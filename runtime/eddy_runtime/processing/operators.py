@@ -26,7 +26,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eddy_runtime.dsl.errors import PipelineRuntimeError
-from eddy_runtime.dsl.processors import ProcessorTask, run_processor
 from eddy_runtime.dsl.record_steps import GROUP_KEY_COLUMN, apply_record_steps
 from eddy_runtime.dsl.subtopology import (
     METADATA_COLUMNS,
@@ -47,6 +46,7 @@ from eddy_runtime.kafka.records import (
 )
 from eddy_runtime.kafka.transactions import OutputRecord
 from eddy_runtime.processing.joins import TableUpdates, stream_stream_join, stream_table_join, table_table_join
+from eddy_runtime.processing.processors import ProcessorTask, run_processor
 from eddy_runtime.processing.sessions import session_aggregate
 from eddy_runtime.processing.suppress import suppress_results
 
@@ -61,7 +61,7 @@ class TaskState:
 
     #: newest record timestamp seen by a windowed aggregation (Kafka Streams' stream time)
     stream_time: int | None = None
-    #: a process() step's processor and its context (dsl/processors.py)
+    #: a process() step's processor and its context (processing/processors.py)
     processor: ProcessorTask | None = None
 
 
