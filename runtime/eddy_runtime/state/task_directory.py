@@ -12,8 +12,9 @@ an ``flock`` on ``.lock``, so the kernel releases it when its holder dies (even 
 crash never leaves a stale lock behind. `ProcessorStateManager` (manager.py) takes it first.
 
 `StateDirectory.inventory` lists which tasks and stores a volume holds and their offsets, read
-from the ``.checkpoint`` files without opening RocksDB or taking locks; the operator uses it to
-place tasks on the executor with the freshest copy.
+from the ``.checkpoint`` files without opening RocksDB or taking locks. Executors report it to
+the driver, which publishes it in the runtime state (driver/runtime_state.py) so that the
+operator's assignor places tasks on the executor with the freshest copy.
 """
 
 from __future__ import annotations
