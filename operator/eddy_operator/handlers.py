@@ -2,7 +2,7 @@
 (docs/DESIGN.md, "The operator's part").
 
 Run with `kopf run -m eddy_operator.handlers --all-namespaces` (or `eddy-operator`). The work
-happens in `reconcile` (objects), `assignment` (assignor, failover, events, status) and
+happens in `reconcile` (objects), `orchestrator` (assignor, failover, events, status) and
 `status`; the handlers only gather what kopf's indexes hold and pass it on.
 """
 
@@ -19,8 +19,9 @@ import kopf
 from eddy_contract import channel
 from eddy_contract.spec import GROUP, KIND, PLURAL, VERSION, SpecError
 from eddy_operator import builders, health, metrics
-from eddy_operator.assignment import Orchestrator, Snapshot, pod_info, zone_of
 from eddy_operator.kube import Kube
+from eddy_operator.orchestrator import Orchestrator, Snapshot
+from eddy_operator.pods import pod_info, zone_of
 from eddy_operator.reconcile import clean_up, reconcile
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from eddy_contract.assignor import Executor
-from eddy_operator.assignment import live_executors, pod_cores, pod_info
+from eddy_operator.pods import live_executors, pod_cores, pod_info
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,8 @@ import pytest
 
 from eddy_contract.assignor import Assignment, Executor, TaskAssignment, TaskMove
 from eddy_contract.channel import RestoreProgress, RuntimeState
-from eddy_operator.assignment import describe_moves, live_executors, pod_info
+from eddy_operator.assignment_events import describe_moves
+from eddy_operator.pods import live_executors, pod_info
 from eddy_operator.status import Failover, Observed, compute_status, without_times
 
 pytestmark = pytest.mark.unit

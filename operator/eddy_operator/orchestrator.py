@@ -1,12 +1,13 @@
-"""Failover and restore orchestration: from executor pods and the driver's runtime state to a
-published assignment, events, status and metrics (docs/DESIGN.md, "The operator's part": Assign, React).
+"""The operator's orchestration of each app: from its pods, nodes and the driver's runtime state
+to a published assignment, failover record, Events, status and metrics (docs/DESIGN.md, "The
+operator's part": Assign, React).
 
 Called by the handlers on every executor-pod event, runtime-state change and StreamApp change.
 One `AppController` per app serialises the work with a lock and remembers the last published
 assignment (the assignor's `previous`), so that a lost executor's tasks are promoted to their
-freshest standbys in one step: pod event -> assign -> one ConfigMap apply. The pure parts
-(`pod_info`, `live_executors`, `describe_moves`) are unit-tested; the rest talks to the
-apiserver through `eddy_operator.kube`.
+freshest standbys in one step: pod event -> assign -> one ConfigMap apply. Pods are read by
+`eddy_operator.pods`, Events worded by `eddy_operator.assignment_events`; the apiserver is
+reached through `eddy_operator.kube`.
 
 Restores need no separate machinery here: a pod that comes back (same volume, new executor id)
 or a new one reports its store inventory through the runtime state; the assignor then places
@@ -25,7 +26,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from eddy_contract import channel
 from eddy_contract.assignor import (
@@ -33,14 +34,15 @@ from eddy_contract.assignor import (
     AssignmentError,
     AssignorSettings,
     Executor,
-    TaskMove,
     assign_app,
     diff,
 )
 from eddy_contract.spec import SpecError, StreamAppSpec
 from eddy_operator import builders, metrics
+from eddy_operator.assignment_events import describe_moves
 from eddy_operator.builders import Owner
 from eddy_operator.kube import Kube
+from eddy_operator.pods import LossReason, PodInfo, live_executors
 from eddy_operator.status import Failover, Observed, compute_status, without_times
 
 log = logging.getLogger(__name__)
@@ -51,128 +53,6 @@ FAILOVER_KEY = "last-failover.json"
 
 def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-@dataclass(frozen=True)
-class PodInfo:
-    """What the operator needs to know about one pod of an app (driver or executor)."""
-
-    name: str
-    role: str
-    exec_id: str | None
-    node: str | None
-    phase: str
-    ready: bool
-    deleting: bool
-    reason: str | None
-    zone_label: str | None
-    cores: int = 1
-
-    @property
-    def live_executor(self) -> bool:
-        """Running, ready, not going away, and registered with the driver (Spark labels the pod
-        with its executor id once the driver handed one out; until then it says `EXECID`)."""
-        return (
-            self.role == "executor"
-            and self.phase == "Running"
-            and self.ready
-            and not self.deleting
-            and self.exec_id is not None
-            and self.exec_id.isdigit()
-        )
-
-    @property
-    def loss_reason(self) -> str:
-        if self.deleting:
-            return "deleted"
-        if self.reason == "Evicted":
-            return "evicted"
-        if self.phase == "Failed":
-            return "failed"
-        return "not ready"
-
-
-def pod_info(pod: Mapping[str, Any]) -> PodInfo:
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    status = pod.get("status") or {}
-    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-    role = labels.get(builders.SPARK_ROLE_LABEL) or labels.get(builders.ROLE_LABEL) or ""
-    return PodInfo(
-        name=str(meta.get("name", "")),
-        role=str(role),
-        exec_id=labels.get(builders.SPARK_EXEC_ID_LABEL),
-        node=(pod.get("spec") or {}).get("nodeName"),
-        phase=str(status.get("phase") or "Pending"),
-        ready=conditions.get("Ready") == "True",
-        deleting=meta.get("deletionTimestamp") is not None,
-        reason=status.get("reason"),
-        zone_label=labels.get(builders.ZONE_LABEL),
-        cores=pod_cores(pod),
-    )
-
-
-def pod_cores(pod: Mapping[str, Any]) -> int:
-    """The cores of a pod's first container (its CPU request, else limit; Spark sets both from
-    spark.executor.cores), rounded down, at least 1: the executor's weight in the assignor."""
-    containers = (pod.get("spec") or {}).get("containers") or [{}]
-    resources = containers[0].get("resources") or {}
-    cpu = str((resources.get("requests") or {}).get("cpu") or (resources.get("limits") or {}).get("cpu") or "1")
-    try:
-        value = float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
-    except ValueError:
-        return 1
-    return max(1, int(value))
-
-
-def zone_of(node: str | None, nodes: Mapping[str, Mapping[str, str]], zone_key: str) -> str | None:
-    if node is None:
-        return None
-    return (nodes.get(node) or {}).get(zone_key)
-
-
-def live_executors(pods: Iterable[PodInfo], nodes: Mapping[str, Mapping[str, str]], zone_key: str) -> list[Executor]:
-    """The executors the assignor may use; if two pods claim one id (a stale pod and its
-    replacement) the live one wins by construction, because only live pods are kept."""
-    seen: dict[str, Executor] = {}
-    for p in pods:
-        if p.live_executor and p.exec_id is not None:
-            seen[p.exec_id] = Executor(p.exec_id, p.name, zone_of(p.node, nodes, zone_key), p.cores)
-    return [seen[k] for k in sorted(seen, key=lambda e: (len(e), e))]
-
-
-def describe_moves(moves: Iterable[TaskMove], pods_by_id: Mapping[str, str]) -> list[tuple[str, str]]:
-    """(reason, message) pairs for the Events of one new generation: one per active move, one
-    per kind for standby and warmup placement."""
-
-    def who(e: str | None) -> str:
-        return f"executor {e} ({pods_by_id[e]})" if e is not None and e in pods_by_id else f"executor {e}"
-
-    events: list[tuple[str, str]] = []
-    grouped: dict[str, list[str]] = {}
-    for m in moves:
-        if m.kind == "promoted":
-            events.append(
-                (
-                    "TaskPromoted",
-                    f"task {m.task}: standby on {who(m.target)} promoted to active, was on {who(m.source)}",
-                )
-            )
-        elif m.kind == "moved":
-            events.append(("TaskMoved", f"task {m.task}: active moved from {who(m.source)} to {who(m.target)}"))
-        elif m.kind == "assigned":
-            grouped.setdefault("TasksAssigned", []).append(f"{m.task}@{m.target}")
-        elif m.kind in ("standby-added", "warmup-added"):
-            key = "StandbysPlaced" if m.kind == "standby-added" else "WarmupsPlaced"
-            grouped.setdefault(key, []).append(f"{m.task}@{m.target}")
-        elif m.kind in ("standby-removed", "warmup-removed"):
-            grouped.setdefault("ReplicasRemoved", []).append(f"{m.task}@{m.source}")
-        elif m.kind == "removed":
-            grouped.setdefault("TasksRemoved", []).append(m.task)
-    for reason, items in grouped.items():
-        shown = ", ".join(items[:40]) + (f" and {len(items) - 40} more" if len(items) > 40 else "")
-        events.append((reason, f"{len(items)}: {shown}"))
-    return events
 
 
 @dataclass
@@ -197,6 +77,39 @@ class Snapshot:
     assignment_data: Mapping[str, str] | None
 
 
+class AppKey(NamedTuple):
+    namespace: str
+    app: str
+    uid: str
+
+
+class LostExecutor(NamedTuple):
+    """An executor of the last published assignment that is no longer live, why, and the tasks
+    whose actives it held (they fail over)."""
+
+    executor: Executor
+    reason: LossReason
+    moved: tuple[str, ...]
+
+
+def lost_executors(
+    previous: channel.AssignmentMessage | None, live: Iterable[Executor], pods: Iterable[PodInfo]
+) -> list[LostExecutor]:
+    """The executors `previous` (the last published message) named that are not among `live`."""
+    if previous is None:
+        return []
+    live_ids = {e.id for e in live}
+    pods_by_name = {p.name: p for p in pods}
+    lost = []
+    for gone in previous.executors:
+        if gone.id in live_ids:
+            continue
+        moved = tuple(previous.assignment.active_tasks(gone.id))
+        pod = pods_by_name.get(gone.pod)
+        lost.append(LostExecutor(gone, pod.loss_reason if pod is not None else LossReason.DELETED, moved))
+    return lost
+
+
 class Orchestrator:
     """Keeps every app's assignment, status and metrics in step with what is observed."""
 
@@ -204,17 +117,17 @@ class Orchestrator:
         self.kube = kube
         # Keyed by uid too: an app deleted and re-created under its name starts afresh even if
         # the operator missed the deletion.
-        self.apps: dict[tuple[str, str, str], AppController] = {}
+        self.apps: dict[AppKey, AppController] = {}
         # post_event(body, type, reason, message): kopf.event inside handlers; None to skip.
         self.post_event = post_event
 
     def controller(self, namespace: str, app: str, uid: str) -> AppController:
-        for key in [k for k in self.apps if k[:2] == (namespace, app) and k[2] != uid]:
+        for key in [k for k in self.apps if (k.namespace, k.app) == (namespace, app) and k.uid != uid]:
             del self.apps[key]
-        return self.apps.setdefault((namespace, app, uid), AppController())
+        return self.apps.setdefault(AppKey(namespace, app, uid), AppController())
 
     def forget(self, namespace: str, app: str) -> None:
-        for key in [k for k in self.apps if k[:2] == (namespace, app)]:
+        for key in [k for k in self.apps if (k.namespace, k.app) == (namespace, app)]:
             del self.apps[key]
         metrics.forget_app(namespace, app)
 
@@ -303,19 +216,13 @@ class Orchestrator:
             return
         if previous is not None and new is previous:
             return
-        live_ids = {e.id for e in executors}
-        lost = [e for e in (ctl.message.executors if ctl.message is not None else ()) if e.id not in live_ids]
-        pods_by_name = {p.name: p for p in snap.pods}
+        lost = lost_executors(ctl.message, executors, snap.pods)
         # The failover is written in the same ConfigMap update as the assignment that carries it
         # out, so a leader that dies right after the write still leaves it for the next one.
-        failovers = []
         for gone in lost:
-            moved = tuple(previous.active_tasks(gone.id)) if previous is not None else ()
-            pod = pods_by_name.get(gone.pod)
-            reason = pod.loss_reason if pod is not None else "deleted"
-            failovers.append((gone, reason, moved))
-            if moved:
-                ctl.last_failover = Failover(now_iso(), gone.id, reason, moved, time.monotonic() - started)
+            if gone.moved:
+                ctl.last_failover = Failover(now_iso(), gone.executor.id, gone.reason, gone.moved,
+                                             time.monotonic() - started)
         message = channel.AssignmentMessage(spec.name, new, tuple(executors), now_iso(), cause)
         owner = Owner(spec.name, snap.streamapp["metadata"]["uid"])
         data = channel.encode_assignment(message)
@@ -335,16 +242,29 @@ class Orchestrator:
             elapsed * 1000,
             cause,
         )
+        self._announce(snap, spec, executors, previous, new, lost, elapsed)
 
+    def _announce(
+        self,
+        snap: Snapshot,
+        spec: StreamAppSpec,
+        executors: list[Executor],
+        previous: Assignment | None,
+        new: Assignment,
+        lost: list[LostExecutor],
+        elapsed: float,
+    ) -> None:
+        """Events and failover metrics for a generation just published."""
         pods_by_id = {e.id: e.pod for e in executors}
-        for gone, reason, moved in failovers:
+        for gone in lost:
             self._event(
                 snap.streamapp,
                 "Warning",
                 "ExecutorLost",
-                f"executor {gone.id} ({gone.pod}) {reason}; {len(moved)} active task(s) failed over",
+                f"executor {gone.executor.id} ({gone.executor.pod}) {gone.reason}; "
+                f"{len(gone.moved)} active task(s) failed over",
             )
-            if moved:
+            if gone.moved:
                 metrics.FAILOVERS.labels(spec.namespace, spec.name).inc()
                 metrics.FAILOVER_DURATION.labels(spec.namespace, spec.name).observe(elapsed)
         if previous is None:
@@ -355,8 +275,8 @@ class Orchestrator:
                 f"generation {new.generation}: {len(new.tasks)} task(s) on {len(executors)} executor(s)",
             )
         else:
-            for reason, text in describe_moves(diff(previous, new), pods_by_id):
-                self._event(snap.streamapp, "Normal", reason, f"generation {new.generation}: {text}")
+            for event in describe_moves(diff(previous, new), pods_by_id):
+                self._event(snap.streamapp, "Normal", event.reason, f"generation {new.generation}: {event.message}")
 
     async def _update_status(
         self,

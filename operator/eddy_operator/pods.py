@@ -1,0 +1,112 @@
+"""An app's pods as the operator reads them: role, executor id, node, phase and readiness, why
+a pod was lost, its cores, and which executors the assignor may use (live, registered with the
+driver, with the zone of their node). Plain functions of pod and node dicts, no apiserver."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from eddy_contract.assignor import Executor
+from eddy_operator import builders
+
+
+class LossReason(StrEnum):
+    """Why an executor pod stopped counting as live (in its ExecutorLost Event and the failover)."""
+
+    DELETED = "deleted"
+    EVICTED = "evicted"
+    FAILED = "failed"
+    NOT_READY = "not ready"
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """What the operator needs to know about one pod of an app (driver or executor)."""
+
+    name: str
+    role: str  # its spark-role or eddy.dev/role label: "driver", "executor", or "" if neither
+    exec_id: str | None
+    node: str | None
+    phase: str
+    ready: bool
+    deleting: bool
+    reason: str | None
+    zone_label: str | None
+    cores: int = 1
+
+    @property
+    def live_executor(self) -> bool:
+        """Running, ready, not going away, and registered with the driver (Spark labels the pod
+        with its executor id once the driver handed one out; until then it says `EXECID`)."""
+        return (
+            self.role == "executor"
+            and self.phase == "Running"
+            and self.ready
+            and not self.deleting
+            and self.exec_id is not None
+            and self.exec_id.isdigit()
+        )
+
+    @property
+    def loss_reason(self) -> LossReason:
+        if self.deleting:
+            return LossReason.DELETED
+        if self.reason == "Evicted":
+            return LossReason.EVICTED
+        if self.phase == "Failed":
+            return LossReason.FAILED
+        return LossReason.NOT_READY
+
+
+def pod_info(pod: Mapping[str, Any]) -> PodInfo:
+    """A pod's manifest (as the apiserver returns it) read into a PodInfo."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = pod.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    role = labels.get(builders.SPARK_ROLE_LABEL) or labels.get(builders.ROLE_LABEL) or ""
+    return PodInfo(
+        name=str(meta.get("name", "")),
+        role=str(role),
+        exec_id=labels.get(builders.SPARK_EXEC_ID_LABEL),
+        node=(pod.get("spec") or {}).get("nodeName"),
+        phase=str(status.get("phase") or "Pending"),
+        ready=conditions.get("Ready") == "True",
+        deleting=meta.get("deletionTimestamp") is not None,
+        reason=status.get("reason"),
+        zone_label=labels.get(builders.ZONE_LABEL),
+        cores=pod_cores(pod),
+    )
+
+
+def pod_cores(pod: Mapping[str, Any]) -> int:
+    """The cores of a pod's first container (its CPU request, else limit; Spark sets both from
+    spark.executor.cores), rounded down, at least 1: the executor's weight in the assignor."""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    resources = containers[0].get("resources") or {}
+    cpu = str((resources.get("requests") or {}).get("cpu") or (resources.get("limits") or {}).get("cpu") or "1")
+    try:
+        value = float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
+    except ValueError:
+        return 1
+    return max(1, int(value))
+
+
+def zone_of(node: str | None, nodes: Mapping[str, Mapping[str, str]], zone_key: str) -> str | None:
+    """The zone of a node from its labels (`nodes`: node name -> labels); None if unknown."""
+    if node is None:
+        return None
+    return (nodes.get(node) or {}).get(zone_key)
+
+
+def live_executors(pods: Iterable[PodInfo], nodes: Mapping[str, Mapping[str, str]], zone_key: str) -> list[Executor]:
+    """The executors the assignor may use; if two pods claim one id (a stale pod and its
+    replacement) the live one wins by construction, because only live pods are kept."""
+    seen: dict[str, Executor] = {}
+    for p in pods:
+        if p.live_executor and p.exec_id is not None:
+            seen[p.exec_id] = Executor(p.exec_id, p.name, zone_of(p.node, nodes, zone_key), p.cores)
+    return [seen[k] for k in sorted(seen, key=lambda e: (len(e), e))]
