@@ -19,11 +19,13 @@ from dataclasses import replace
 import pytest
 from prometheus_client import CollectorRegistry
 
+from eddy_contract.spec import BadRecordPolicy, ProcessingGuarantee
+from eddy_contract.tasks import Role
 from eddy_runtime.executor.continuous import ContinuousLoop
 from eddy_runtime.executor.task_runner import TaskRunner
 from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.protocol.health import HealthAndMetricsServer
-from eddy_runtime.protocol.work import BadRecordInfo, BatchSettings, ContinuousWork, ItemResult, SlotWork
+from eddy_runtime.protocol.work import BadRecordInfo, BatchSettings, ContinuousWork, ItemResult, ItemStatus, SlotWork
 from eddy_runtime.protocol.work_push import (
     PUSH_PATH,
     RELEASE_PATH,
@@ -49,8 +51,9 @@ from eddy_runtime.state import StoreFigures, TaskDirectory, TaskFigures
 pytestmark = pytest.mark.unit
 
 SETTINGS = BatchSettings(app="wc", batch_id=1, generation=3, kafka=KafkaClientConfig.of("127.0.0.1:9"),
-                         guarantee="at_least_once", bad_record_policy="fail", dead_letter_topic=None,
-                         state_dir="/nonexistent", per_executor_state_dirs=False, push_token="s3cret")
+                         guarantee=ProcessingGuarantee.AT_LEAST_ONCE, bad_record_policy=BadRecordPolicy.FAIL,
+                         dead_letter_topic=None, state_dir="/nonexistent", per_executor_state_dirs=False,
+                         push_token="s3cret")
 
 
 @pytest.fixture
@@ -81,12 +84,12 @@ def post(address: str, body: bytes, token: str | None = "s3cret", method: str = 
         return e.code, json.loads(e.read())
 
 
-def work(generation: int, *tasks: tuple[str, str]) -> ContinuousWork:
-    return ContinuousWork(generation, tuple(tasks), 0.1)  # type: ignore[arg-type]
+def work(generation: int, *tasks: tuple[str, Role]) -> ContinuousWork:
+    return ContinuousWork(generation, tuple(tasks), 0.1)
 
 
 def test_work_round_trips_as_json_and_anything_else_is_refused():
-    w = work(7, ("1_0", "active"), ("1_1", "standby"))
+    w = work(7, ("1_0", Role.ACTIVE), ("1_1", Role.STANDBY))
     assert decode_work(encode_work("wc", w)) == ("wc", w)
     for bad in (b"[]", b'{"app":"wc","generation":"7","tasks":[],"commitIntervalS":0.1}',
                 b'{"app":"wc","generation":7,"tasks":[["1_0","leader"]],"commitIntervalS":0.1}',
@@ -107,7 +110,7 @@ def test_a_runner_takes_a_newer_generation_only_with_the_token_after_its_first_s
     assert post(address, b"", method="GET")[0] == 405
     assert post(address, b"{not json")[0] == 400
     assert post(address, encode_work("other-app", work(4)))[0] == 409
-    assert post(address, encode_work("wc", work(3, ("1_0", "active"))))[1] == {"taken": False}  # not newer
+    assert post(address, encode_work("wc", work(3, ("1_0", Role.ACTIVE))))[1] == {"taken": False}  # not newer
 
     assert post(address, newer) == (200, {"taken": True})
     assert post(address, newer) == (200, {"taken": False})
@@ -156,7 +159,7 @@ def test_a_release_round_trips_as_json_and_anything_else_is_refused(served):
 def test_a_release_waits_for_the_round_holding_the_task_and_says_whether_it_committed(served):
     loop, address = served
     loop.sync({}, SETTINGS, work(3))
-    old = work(3, ("1_0", "active"), ("1_1", "active"))
+    old = work(3, ("1_0", Role.ACTIVE), ("1_1", Role.ACTIVE))
     answers: list[set[str]] = []
 
     def release_in_background(timeout_s: float) -> threading.Thread:
@@ -165,7 +168,7 @@ def test_a_release_waits_for_the_round_holding_the_task_and_says_whether_it_comm
         thread.start()
         return thread
 
-    with loop._committing_tasks(old, ["1_0", "1_1"], "active") as (allowed, clean):
+    with loop._committing_tasks(old, ["1_0", "1_1"], Role.ACTIVE) as (allowed, clean):
         assert allowed == ["1_0", "1_1"]
         assert release_tasks({"1": address}, {"1": ["1_0"]}, "wc", "s3cret", 4, 0.3) == set()  # still committing
         waiting = release_in_background(5.0)
@@ -176,16 +179,16 @@ def test_a_release_waits_for_the_round_holding_the_task_and_says_whether_it_comm
     assert answers == [{"1"}]
 
     # Released for generation 4: work older than that may not run 1_0 any more; 1_1 and newer work may.
-    with loop._committing_tasks(old, ["1_0", "1_1"], "active") as (allowed, clean):
+    with loop._committing_tasks(old, ["1_0", "1_1"], Role.ACTIVE) as (allowed, clean):
         assert allowed == ["1_1"]
         clean[0] = True
     loop.sync({}, SETTINGS, work(5))  # (no tasks: the loop's thread does not start)
-    with loop._committing_tasks(work(5, ("1_0", "active")), ["1_0"], "active") as (allowed, clean):
+    with loop._committing_tasks(work(5, ("1_0", Role.ACTIVE)), ["1_0"], Role.ACTIVE) as (allowed, clean):
         assert allowed == ["1_0"]
         clean[0] = False  # a round that did not commit cleanly: a release of it is refused
     assert loop.release(6, ["1_0"], 1.0) is True  # a new release forgets the earlier outcome
     loop.sync({}, SETTINGS, work(7))
-    with loop._committing_tasks(work(7, ("1_0", "active")), ["1_0"], "active") as (allowed, clean):
+    with loop._committing_tasks(work(7, ("1_0", Role.ACTIVE)), ["1_0"], Role.ACTIVE) as (allowed, clean):
         waiting = release_in_background(5.0)
         time.sleep(0.2)
     waiting.join(5)
@@ -195,13 +198,13 @@ def test_a_release_waits_for_the_round_holding_the_task_and_says_whether_it_comm
 def test_item_results_round_trip_as_json_and_anything_else_is_refused():
     store = StoreFigures("counts", "wc-counts-changelog", 2, 41, 7, 120.5, 0, None, 3, 4096, 12)
     results = [
-        ItemResult("1_2", "1", "active", "processed", records_in=50, records_out=9,
+        ItemResult("1_2", "1", Role.ACTIVE, ItemStatus.PROCESSED, records_in=50, records_out=9,
                    committed={("wc-repartition", 2): 1234}, skipped=1,
                    bad_records=(BadRecordInfo("wc-words", 2, 17, "not UTF-8"),), latency_counts=(3, 0, 1),
                    latency_sum_s=0.25, duration_s=0.031, message="",
-                   figures=TaskFigures("wc", "1_2", "active", False, (store,), (0.004, 0.012), 2),
+                   figures=TaskFigures("wc", "1_2", Role.ACTIVE, False, (store,), (0.004, 0.012), 2),
                    query_address="127.0.0.1:4040"),
-        ItemResult("1_3", "1", "standby", "standby", restored=8, restore_remaining=2),
+        ItemResult("1_3", "1", Role.STANDBY, ItemStatus.STANDBY, restored=8, restore_remaining=2),
     ]
     assert decode_results(json.loads(json.dumps(encode_results(results)))) == results
     good = encode_results(results[1:])[0]

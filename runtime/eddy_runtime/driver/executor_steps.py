@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from eddy_contract.spec import BadRecordPolicy
 from eddy_runtime.kafka.records import decode_source, range_reader
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from eddy_runtime.dsl.subtopology import SubTopology
+    from eddy_runtime.processing.operators import BatchOutput
 
 __all__ = ["RESULT_DDL", "Program", "executor_slot_job", "executor_step", "probe_sink", "read_step", "sink_step"]
 
@@ -45,7 +46,8 @@ def _misplaced(settings: BatchSettings, work: SlotWork) -> list[ItemResult] | No
     return None
 
 
-def _call_runner(settings: BatchSettings, program: Program, work: SlotWork, data: object) -> list[ItemResult]:
+def _call_runner(settings: BatchSettings, program: Program, work: SlotWork,
+                 data: pa.Table | BatchOutput | None) -> list[ItemResult]:
     """Run `work` in the executor's task runner (sending the program if the runner lacks it)."""
     client = RunnerClient(settings.state_dir_for(work.executor), work.executor)
     try:
@@ -152,9 +154,10 @@ def sink_step(settings: BatchSettings, program: Program, works: list[SlotWork], 
         if misplaced is not None:
             yield _result_batch(misplaced)
             return
-        data: Any = pa.Table.from_batches(received) if received else pa.table({})
-        if stateless is not None and data.num_rows:
-            data = process_batch(stateless, data, None, TaskState())
+        rows = pa.Table.from_batches(received) if received else pa.table({})
+        data: pa.Table | BatchOutput = rows
+        if stateless is not None and rows.num_rows:
+            data = process_batch(stateless, rows, None, TaskState())
         yield _result_batch(_call_runner(settings, program, work, data))
 
     return sink

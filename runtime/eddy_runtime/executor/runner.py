@@ -175,22 +175,21 @@ def _warm_up() -> None:
 
 
 def _freeze_startup_objects() -> None:
-    """Put what the runner has loaded by now (about 100,000 objects: pyarrow, pandas, the Kafka
-    client, Eddy's modules) out of the cyclic garbage collector's walks (`gc.freeze`). A full
-    collection walks every object it tracks and no thread of the runner runs meanwhile: 60-120 ms
-    with them, which showed as one-second spikes of the p99 at 5,000 records/s (344-430 ms against
-    232-294 ms in the other seconds, bench/throughput.py); 1-3 ms once they are frozen. Frozen
-    objects are still freed when their last reference goes; only a cycle among them that was
-    already garbage stays (once, at start)."""
+    """Put what the runner has loaded by now (pyarrow, pandas, the Kafka client, Eddy's modules)
+    out of the cyclic garbage collector's walks (`gc.freeze`). A full collection walks every
+    object it tracks and no thread of the runner runs meanwhile, which showed as spikes of the
+    latency's p99 (bench/throughput.py; docs/DESIGN.md has the figures). Frozen objects are
+    still freed when their last reference goes; only a cycle among them that was already
+    garbage stays (once, at start)."""
     gc.freeze()
     log.debug("froze %d objects loaded at start", gc.get_freeze_count())
 
 
 def _load_lazy_modules() -> None:
     """Load now what the processing path would load on first use: pyarrow imports pandas on its
-    first conversion of a Python list (0.4 s idle) and its query engine on its first group_by.
-    In the failover benchmark that was most of a newcomer's first round (1.7 s for 575 records
-    on the loaded machine, 0.2 s for the next 2,000), and the tasks just moved to it waited."""
+    first conversion of a Python list and its query engine on its first group_by. In the
+    failover benchmark (bench/failover.py) that was most of a newcomer's first round, and the
+    tasks just moved to it waited."""
     try:
         import pyarrow as pa
 

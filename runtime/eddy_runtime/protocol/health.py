@@ -1,5 +1,9 @@
-"""The driver's `/healthz`, served beside `/metrics` on `spec.metricsPort`: it fails when the
-micro-batch loop has stopped making progress, so that the kubelet restarts a wedged driver.
+"""The HTTP endpoint the driver and every executor's task runner serve (`HealthAndMetricsServer`):
+Prometheus' `/metrics`, `/healthz`, the interactive queries' paths, and the runner's routes for the
+driver's pushes (protocol/work_push.py).
+
+The driver's `/healthz`, on `spec.metricsPort`, fails when the micro-batch loop has stopped making
+progress, so that the kubelet restarts a wedged driver.
 
 Progress is a batch starting or finishing (`BatchProgress`, fed by `Driver.run`). Every batch is
 bounded (at most `max_batch_records` per task, restores in bounded chunks), so a loop that
@@ -16,8 +20,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 STALL_FLOOR_S = 120.0
 STALL_TRIGGERS = 20
@@ -77,6 +84,13 @@ class _QuietHandler(WSGIRequestHandler):
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
+
+def _not_found(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    body = b"no metrics here\n"
+    start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8"),
+                                     ("Content-Length", str(len(body)))])
+    return [body]
+
 #: the paths the interactive-query app answers (queries/server.py)
 QUERY_PATHS = ("/metadata", "/stores/")
 
@@ -84,13 +98,13 @@ QUERY_PATHS = ("/metadata", "/stores/")
 class HealthAndMetricsServer:
     """`/healthz` from `progress` (always ok without one), the interactive queries' paths from
     `queries`, the paths of `routes` from their apps, everything else Prometheus' exposition of
-    `registry`."""
+    `registry` (None: a server of queries alone, as in tests)."""
 
-    def __init__(self, port: int, addr: str, registry: Any, progress: BatchProgress | None,
+    def __init__(self, port: int, addr: str, registry: CollectorRegistry | None, progress: BatchProgress | None,
                  queries: WsgiApp | None = None, routes: Mapping[str, WsgiApp] | None = None) -> None:
         from prometheus_client import make_wsgi_app
 
-        metrics_app = make_wsgi_app(registry)
+        metrics_app: WsgiApp = make_wsgi_app(registry) if registry is not None else _not_found
 
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             path = environ.get("PATH_INFO") or ""
@@ -106,7 +120,7 @@ class HealthAndMetricsServer:
                 return routes[path](environ, start_response)
             if queries is not None and (path == QUERY_PATHS[0] or path.startswith(QUERY_PATHS[1])):
                 return queries(environ, start_response)
-            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+            return metrics_app(environ, start_response)
 
         self.server = make_server(addr, port, app, server_class=_Server, handler_class=_QuietHandler)
         self.port = self.server.server_port

@@ -1,7 +1,7 @@
 """Pinned placement of work on Spark executors: who is alive, pinned RDDs, self-checks, job watches.
 
 Spark has no API to say "run partition i on executor E". What works (docs/DESIGN.md, "Placement
-facts", measured on pyspark 4.3): a partition's preferred location ``executor_<host>_<id>`` set
+facts"): a partition's preferred location ``executor_<host>_<id>`` set
 through ``SparkContext.makeRDD(Seq[(T, Seq[String])])`` plus a high ``spark.locality.wait``.
 Narrow steps over such an RDD (a DataFrame built on it, ``mapInArrow``, ``select``...) stay on
 the executor until the first shuffle.
@@ -29,7 +29,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "BatchWatch",
@@ -67,7 +71,7 @@ class MisplacedTask(RuntimeError):
 # -- driver side ------------------------------------------------------------------------------
 
 
-def live_executors(sc: Any) -> list[ExecutorRef]:
+def live_executors(sc: SparkContext) -> list[ExecutorRef]:
     """Executors registered and alive right now (the driver excluded), sorted by id.
 
     Reads the task scheduler, not the block manager: ``SparkContext.env()`` cannot be reached
@@ -94,12 +98,13 @@ def _id_key(executor_id: str) -> tuple[int, str]:
     return (int(executor_id), "") if executor_id.isdigit() else (1 << 62, executor_id)
 
 
-def executor_alive(sc: Any, executor_id: str) -> bool:
-    """What the driver's scheduler believes; it learns of a dead executor within ~0.1 s."""
+def executor_alive(sc: SparkContext, executor_id: str) -> bool:
+    """What the driver's scheduler believes (it learns of a dead executor quickly: `BatchWatch`
+    polls this)."""
     return bool(sc._jsc.sc().taskScheduler().isExecutorAlive(executor_id))
 
 
-def wait_for_executors(sc: Any, count: int, timeout: float = 120.0) -> list[ExecutorRef]:
+def wait_for_executors(sc: SparkContext, count: int, timeout: float = 120.0) -> list[ExecutorRef]:
     """Block until at least `count` executors are alive; raise naming what did register."""
     deadline = time.monotonic() + timeout
     while True:
@@ -114,17 +119,19 @@ def wait_for_executors(sc: Any, count: int, timeout: float = 120.0) -> list[Exec
 class PinnedSlots:
     """An RDD with one partition per slot, partition ``i`` pinned to ``executors[i]``.
 
-    Building it costs py4j round trips (about 0.1 s for 64 partitions), so the driver builds it
-    once per assignment. Each element is the slot's index (an ``int``), so a partition function
-    knows its slot, and the per-batch work travels in the function's closure.
+    Building it costs py4j round trips, so the driver builds it once per assignment. Each element
+    is the slot's index (an ``int``), so a partition function knows its slot, and the per-batch
+    work travels in the function's closure.
     """
 
-    def __init__(self, sc: Any, executors: Sequence[ExecutorRef]) -> None:
+    def __init__(self, sc: SparkContext, executors: Sequence[ExecutorRef]) -> None:
         from pyspark.rdd import RDD
         from pyspark.serializers import CPickleSerializer
 
         self.executors: tuple[ExecutorRef, ...] = tuple(executors)
         jvm = sc._jvm
+        if jvm is None:
+            raise RuntimeError("the SparkContext is stopped")
         convert = jvm.scala.jdk.javaapi.CollectionConverters
         byte_array = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
         pairs = jvm.java.util.ArrayList()
@@ -151,7 +158,7 @@ class PinnedSlots:
         found: list[Any] = self.rdd.mapPartitionsWithIndex(partition).collect()
         return found
 
-    def dataframe(self, spark: Any) -> Any:
+    def dataframe(self, spark: SparkSession) -> DataFrame:
         """A one-column DataFrame (``slot int``), one row per partition, still pinned."""
         return spark.createDataFrame(self.rdd.map(lambda i: (i,)), "slot int")
 
@@ -164,7 +171,7 @@ class BatchWatch:
     none did); the action itself then raised Spark's cancellation error.
     """
 
-    def __init__(self, sc: Any, group: str, executors: Iterable[str], poll_s: float = 0.1,
+    def __init__(self, sc: SparkContext, group: str, executors: Iterable[str], poll_s: float = 0.1,
                  description: str = "", on_lost: Callable[[str], None] | None = None) -> None:
         self.sc = sc
         #: called with the executor that died, on a thread of its own while the job is cancelled
