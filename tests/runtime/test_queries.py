@@ -13,10 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from eddy_contract.tasks import Role
 from eddy_runtime import cli
 from eddy_runtime.protocol.health import HealthAndMetricsServer
 from eddy_runtime.queries.client import QueryClient, QueryFailed
-from eddy_runtime.queries.routing import QueryError, QueryRouting, StoreRoute, kafka_partition, murmur2, parse_key
+from eddy_runtime.queries.routing import (
+    QueryError,
+    QueryRouting,
+    StoreRoute,
+    TaskCopies,
+    kafka_partition,
+    murmur2,
+    parse_key,
+)
 from eddy_runtime.queries.server import LocalCopy, StoreQueries
 from eddy_runtime.state import StoreSpec
 from eddy_runtime.state.stores import open_store
@@ -69,6 +78,15 @@ def counts_store(path: Path, words: dict[str, int]):
 
 def routing(addresses: dict[str, str]) -> QueryRouting:
     return QueryRouting("wc", 3, {"counts": ROUTE}, {"1_0": ("a", ("b",)), "1_1": ("b", ("a",))}, addresses)
+
+
+def test_a_tasks_holders_are_its_active_then_its_standbys_with_their_roles_and_addresses():
+    by_copies = QueryRouting("wc", 3, {"counts": ROUTE}, {"1_0": TaskCopies("a", ("b", "c"))}, {"a": "h:1", "b": "h:2"})
+    assert [(h.executor, h.role, h.address) for h in by_copies.holders("1_0")] == [
+        ("a", Role.ACTIVE, "h:1"), ("b", Role.STANDBY, "h:2"), ("c", Role.STANDBY, "")]
+    assert by_copies.holders("1_1") == []
+    assert routing({"a": "h:1", "b": "h:2"}).holders("1_0") == by_copies.holders("1_0")[:2]  # plain pairs too
+    assert by_copies.as_json()["tasks"] == {"1_0": {"active": "a", "standbys": ["b", "c"]}}
 
 
 def test_an_endpoint_answers_its_actives_and_its_standbys_only_within_max_lag(tmp_path):

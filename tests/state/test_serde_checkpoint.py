@@ -6,6 +6,7 @@ import struct
 
 import pytest
 
+from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.state.checkpoint import CheckpointError, OffsetCheckpoint
 from eddy_runtime.state.serde import SerdeError, serde_for
 
@@ -76,3 +77,12 @@ def test_checkpoint_of_stores_holds_the_last_input_record_they_reflect(tmp_path)
     # Two stores of a task: positions are next offsets to process; 0 means nothing processed.
     cp.write_store_offsets({("app-a-changelog", 3): 41}, [{("in", 3): 10, ("other", 3): 0}, {("in", 3): 12}])
     assert cp.read() == {("app-a-changelog", 3): 41, ("in", 3): 11}
+
+
+def test_checkpoint_offsets_are_keyed_by_topic_partition_whichever_key_they_were_written_with(tmp_path) -> None:
+    cp = OffsetCheckpoint(tmp_path / ".checkpoint")
+    cp.write_store_offsets({TopicPartition("app-a-changelog", 3): 41}, [{("in", 3): 10}])
+    offsets = cp.read()
+    assert offsets == {TopicPartition("app-a-changelog", 3): 41, TopicPartition("in", 3): 9}
+    assert all(type(tp) is TopicPartition for tp in offsets)
+    assert {tp.topic for tp in offsets} == {"app-a-changelog", "in"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.state import KeyValueStore, StoreSpec, open_store
 from eddy_runtime.state.store import prefix_successor
 
@@ -45,6 +46,22 @@ def test_offsets_survive_reopening(tmp_path) -> None:
         assert again.offsets.changelog_offset == 5
         assert dict(again.offsets.input_offsets) == {("in", 2): 9}
         assert again.get(b"k") == b"v"
+    finally:
+        again.close()
+
+
+def test_input_offsets_are_keyed_by_topic_partition_in_memory_and_after_reopening(tmp_path) -> None:
+    spec = StoreSpec.key_value("s")
+    store = open_store(spec, tmp_path / "s")
+    store.write([(b"k", b"v")], input_offsets={("in", 2): 9})
+    store.write([(b"k", b"w")], input_offsets={TopicPartition("in", 3): 4})
+    assert store.offsets.input_offsets == {TopicPartition("in", 2): 9, TopicPartition("in", 3): 4}
+    assert all(type(tp) is TopicPartition for tp in store.offsets.input_offsets)
+    store.close()
+    again = open_store(spec, tmp_path / "s")
+    try:
+        assert all(type(tp) is TopicPartition for tp in again.offsets.input_offsets)
+        assert dict(again.offsets.input_offsets) == {TopicPartition("in", 2): 9, TopicPartition("in", 3): 4}
     finally:
         again.close()
 

@@ -104,6 +104,7 @@ def test_inventory_lists_tasks_stores_offsets_and_holders(tmp_path) -> None:
         ]
         assert second.stores[0].size_bytes > 0
         assert second.input_offsets == ((("words", 1), 99),)
+        assert second.input_offsets[0][0].topic == "words"  # a TopicPartition
     assert [t.app for t in StateDirectory(tmp_path).inventory()] == ["other", "wc", "wc"]
 
 
