@@ -24,6 +24,7 @@ from eddy_contract.tasks import Role
 from eddy_runtime.executor.continuous import ContinuousLoop
 from eddy_runtime.executor.task_runner import TaskRunner
 from eddy_runtime.kafka.client import KafkaClientConfig
+from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.protocol.health import HealthAndMetricsServer
 from eddy_runtime.protocol.work import BadRecordInfo, BatchSettings, ContinuousWork, ItemResult, ItemStatus, SlotWork
 from eddy_runtime.protocol.work_push import (
@@ -199,7 +200,7 @@ def test_item_results_round_trip_as_json_and_anything_else_is_refused():
     store = StoreFigures("counts", "wc-counts-changelog", 2, 41, 7, 120.5, 0, None, 3, 4096, 12)
     results = [
         ItemResult("1_2", "1", Role.ACTIVE, ItemStatus.PROCESSED, records_in=50, records_out=9,
-                   committed={("wc-repartition", 2): 1234}, skipped=1,
+                   committed={TopicPartition("wc-repartition", 2): 1234}, skipped=1,
                    bad_records=(BadRecordInfo("wc-words", 2, 17, "not UTF-8"),), latency_counts=(3, 0, 1),
                    latency_sum_s=0.25, duration_s=0.031, message="",
                    figures=TaskFigures("wc", "1_2", Role.ACTIVE, False, (store,), (0.004, 0.012), 2),

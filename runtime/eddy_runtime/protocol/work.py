@@ -16,7 +16,7 @@ from enum import StrEnum
 from eddy_contract.spec import BadRecordPolicy, ProcessingGuarantee
 from eddy_contract.tasks import Role
 from eddy_runtime.kafka.client import KafkaClientConfig
-from eddy_runtime.kafka.partitions import InputRange
+from eddy_runtime.kafka.partitions import InputRange, TopicPartition
 from eddy_runtime.queries.routing import QueryRouting
 from eddy_runtime.state import StateDirectory, TaskFigures, TaskInventory
 
@@ -155,8 +155,8 @@ class ItemResult:
     status: ItemStatus
     records_in: int = 0
     records_out: int = 0
-    #: input positions committed by this item (topic, partition) -> next offset
-    committed: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    #: input positions committed by this item: partition -> next offset
+    committed: Mapping[TopicPartition, int] = field(default_factory=dict)
     skipped: int = 0
     dead_lettered: int = 0
     #: records an aggregation ignores as Kafka Streams does (null keys, late for their window)

@@ -2,8 +2,8 @@
 that carries it (executor/continuous.py).
 
 An app that runs continuously hands each executor its (task, role) pairs in a Spark job: the
-micro-batch or, with no DataFrame steps, the sync. Under load such a job takes about a second to
-reach the runners, and after a failover that second is most of the outage. So when the driver
+micro-batch or, with no DataFrame steps, the sync. Under load such a job is slow to reach the
+runners, and after a failover that wait is most of the outage. So when the driver
 plans a new generation it also POSTs each executor's `ContinuousWork` as JSON to the endpoint
 its runner already serves (metrics and interactive queries, executor/runner.py), and does not wait for the
 answers. The runner's loop takes the pushed work only if it is newer than the work it runs and it
@@ -18,8 +18,8 @@ only the executors that did not).
 
 A sync (`SYNC_PATH`) is how the driver of an app that runs only continuously collects what
 the runners did, between the Spark jobs that carry its syncs: a Spark job per second and
-executor cost about 0.3 cores of the executors' and driver's JVMs on the 2-core bench machine
-(bench/throughput.py), taken from the loops' records exactly when they were due. In a steady
+executor costs the executors' and driver's JVMs CPU (bench/throughput.py), taken from the
+loops' records exactly when they were due. In a steady
 generation the driver POSTs each executor's `ContinuousWork` to its runner and gets back the
 runner's `ItemResult`s since its last sync as JSON (`encode_results`). Whatever changes what an
 executor holds or how it runs (a new generation, an executor that is new or not ready, a
@@ -199,6 +199,11 @@ def _from_json(tp: Any, value: Any) -> Any:
         return tp(**{k: _from_json(hints[k], v) for k, v in value.items() if k in known})
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return tp(value)  # ValueError when it is none of the members
+    if isinstance(tp, type) and issubclass(tp, tuple) and hasattr(tp, "_fields"):  # a NamedTuple
+        if not isinstance(value, list) or len(value) != len(tp._fields):
+            raise ValueError(f"a {tp.__name__} is a JSON list of {len(tp._fields)} items")
+        hints = typing.get_type_hints(tp)
+        return tp(*(_from_json(hints[name], v) for name, v in zip(tp._fields, value, strict=True)))
     if origin is typing.Literal:
         if value not in args:
             raise ValueError(f"{value!r} is none of {args}")
