@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.kafka.partitions import InputRange
-from eddy_runtime.kafka.transactions import OutputRecord
+from eddy_runtime.kafka.record_collector import OutputRecord
 
 __all__ = [
     "BadRecord",

@@ -21,7 +21,7 @@ stale-store reads; without it only a running, restored active answers):
   default)
 
 Replies name the store, the task, the serving executor, its role and its lag. A value is always a
-committed one: stores are written only after their Kafka transaction commits (state/manager.py). A key
+committed one: stores are written only after Kafka has their batch (executor/commit.py). A key
 nobody holds answers 503 with where it was asked; a restoring active is "not available".
 """
 

@@ -1,7 +1,7 @@
 """Changelog topics: naming `<app>-<store>-changelog` and what each must look like.
 
-Every store write reaches its changelog before the store (kafka/transactions.py), so the changelog
-is the store's source of truth and a store on a lost volume is rebuilt from it (restore.py). A
+Every store write reaches its changelog before the store (the commit order, executor/commit.py),
+so the changelog is the store's source of truth and a store on a lost volume is rebuilt from it (restore.py). A
 changelog is compacted and has one partition per task, i.e. the input's partition count; the
 partition of task ``S_P`` is ``P``. `ChangelogTopicSpec.requirement` is what the driver creates
 and validates before any task opens its stores (driver/app_topics.py, with every other topic the

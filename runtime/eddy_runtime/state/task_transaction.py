@@ -2,9 +2,9 @@
 
 `ProcessorStateManager.transaction()` (manager.py) opens one per batch; processing reads and
 writes its stores' transactions (`key_value`, `window`, `session`); the record collector
-(kafka/record_collector.py) sends its `changelog_batches` in the task's Kafka transaction, and
-once that committed `apply` writes each store with the changelog offsets Kafka gave
-(docs/DESIGN.md, "One micro-batch").
+(kafka/record_collector.py) sends its `changelog_batches` to Kafka with the batch's outputs, and
+once Kafka has them `apply` writes each store with the changelog offsets Kafka gave (the commit
+order: executor/commit.py; docs/DESIGN.md, "One micro-batch").
 """
 
 from __future__ import annotations
