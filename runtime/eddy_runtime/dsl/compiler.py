@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from eddy_runtime.dsl.errors import PipelineError
 from eddy_runtime.dsl.graph import (
@@ -48,6 +48,7 @@ from eddy_runtime.dsl.graph import (
 from eddy_runtime.dsl.pipeline import Topology
 from eddy_runtime.dsl.record_steps import GROUP_KEY_COLUMN, RecordStep
 from eddy_runtime.dsl.subtopology import (
+    CombineOp,
     CompiledApp,
     RepartitionSink,
     Sink,
@@ -405,7 +406,7 @@ def _suppress(node: Suppress, agg: Aggregate) -> SuppressSpec:
     return SuppressSpec(s, StoreSpec.key_value(node.store), wait)
 
 
-def _combinable(after_group: list[Node]) -> tuple[Any, str | None]:
+def _combinable(after_group: list[Node]) -> tuple[CombineOp | None, str | None]:
     """Whether the repartition may carry per-key partial results instead of rows.
 
     Only for an un-windowed count or a named reduce: they are associative, so the downstream
@@ -420,5 +421,5 @@ def _combinable(after_group: list[Node]) -> tuple[Any, str | None]:
     if agg.kind == "count":
         return "count", None
     if agg.kind == "reduce" and isinstance(agg.reducer, str):
-        return agg.reducer, agg.column
+        return cast(CombineOp, agg.reducer), agg.column  # GroupedStream.reduce checked it is sum, min or max
     return None, None

@@ -17,6 +17,7 @@ from eddy_runtime.state import ChangelogTopicSpec, StoreSpec
 
 __all__ = [
     "METADATA_COLUMNS",
+    "CombineOp",
     "CompiledApp",
     "RepartitionSink",
     "Sink",
@@ -28,6 +29,9 @@ __all__ = [
     "TopicSink",
     "repartition_topic_name",
 ]
+
+#: a per-key partial result a repartition may carry instead of rows (`RepartitionSink.combine`)
+CombineOp = Literal["count", "sum", "min", "max"]
 
 #: columns the runtime adds when it reads a topic; never written into repartition values
 METADATA_COLUMNS = ("topic", "partition", "offset", "timestamp")
@@ -48,7 +52,7 @@ class SourceSpec:
     #: a repartition topic: values are the upstream rows (JSON objects of their columns), or,
     #: when `combined` is set, per-key partial results of that aggregation (int64/JSON)
     repartition: bool = False
-    combined: Literal["count", "sum", "min", "max"] | None = None
+    combined: CombineOp | None = None
     combined_column: str | None = None
 
 
@@ -140,7 +144,7 @@ class RepartitionSink:
     key_serde: str
     target: int
     #: pre-aggregate per key before sending (the downstream aggregation is associative)
-    combine: Literal["count", "sum", "min", "max"] | None = None
+    combine: CombineOp | None = None
     combine_column: str | None = None
     #: as `TopicSink.steps`, `TopicSink.before_stateful` and `TopicSink.suppressed`
     steps: tuple[RecordStep, ...] = ()

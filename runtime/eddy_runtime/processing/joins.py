@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from eddy_runtime.dsl.subtopology import StatefulSpec, TableSpec
 from eddy_runtime.kafka.records import TS_TYPE, RawRecords, decode_column, encode_column, timestamps_ms
+from eddy_runtime.state import KeyValueTransaction, TaskTransaction
 
 __all__ = [
     "TableUpdates",
@@ -56,7 +57,7 @@ def table_updates(table: TableSpec, raw: RawRecords) -> tuple[TableUpdates, list
     return updates, [(raw.offsets[i], err) for i, err in sorted(bad.items())]
 
 
-def write_table_updates(table: TableSpec, updates: TableUpdates, tx: Any) -> None:
+def write_table_updates(table: TableSpec, updates: TableUpdates, tx: TaskTransaction) -> None:
     """Write table records into the table's store, in order (tombstones delete)."""
     store = tx.key_value(table.store.name)
     for k, v in zip(updates.keys, updates.values, strict=True):
@@ -66,7 +67,7 @@ def write_table_updates(table: TableSpec, updates: TableUpdates, tx: Any) -> Non
             store.put(k, v)
 
 
-def apply_table_updates(table: TableSpec, raw: RawRecords, tx: Any) -> list[tuple[int, str]]:
+def apply_table_updates(table: TableSpec, raw: RawRecords, tx: TaskTransaction) -> list[tuple[int, str]]:
     """Write a table topic's new records into the table's store (tombstones delete).
 
     Returns the records whose key or value does not fit the table's serdes (not applied)."""
@@ -130,7 +131,7 @@ def _as_of(updates: TableUpdates, raw_keys: Sequence[bytes | None], stamps: np.n
     return values
 
 
-def stream_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: Any,
+def stream_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: TaskTransaction,
                       updates: TableUpdates | None = None) -> tuple[pa.Table, int]:
     """`rows` (whose join keys are `keys`) with the table's value as a new column. Dropped (how
     many: returned second): rows whose value is null, as Kafka Streams drops them, and in an
@@ -170,7 +171,7 @@ class _Side:
     """One table of a table-table join: its store (values stored as 8-byte timestamp + value),
     read through and written back once per batch."""
 
-    def __init__(self, store: Any, serde: str) -> None:
+    def __init__(self, store: KeyValueTransaction, serde: str) -> None:
         self.store = store
         self.serde = serde
         self.current: dict[bytes, tuple[int, bytes, Any] | None] = {}
@@ -203,7 +204,7 @@ class _Side:
                 self.store.put(key, _TS.pack(entry[0]) + entry[1])
 
 
-def table_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: Any,
+def table_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: TaskTransaction,
                      updates: TableUpdates | None, out_dropped: list[int]) -> pa.Table:
     """Kafka Streams' KTable-KTable join (``KTableKTableInnerJoin``, ``LeftJoin``, ``OuterJoin``):
     `rows` are the left table's records, `updates` the right table's, taken in timestamp order as
@@ -301,7 +302,8 @@ class _Unmatched:
     it when a record of the other side joins it, or when its window closes (grace included) and
     it is emitted with a null partner."""
 
-    def __init__(self, tx: Any, sides: tuple[bool, ...], lookback: dict[bool, int], grace_ms: int) -> None:
+    def __init__(self, tx: KeyValueTransaction, sides: tuple[bool, ...], lookback: dict[bool, int], grace_ms: int
+                 ) -> None:
         self.tx, self.sides, self.lookback, self.grace = tx, sides, lookback, grace_ms
         self._soonest = min(lookback[side] for side in sides)
         self.min_ts = self._first_ts()
@@ -342,7 +344,7 @@ class _Unmatched:
         return out
 
 
-def stream_stream_join(spec: StatefulSpec, other: TableSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: Any,
+def stream_stream_join(spec: StatefulSpec, other: TableSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: TaskTransaction,
                        updates: TableUpdates | None, out_dropped: list[int]) -> pa.Table:
     """Kafka Streams' windowed join of two streams (``KStreamKStreamJoin``): `rows` are this
     stream's records, `updates` the other stream's, taken in timestamp order as `_as_of` takes
