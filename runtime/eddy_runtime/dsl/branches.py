@@ -1,5 +1,5 @@
 """Kafka Streams' ``split()``: a stream's records routed to branches, each record to the first
-branch whose predicate holds (`pipeline.Stream.split`).
+branch whose predicate holds (`Stream.split`, dsl/pipeline.py).
 
 A branch is the stream filtered by "this predicate, and none of the earlier ones"; what follows
 it (record steps, ``to()``, ``group_by(...)``) is its own chain, which the compiler turns into

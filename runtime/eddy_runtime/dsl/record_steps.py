@@ -1,10 +1,10 @@
 """Eddy's own record steps: Kafka Streams' stateless record operations, run without Spark.
 
 ``flat_map_values``, ``map_values``, ``filter``, ``filter_not``, ``flat_map``, ``map`` and the key
-selector of ``group_by(lambda key, value: ...)``. `RecordSteps` gives `pipeline.Stream` these
-methods; dsl/compiler.py collects a sub-topology's steps into `SubTopology.record_steps`, and
-`operators.process_batch` runs them with `apply_record_steps` on a batch's rows in the executor's
-task runner, before the stateful step and the sinks.
+selector of ``group_by(lambda key, value: ...)``. `RecordSteps` gives `Stream` (dsl/pipeline.py)
+these methods; dsl/compiler.py collects a sub-topology's steps into `SubTopology.record_steps`,
+and `process_batch` (processing/operators.py) runs them with `apply_record_steps` on a batch's
+rows in the executor's task runner, before the stateful step and the sinks.
 
 Each step calls its function in one ``map`` over the batch's ``key`` / ``value`` lists (one
 ``to_pylist`` per column and batch); the other columns (``timestamp``, ``offset``...) follow their
@@ -58,7 +58,7 @@ def is_key_selector(key: Any) -> bool:
 
 
 class RecordSteps:
-    """The record-step methods of `pipeline.Stream` (Kafka Streams' names, in snake case)."""
+    """The record-step methods of `Stream` (Kafka Streams' names, in snake case)."""
 
     def _record(self, step: RecordStep) -> Self:
         raise NotImplementedError

@@ -1,8 +1,8 @@
 """Time in pipelines: durations, the time windows of windowed aggregations (`tumbling`,
 `hopping`), the session windows of sessionized aggregations (`session_windows`), the join
 windows of windowed stream-stream joins (`join_windows`) and when a suppressed table emits
-(`until_window_closes`, `until_time_limit`), as Kafka Streams defines them. `pipeline`
-re-exports them.
+(`until_window_closes`, `until_time_limit`), as Kafka Streams defines them. Users import them
+from dsl/pipeline.py, the pipeline API's entry point.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ timestamp (`SessionTransaction.find_sessions(key, t - gap, t + gap)`), merges th
 into one session (`merged_window`), folds their aggregates into ``initializer()`` with the
 merger, adds the record, removes the merged sessions and writes the merged one. A record whose
 merged session ends before ``stream time - grace`` is late: dropped and counted. Stream time is
-the task's newest record timestamp, kept in the session store (session_store.py) so it survives
+the task's newest record timestamp, kept in the session store (state/session_store.py) so it survives
 restarts and restores.
 
 What goes downstream, once per batch (Kafka Streams with its record cache, flushed at commit):
@@ -30,6 +30,7 @@ import pyarrow as pa
 from eddy_runtime.dsl.errors import PipelineRuntimeError
 from eddy_runtime.dsl.subtopology import METADATA_COLUMNS, StatefulSpec
 from eddy_runtime.kafka.records import TS_TYPE, timestamps_ms
+from eddy_runtime.state import TaskTransaction
 
 __all__ = ["SessionFold", "SessionResult", "merged_window", "session_aggregate", "session_fold", "windowed_rows"]
 
@@ -89,7 +90,8 @@ class SessionResult:
     failed: dict[int, str] = field(default_factory=dict)
 
 
-def session_aggregate(spec: StatefulSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: Any) -> SessionResult:
+def session_aggregate(spec: StatefulSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: TaskTransaction
+                      ) -> SessionResult:
     """Fold `rows` (keys in `keys`) into their sessions in the task's session store; see the module."""
     assert spec.store is not None and spec.session_windows is not None
     windows = spec.session_windows

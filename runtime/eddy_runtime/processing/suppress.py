@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import Any
 
 import pyarrow as pa
 
@@ -38,6 +37,7 @@ from eddy_runtime.dsl.errors import PipelineRuntimeError
 from eddy_runtime.dsl.subtopology import StatefulSpec, SuppressSpec
 from eddy_runtime.kafka.records import arrow_type, timestamps_ms
 from eddy_runtime.processing.sessions import windowed_rows
+from eddy_runtime.state import KeyValueTransaction, TaskTransaction
 from eddy_runtime.state.serde import serde_for
 
 __all__ = ["SuppressionBuffer", "SuppressionBufferFull", "suppress_results"]
@@ -64,7 +64,7 @@ class SuppressionBuffer:
     values): `put` updates, `evict` what stream time lets out, `over_capacity` and `pop_oldest`
     for the buffer's limits."""
 
-    def __init__(self, tx: Any) -> None:
+    def __init__(self, tx: KeyValueTransaction) -> None:
         self.tx = tx
         meta = tx.get(_META)
         self.records, self.bytes = (0, 0) if meta is None else _META_VALUE.unpack(meta)
@@ -136,14 +136,15 @@ class SuppressionBuffer:
             self._meta = (self.records, self.bytes)
 
 
-def _stream_time(spec: StatefulSpec, tx: Any) -> int | None:
+def _stream_time(spec: StatefulSpec, tx: TaskTransaction) -> int | None:
     assert spec.store is not None
     store = tx.window(spec.store.name) if spec.windows is not None else tx.session(spec.store.name)
     st = store.stream_time
     return None if st is None else int(st)
 
 
-def suppress_results(spec: StatefulSpec, result: pa.Table, tx: Any, stream_time: int | None = None) -> pa.Table:
+def suppress_results(spec: StatefulSpec, result: pa.Table, tx: TaskTransaction, stream_time: int | None = None
+                     ) -> pa.Table:
     """Put a batch's windowed results (`result`: ``key``, ``value``, ``window_start``,
     ``window_end``, ``timestamp``) into `spec`'s suppression buffer and return what comes out,
     oldest first, with the same columns. `stream_time`: the aggregation store's by default."""
