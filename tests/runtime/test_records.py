@@ -7,6 +7,7 @@ import struct
 import pyarrow as pa
 import pytest
 
+from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.kafka.records import RawRecords, decode_column, decode_repartition, decode_source, encode_column
 
 pytestmark = pytest.mark.unit
@@ -37,6 +38,10 @@ def test_a_source_table_leaves_bad_records_out_and_names_their_offsets():
     assert table.column("offset").to_pylist() == [10, 12]
     assert table.column("partition").to_pylist() == [3, 3]
     assert [(b.offset, b.key, b.value, b.stage) for b in bad] == [(11, b"k2", b"\xff", "deserialize")]
+
+
+def test_raw_records_name_their_topic_partition():
+    assert RawRecords("t", 3).topic_partition == TopicPartition("t", 3)
 
 
 def test_repartition_rows_come_back_as_columns():

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig
-from eddy_runtime.kafka.partitions import InputRange
+from eddy_runtime.kafka.partitions import InputRange, TopicPartition
 from eddy_runtime.kafka.record_collector import OutputRecord
 
 __all__ = [
@@ -62,6 +62,10 @@ class RawRecords:
 
     def __len__(self) -> int:
         return len(self.offsets)
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
 
 
 @dataclass(frozen=True)
