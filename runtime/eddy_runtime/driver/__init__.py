@@ -1,2 +1,3 @@
-"""The Spark driver of a stream app: its loop, startup, batch and Spark plans, offsets, poison
-isolation, volumes and progress, health and metrics. Never imports the executor."""
+"""The Spark driver of a stream app: its loop (loop.py), startup, the assignment source, the
+generation hand-off to the runners, batch and Spark plans, offsets, poison isolation, the batch
+accounting, volumes and progress, metrics. Never imports the executor."""

@@ -1,4 +1,4 @@
-"""Taking in what one batch did (docs/DESIGN.md, "One micro-batch", step 4): its items' figures
+"""Taking in what one batch did (docs/DESIGN.md, "One micro-batch", step 6): its items' figures
 go to the volumes' record, the restore progress and the metrics; failures are counted (too many
 in a row stop the app); the runtime state is published for the operator.
 """

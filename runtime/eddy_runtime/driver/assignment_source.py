@@ -11,6 +11,8 @@ when an executor dies mid-batch or the operator's assignment changes (driver/han
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Sequence, Set
 from typing import TYPE_CHECKING
 
@@ -65,16 +67,21 @@ class AssignmentSource:
         self._hand_on = hand_on
 
     def watch(self) -> None:
-        """Operator mode: watch the assignment document (see `take_change`)."""
+        """Operator mode: watch the assignment document (see `wait_for_change`)."""
         if self.channel is not None and self._watch is None:
             self._watch = AssignmentWatch(self.channel, self._channel_changed)
 
-    def take_change(self) -> bool:
-        """Whether the operator's assignment may have changed since the last call."""
-        if self._watch is None or not self._watch.changed.is_set():
-            return False
-        self._watch.changed.clear()
-        return True
+    def wait_for_change(self, stop: threading.Event, deadline: float, step_s: float) -> None:
+        """Until `deadline` (monotonic), `stop`, or a change that the runners must hear of at once:
+        an executor came or went (its tasks move), or the operator's assignment changed (its new
+        generation goes out). Looks every `step_s`."""
+        known = set(self.known)
+        while not stop.wait(max(0.0, min(step_s, deadline - time.monotonic()))):
+            if self._watch is not None and self._watch.changed.is_set():
+                self._watch.changed.clear()
+                return
+            if time.monotonic() >= deadline or {e.id for e in live_executors(self.sc)} != known:
+                return
 
     def close(self) -> None:
         if self._watch is not None:

@@ -2,9 +2,10 @@
 
 The formats are the operator's (`eddy_contract.channel`); this module only moves the documents:
 a ConfigMap in the driver's namespace (what the operator writes and reads), or a file (a mounted
-ConfigMap, or tests). The driver (driver/loop.py) calls `read_assignment` before each batch and
-`write_runtime_state` after it; `AssignmentWatch` tells it when the assignment changed, so that a
-new generation reaches the executors without waiting for the next sync.
+ConfigMap, or tests). The driver's assignment source (driver/assignment_source.py) calls
+`read_assignment` before each batch, and its accounting (driver/accounting.py) `write_runtime_state`
+after it; `AssignmentWatch` tells the source when the assignment changed, so that a new generation
+reaches the executors without waiting for the next sync.
 """
 
 from __future__ import annotations

@@ -100,6 +100,11 @@ class GenerationHandoff:
 
         self._fences.before_generation(assignment.generation, actives, release)
 
+    def forget_runners_except(self, live: Set[str]) -> None:
+        """Forget the addresses of the runners of executors not in `live`."""
+        for e in [e for e in self.runner_addresses if e not in live]:
+            del self.runner_addresses[e]
+
     def fence_epochs(self) -> dict[str, int]:
         """Each executor's fence epoch, as every generation's work carries it (protocol/fences.py)."""
         return self._fences.epochs() if self._fences is not None else {}

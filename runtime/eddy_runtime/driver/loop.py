@@ -208,11 +208,8 @@ class Driver:
         """Where the queryable stores' keys live now (queries/server.py); also what the driver's endpoint routes by."""
         if self.compiled is None or self._source.current is None:
             return None
-        addresses = self._handoff.runner_addresses
-        alive = {e.id for e in live}
-        for e in [e for e in addresses if e not in alive]:
-            del addresses[e]
-        self.routing = query_routing(self.compiled, self._source.current, addresses)
+        self._handoff.forget_runners_except({e.id for e in live})
+        self.routing = query_routing(self.compiled, self._source.current, self._handoff.runner_addresses)
         return self.routing
 
     # -- one batch ------------------------------------------------------------------------------
@@ -388,24 +385,13 @@ class Driver:
                     break
                 full = any(r.records_in >= self.options.max_batch_records for r in report.results)
                 if self.compiled is not None and len(self._continuous) == len(self.compiled.subtopologies):
-                    self._wait_for_sync(started)
+                    # the next sync: at the sync interval, or as soon as what the runners hold changes
+                    self._source.wait_for_change(self._stop, started + self.options.sync_interval_s,
+                                                 min(interval, 0.1))
                 elif not full:
                     self._stop.wait(max(0.0, interval - (time.monotonic() - started)))
         finally:
             self.close()
-
-    def _wait_for_sync(self, started: float) -> None:
-        """Until the next sync of an app that runs only continuously: the sync interval, or until
-        an executor comes or goes (its tasks move at once), or the operator's assignment changed
-        (its new generation reaches the executors at once)."""
-        known = set(self._source.known)
-        deadline = started + self.options.sync_interval_s
-        step = min(self.spec.trigger_interval_s, 0.1)
-        while not self._stop.wait(max(0.0, min(step, deadline - time.monotonic()))):
-            if self._source.take_change():
-                return
-            if time.monotonic() >= deadline or {e.id for e in live_executors(self.sc)} != known:
-                return
 
     def close(self) -> None:
         """Close every executor's tasks (stores flushed, checkpoints written), then the clients."""

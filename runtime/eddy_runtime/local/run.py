@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 from eddy_contract.spec import StreamAppSpec, load_streamapp_file
 from eddy_runtime.driver.loop import Driver, DriverOptions
-from eddy_runtime.driver.outcomes import BatchReport, DriverError
+from eddy_runtime.driver.outcomes import BatchOutcome, BatchReport, DriverError
 from eddy_runtime.driver.startup import load_pipeline
 from eddy_runtime.dsl.pipeline import Topology
 from eddy_runtime.dsl.subtopology import TopicSink
@@ -236,9 +236,9 @@ class LocalRun:
         if report.generation != self._last_generation:
             self._last_generation = report.generation
             self.say(f"assignment {report.generation}: " + _describe_assignment(d))
-        if report.outcome == "cancelled" and report.lost_executor:
+        if report.outcome == BatchOutcome.CANCELLED and report.lost_executor:
             self.say(f"executor {report.lost_executor} died: batch {report.batch_id} cancelled; standbys take over")
-        elif report.outcome == "failed" and report.error:
+        elif report.outcome == BatchOutcome.FAILED and report.error:
             self.say(f"batch {report.batch_id} failed: {report.error[:300]}")
         for r in report.by_status(ItemStatus.RESTORING):
             self.say(f"restoring task {r.task} on executor {r.executor}: {r.restored} records restored, "
