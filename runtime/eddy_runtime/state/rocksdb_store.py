@@ -13,8 +13,8 @@ missing is the changelog's delta after the store's offset (docs/DESIGN.md, "One 
 `KeyValueStore` (store.py) subclasses `RocksDBStore`, and the time-keyed kinds through
 `SegmentedStore` (segmented_store.py); their transactions subclass `StoreTransaction`, whose
 `apply` `ProcessorStateManager.write_committed` (manager.py) reaches through
-`TaskTransaction.apply` (task_transaction.py) once Kafka has the batch (executor/commit.py). Restores and standbys
-(restore.py) write changelog records with the WAL off, then `flush`.
+`TaskTransaction.apply` (task_transaction.py) once Kafka has the batch (executor/commit.py).
+Restores and standbys (restore.py) write changelog records with the WAL off, then `flush`.
 """
 
 from __future__ import annotations
