@@ -7,8 +7,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from eddy_runtime.kafka.partitions import InputRange
+from eddy_runtime.kafka.record_collector import OutputRecord
 from eddy_runtime.kafka.records import BadRecord, RangeReader, RawRecords, encode_rows
-from eddy_runtime.kafka.transactions import OutputRecord
 from eddy_runtime.protocol.work import BatchSettings
 
 __all__ = ["bad_record_output", "failed_row_records"]

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eddy_runtime.dsl.errors import PipelineRuntimeError
+from eddy_runtime.kafka.record_collector import OutputRecord
 from eddy_runtime.kafka.records import arrow_type
-from eddy_runtime.kafka.transactions import OutputRecord
 from eddy_runtime.processing.processors import ProcessorTask
 
 __all__ = ["BatchOutput", "TaskState", "key_column"]
