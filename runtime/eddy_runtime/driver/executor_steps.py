@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from eddy_runtime.dsl.subtopology import SubTopology
-    from eddy_runtime.processing.operators import BatchOutput
+    from eddy_runtime.processing.batch import BatchOutput
 
 __all__ = ["RESULT_DDL", "Program", "executor_slot_job", "executor_step", "probe_sink", "read_step", "sink_step"]
 
@@ -144,7 +144,8 @@ def sink_step(settings: BatchSettings, program: Program, works: list[SlotWork], 
         import pyarrow as pa
         from pyspark import TaskContext
 
-        from eddy_runtime.processing.operators import TaskState, process_batch
+        from eddy_runtime.processing.batch import TaskState
+        from eddy_runtime.processing.operators import process_batch
 
         received = list(batches)
         ctx = TaskContext.get()

@@ -37,7 +37,7 @@ import pyarrow as pa
 from eddy_runtime.dsl.subtopology import SubTopology
 from eddy_runtime.executor.metrics import ExecutorMetrics
 from eddy_runtime.executor.task_runner import TaskRunner
-from eddy_runtime.processing.operators import BatchOutput
+from eddy_runtime.processing.batch import BatchOutput
 from eddy_runtime.protocol.health import HealthAndMetricsServer
 from eddy_runtime.protocol.runner_client import PICKLE_PROTOCOL
 from eddy_runtime.protocol.runner_messages import (

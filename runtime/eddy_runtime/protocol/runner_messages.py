@@ -73,7 +73,7 @@ class RunWork(RunnerRequest[RunReply]):
     `program`: the pickled sub-topologies, sent only when the runner answered `NeedProgram` (a
     runner caches programs by `program_id`). `data`: a DataFrame task's rows (a ``pa.Table``),
     their processing by a stateless sub-topology in the sink step (a
-    ``processing.operators.BatchOutput``, a layer above this one), or None for an executor slot.
+    ``processing.batch.BatchOutput``, a layer above this one), or None for an executor slot.
     """
 
     program_id: str
