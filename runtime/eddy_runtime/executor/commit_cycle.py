@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple, Protocol
 
 from eddy_runtime.kafka.partitions import TopicPartition
 
-__all__ = ["CommitCycle"]
+__all__ = ["OWN_OUTPUT_WAIT_S", "CommitCycle", "RoundOutput"]
+
+#: how long a round waits past its due time for the poller to fetch what the round before it
+#: committed to partitions this runner reads (`CommitCycle.own_output_fetched`)
+OWN_OUTPUT_WAIT_S = 0.05
+
+
+class RoundOutput(NamedTuple):
+    """What the last round committed (partition -> its last offset there), and when (one value,
+    so the loop's thread never sees one without the other)."""
+
+    offsets: Mapping[TopicPartition, int]
+    committed_at: float
+
+
+class Fetches(Protocol):
+    """What the cycle asks of the input poller (executor/input_poller.py)."""
+
+    def fetched(self, offsets: Mapping[TopicPartition, int]) -> bool: ...
+
+    def reads(self, offsets: Mapping[TopicPartition, int]) -> list[TopicPartition]: ...
 
 
 class CommitCycle:
@@ -30,6 +51,9 @@ class CommitCycle:
         #: the partitions whose readers may follow up now, and the tasks that did in this cycle
         self._fetched: frozenset[TopicPartition] = frozenset()
         self._followed: set[str] = set()
+        #: what the last round committed: the next round first waits for the poller to fetch the
+        #: part of it this runner reads
+        self.last_output = RoundOutput({}, 0.0)
 
     def due(self, task: str, tps: Iterable[TopicPartition]) -> float:
         """When `task` (reading `tps`) may next take a round, if its records wait."""
@@ -50,3 +74,23 @@ class CommitCycle:
         """What the last round committed to `partitions`, which the runner reads, was fetched (or
         waited for long enough): the tasks that read them may follow up."""
         self._fetched = frozenset(partitions)
+
+    def round_committed(self, offsets: Mapping[TopicPartition, int], now: float) -> None:
+        """A round committed cleanly at `now`, its records' last offsets per partition `offsets`."""
+        self.last_output = RoundOutput(offsets, now)
+
+    def own_output_fetched(self, poller: Fetches, now: float) -> bool:
+        """Whether the poller fetched what the last round committed to partitions this runner
+        reads (a repartition topic between two of its sub-topologies), or waited
+        `OWN_OUTPUT_WAIT_S` for it. Those records become readable only once the round's
+        transaction commits, a few milliseconds before the loop could start the next round: a
+        round started then would leave them to the round after it. Once they are fetched, the
+        tasks that read them follow up within the cycle."""
+        offsets, since = self.last_output
+        if not offsets:
+            return True
+        if now - since < OWN_OUTPUT_WAIT_S and not poller.fetched(offsets):
+            return False
+        self.last_output = RoundOutput({}, 0.0)
+        self.output_fetched(poller.reads(offsets))
+        return True

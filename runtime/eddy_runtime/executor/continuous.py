@@ -55,9 +55,6 @@ STEP_THREADS = 8
 STANDBY_MAX_DEFER_S = 1.0
 #: how long a newcomer's first sync waits for its committer (exactly-once)
 NEWCOMER_WAIT_S = 10.0
-#: how long a round waits past its due time for the poller to fetch what the round before it
-#: committed to partitions this runner reads (`ContinuousLoop._own_output_fetched`)
-OWN_OUTPUT_WAIT_S = 0.05
 #: while a round runs, the loop polls this long at a time (a poll returns only when it is up)
 ROUND_END_POLL_S = 0.005
 
@@ -83,7 +80,7 @@ class TaskHost(Protocol):
     def forget_positions(self, task_id: str) -> None:
         """Read the task's committed positions again before it processes more."""
 
-    def close_task(self, task_id: str, why: str) -> None:
+    def release_task(self, task_id: str, why: str) -> None:
         """Let go of a held task, closing it in the background (it is opened again, and restores
         its delta, if it comes back)."""
 
@@ -113,10 +110,6 @@ class ContinuousLoop:
         self._synced = False
         self._cycle = CommitCycle()
         self._round_future: Future[None] | None = None
-        #: what the last round committed (partition -> its last offset there), and when: the next
-        #: round first waits for the poller to fetch the part of it this runner reads
-        self._own_output: dict[TopicPartition, int] = {}
-        self._own_output_at = 0.0
 
     def sync(self, subs: dict[int, SubTopology], settings: BatchSettings, work: ContinuousWork) -> list[ItemResult]:
         """Take the driver's current work (unless an older generation's) and hand back what the
@@ -151,7 +144,7 @@ class ContinuousLoop:
     def release(self, generation: int, tasks: Sequence[str], timeout_s: float) -> bool:
         """Let `tasks` go ahead of `generation`, which takes them away from this runner (protocol/work_push.py):
         no step or round under older work processes them from now on; once the step or round that
-        holds one has ended, the runner lets go of them (`TaskHost.close_task`). True if that
+        holds one has ended, the runner lets go of them (`TaskHost.release_task`). True if that
         happened within `timeout_s` and every one of them ended cleanly (committed, or had nothing
         to commit), so that the driver need not fence this runner; False otherwise (it fences it)."""
         released = self.assignment.release(generation, tasks, timeout_s)
@@ -159,7 +152,7 @@ class ContinuousLoop:
             return False
         clean = released == Release.CLEAN
         for task in tasks:
-            self.runner.close_task(task, f"released for generation {generation}")
+            self.runner.release_task(task, f"released for generation {generation}")
         log.info("generation %d: released %s%s", generation, sorted(tasks),
                  "" if clean else " (a round holding them did not commit cleanly)")
         return clean
@@ -223,7 +216,7 @@ class ContinuousLoop:
         if self._poller is None:
             self._poller = InputPoller(settings.kafka)
         poller = self._poller
-        shared = settings.guarantee == ProcessingGuarantee.EXACTLY_ONCE
+        on_runner_transactions = settings.guarantee == ProcessingGuarantee.EXACTLY_ONCE
         busy = tasks.busy()
         now = time.monotonic()
         processing = any(role == "active" and task in busy for task, role in work.tasks)
@@ -256,23 +249,23 @@ class ContinuousLoop:
         poller.release({tp for tps in running.values() for tp in tps})
 
         def due(task: str) -> float:
-            return self._cycle.due(task, running[task]) if shared else tasks.due.get(task, 0.0)
+            return self._cycle.due(task, running[task]) if on_runner_transactions else tasks.due.get(task, 0.0)
 
         # wake for the first task whose records are due; otherwise as records come (20 ms at most);
         # while a round runs or its output is fetched, every few milliseconds (the next round
         # starts soon after), never with no wait at all: a loop spinning on the GIL held back the
         # delivery reports a round's flush serves, for seconds under a backlog (docs/DESIGN.md)
-        if bool(self._own_output) or (self._round_future is not None and not self._round_future.done()):
+        if bool(self._cycle.last_output.offsets) or (self._round_future is not None and not self._round_future.done()):
             poller.poll(ROUND_END_POLL_S)
         else:
             poller.poll(min([max(due(t) - now, 0.0) for t, tps in running.items()
                              if t not in busy and poller.buffered(tps)] + [0.02]))
         now = time.monotonic()
         busy = tasks.busy()
-        if shared:
+        if on_runner_transactions:
             ready = self.producer.ready(work, settings, self._step_pool())  # made before the first active comes
             if (running and ready and (self._round_future is None or self._round_future.done())
-                    and self._own_output_fetched(poller, now)):
+                    and self._cycle.own_output_fetched(poller, now)):
                 batch = [(task, poller.take(tps)) for task, tps in self._due_tasks(subs, running, busy, now, due)]
                 if batch:
                     self._cycle.started([task for task, _ in batch], now, work.commit_interval_s)
@@ -283,22 +276,6 @@ class ContinuousLoop:
             steps.append((task, Role.ACTIVE, poller.take(tps)))
             tasks.due[task] = now + work.commit_interval_s
         self._start_steps(work, subs, settings, steps)
-
-    def _own_output_fetched(self, poller: InputPoller, now: float) -> bool:
-        """Whether the poller fetched what the last round committed to partitions this runner
-        reads (a repartition topic between two of its sub-topologies), or waited
-        `OWN_OUTPUT_WAIT_S` for it. Those records become readable only once the round's
-        transaction commits, a few milliseconds before the loop could start the next round: a
-        round started then would leave them to the round after it. Once they are fetched, the
-        tasks that read them follow up within the cycle (`CommitCycle`)."""
-        offsets = self._own_output
-        if not offsets:
-            return True
-        if now - self._own_output_at < OWN_OUTPUT_WAIT_S and not poller.fetched(offsets):
-            return False
-        self._own_output, self._own_output_at = {}, 0.0
-        self._cycle.output_fetched(poller.reads(offsets))
-        return True
 
     def _due_tasks(self, subs: dict[int, SubTopology], running: Mapping[str, list[TopicPartition]], busy: set[str],
                    now: float, due: Callable[[str], float]) -> list[tuple[str, list[TopicPartition]]]:
@@ -354,7 +331,7 @@ class ContinuousLoop:
             else:
                 clean[0] = committer.usable and all(r.status in _ROUND_WENT_ON for r in results)
                 if clean[0]:
-                    self._own_output, self._own_output_at = committer.delivered(), time.monotonic()
+                    self._cycle.round_committed(committer.delivered(), time.monotonic())
         self.producer.drop_if(committer)
         for result in results:
             if result.status not in _ROUND_WENT_ON:

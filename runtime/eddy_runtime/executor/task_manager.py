@@ -1,0 +1,178 @@
+"""The tasks one runner holds (Kafka Streams' TaskManager): takes them (open, promote, reopen as
+a standby), hands a held copy to interactive queries, lets go of them, closes them.
+
+The work run on a task is the task runner's (executor/task_runner.py); the tasks themselves are
+executor/tasks.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from eddy_contract.tasks import Role
+from eddy_runtime.dsl.subtopology import SubTopology
+from eddy_runtime.executor.commit import StateCommitter
+from eddy_runtime.executor.metrics import ExecutorMetrics
+from eddy_runtime.executor.tasks import StandbyTask, StreamTask, Task
+from eddy_runtime.kafka.partitions import TopicPartition
+from eddy_runtime.protocol.work import BatchSettings
+from eddy_runtime.queries.server import LocalCopy
+
+__all__ = ["TaskManager"]
+
+log = logging.getLogger("eddy.runner")
+
+
+class TaskManager:
+    """Owns the tasks of one runner process; safe to use from any thread."""
+
+    def __init__(self, executor_id: str, metrics: ExecutorMetrics | None) -> None:
+        self.executor_id = executor_id
+        self.metrics = metrics
+        self._tasks: dict[str, Task] = {}
+        self._lock = threading.Lock()
+        #: the closes of tasks let go of in the background (`release`) under way
+        self._closing: list[threading.Thread] = []
+
+    def get(self, task_id: str) -> Task | None:
+        with self._lock:
+            return self._tasks.get(task_id)
+
+    def active(self, task_id: str) -> StreamTask | None:
+        """The held active of `task_id`, if any."""
+        task = self.get(task_id)
+        return task if isinstance(task, StreamTask) else None
+
+    def take(self, settings: BatchSettings, sub: SubTopology, task_id: str, role: Role,
+             runner_transactions: bool = False) -> Task:
+        """The held task in `role`: opened, promoted from standby, or reopened as a standby.
+        `runner_transactions`: it commits through the runner's transactions (`SlotWork`)."""
+        task = self.get(task_id)
+        if task is not None and task.role == role:
+            return task
+        if isinstance(task, StandbyTask) and role == Role.ACTIVE:
+            with task.lock:
+                log.info("promoting task %s from standby", task_id)
+                active = task.promote()  # IllegalTaskTransition if it was closed meanwhile
+                with self._lock:
+                    if self._tasks.get(task_id) is task:
+                        self._tasks[task_id] = active
+                return active
+        if task is not None:
+            self.close_now(task_id, "becomes a standby here")
+        opened = StateCommitter.open(
+            settings.app,
+            task_id,
+            list(sub.stores),
+            settings.state_dir_for(self.executor_id),
+            settings.kafka,
+            role=role,
+            guarantee=settings.guarantee,
+            lock_timeout=5.0,
+            fence_task_producer=not runner_transactions,
+        )
+        log.info("opened task %s as %s", task_id, role)
+        task = StreamTask(task_id, opened) if role == Role.ACTIVE else StandbyTask(task_id, opened)
+        for spec in sub.stores:
+            if spec.kind == "window":
+                task.processing.stream_time = opened.state.store(spec.name).offsets.stream_time
+        with self._lock:
+            self._tasks[task_id] = task
+        return task
+
+    # -- letting go ---------------------------------------------------------------------------
+
+    def release_unheld(self, held: Mapping[str, str]) -> None:
+        """Close now every task the driver no longer assigns here (not in `held`)."""
+        with self._lock:
+            gone = [t for t in self._tasks if t not in held]
+        for task_id in gone:
+            self.close_now(task_id, "no longer assigned here")
+
+    def release(self, task_id: str, why: str) -> None:
+        """Let go of a held task now and close it on a thread of its own (it is opened again, and
+        restores its delta, if it comes back). From here on a step finds the task not held and
+        opens it anew, which waits on the task directory's lock for the close to end; a released
+        stateful task so costs the release no flush, checkpoint or Kafka client close."""
+        with self._lock:
+            task = self._tasks.pop(task_id, None)
+            if task is None:
+                return
+            self._closing = [c for c in self._closing if c.is_alive()]
+            closing = threading.Thread(target=self._close_let_go, args=(task, why), daemon=True,
+                                       name=f"eddy-close-{task_id}")
+            self._closing.append(closing)
+        closing.start()
+
+    def close_now(self, task_id: str, why: str) -> None:
+        """Let go of a held task and close it on this thread."""
+        with self._lock:
+            task = self._tasks.pop(task_id, None)
+        if task is not None:
+            self._close_let_go(task, why)
+
+    def _close_let_go(self, task: Task, why: str) -> None:
+        """Close a task no longer held (waits for whatever runs on it)."""
+        with task.lock:
+            log.info("closing task %s (%s): %s", task.task_id, task.role, why)
+            if not task.closed:
+                task.close(self.metrics)
+
+    def close_failed(self, task: Task) -> None:
+        """Close a task that failed or was fenced (its lock held by the caller). Only this copy:
+        the runner may hold a newer one of the same task by now."""
+        with self._lock:
+            if self._tasks.get(task.task_id) is task:
+                del self._tasks[task.task_id]
+        if not task.closed:
+            task.close(self.metrics)
+
+    def close_all(self) -> None:
+        """Close every held task, and wait for the closes under way in the background."""
+        with self._lock:
+            held = list(self._tasks)
+        for task_id in held:
+            self.close_now(task_id, "runner closing")
+        with self._lock:
+            closing, self._closing = self._closing, []
+        for c in closing:  # the tasks let go of before
+            c.join()
+
+    # -- what others read ---------------------------------------------------------------------
+
+    @contextmanager
+    def reading(self, task_id: str, store: str) -> Iterator[LocalCopy | None]:
+        """A held copy of `task_id`'s `store` for an interactive query, kept open while it reads."""
+        task = self.get(task_id)
+        if task is None:
+            yield None
+            return
+        with task.read_lock:
+            m = task.state
+            if task.closed or store not in m.stores:
+                yield None
+                return
+            if task.role == Role.ACTIVE:
+                lag = 0 if m.restored else m.progress.remaining
+                copy = LocalCopy(task_id, self.executor_id, Role.ACTIVE, lag, m.restored, m.store(store))
+            else:
+                copy = LocalCopy(task_id, self.executor_id, Role.STANDBY, m.standby_lag or 0, True, m.store(store))
+            yield copy
+
+    def positions(self, task_id: str) -> dict[TopicPartition, int] | None:
+        """A running active's input positions: None unless held open as an active, restored, with
+        its committed positions read."""
+        task = self.active(task_id)
+        if task is None or not task.state.restored:
+            return None
+        return task.positions
+
+    def forget_positions(self, task_id: str) -> None:
+        """Read the task's committed positions again before it processes more (records taken for
+        it were not committed)."""
+        task = self.active(task_id)
+        if task is not None:
+            task.forget_positions()
