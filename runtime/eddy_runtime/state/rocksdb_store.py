@@ -104,8 +104,8 @@ class RocksDBStore:
             # memtable instead of a random skiplist insert each, and flushes sort each memtable
             # and drop overwritten values in C++ threads; one compaction at the end merges the
             # flushed files. Reads from a vector memtable are slow, and nothing reads meanwhile.
-            # Small memtables sort faster, and several of them flush in parallel (docs/ has the
-            # measurement behind the sizes).
+            # Small memtables sort faster, and several of them flush in parallel (the
+            # measurement behind the sizes: docs/DESIGN.md, "Figures behind settings in the code").
             opts.set_memtable_factory(rocksdict.MemtableFactory.vector())
             opts.set_allow_concurrent_memtable_write(False)
             opts.set_write_buffer_size(16 << 20)
