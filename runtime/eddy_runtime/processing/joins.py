@@ -16,7 +16,7 @@ import logging
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +27,7 @@ from eddy_runtime.kafka.records import TS_TYPE, RawRecords, decode_column, encod
 from eddy_runtime.state import KeyValueTransaction, TaskTransaction
 
 __all__ = [
+    "JoinedRows",
     "TableUpdates",
     "apply_table_updates",
     "stream_stream_join",
@@ -37,6 +38,16 @@ __all__ = [
 ]
 
 log = logging.getLogger("eddy.runner")
+
+
+class JoinedRows(NamedTuple):
+    """A join's results over one batch, and how many records it dropped (null keys or values,
+    no partner in an inner join, late for their window, a joiner that raised)."""
+
+    rows: pa.Table
+    dropped: int
+
+
 @dataclass(frozen=True)
 class TableUpdates:
     """A batch's table records that fit the table's serdes, in offset order (a None value deletes)."""
@@ -89,15 +100,14 @@ def _merge_order(this_ts: Sequence[int], other_ts: Sequence[int]) -> Iterator[tu
             i += 1
 
 
-def _joined(spec: StatefulSpec, pair: tuple[Any, Any], key: bytes, what: str, out_dropped: list[int]
-            ) -> tuple[bool, Any]:
-    """(True, joiner(*pair)), or (False, None) when the user's joiner raised: logged and counted."""
+def _joined(spec: StatefulSpec, pair: tuple[Any, Any], key: bytes, what: str) -> tuple[bool, Any]:
+    """(True, joiner(*pair)), or (False, None) when the user's joiner raised: logged (the caller
+    counts it dropped)."""
     assert spec.joiner is not None
     try:
         return True, spec.joiner(*pair)
     except Exception as e:  # noqa: BLE001 - a user function: log, count, go on
         log.warning("%s: joiner failed for key %r: %s: %s", what, key, type(e).__name__, e)
-        out_dropped[0] += 1
         return False, None
 
 
@@ -132,10 +142,10 @@ def _as_of(updates: TableUpdates, raw_keys: Sequence[bytes | None], stamps: np.n
 
 
 def stream_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: TaskTransaction,
-                      updates: TableUpdates | None = None) -> tuple[pa.Table, int]:
-    """`rows` (whose join keys are `keys`) with the table's value as a new column. Dropped (how
-    many: returned second): rows whose value is null, as Kafka Streams drops them, and in an
-    inner join the rows without a table value. `updates` (the table's records of the same
+                      updates: TableUpdates | None = None) -> JoinedRows:
+    """`rows` (whose join keys are `keys`) with the table's value as a new column. Dropped: rows
+    whose value is null, as Kafka Streams drops them, and in an inner join the rows without a
+    table value. `updates` (the table's records of the same
     batch) are merged with `rows` by timestamp (`_as_of`) and written to the table's store."""
     dropped = 0
     if "value" in rows.column_names and rows.column("value").null_count:  # as Kafka Streams drops them
@@ -154,10 +164,10 @@ def stream_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys
     right, _ = decode_column(right_raw, table.value_serde)
     joined = rows.append_column(spec.right_name, right)
     if spec.how != "inner":
-        return joined, dropped
+        return JoinedRows(joined, dropped)
     mask = pc.is_valid(right)
     dropped += int(rows.num_rows - pc.sum(mask).as_py() if rows.num_rows else 0)
-    return joined.filter(mask), dropped
+    return JoinedRows(joined.filter(mask), dropped)
 
 
 
@@ -205,7 +215,7 @@ class _Side:
 
 
 def table_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: TaskTransaction,
-                     updates: TableUpdates | None, out_dropped: list[int]) -> pa.Table:
+                     updates: TableUpdates | None) -> JoinedRows:
     """Kafka Streams' KTable-KTable join (``KTableKTableInnerJoin``, ``LeftJoin``, ``OuterJoin``):
     `rows` are the left table's records, `updates` the right table's, taken in timestamp order as
     `_as_of` takes them. Each record updates its side and emits, for its key, ``joiner(left,
@@ -226,6 +236,7 @@ def table_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys:
     out_keys: list[bytes] = []
     out_values: list[Any] = []
     out_ts: list[int] = []
+    dropped = 0
     key: bytes | None
     raw: bytes | None
     for is_left, n in _merge_order(left_ts, upd.timestamps):
@@ -235,7 +246,7 @@ def table_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys:
             key, raw, value, ts = upd.keys[n], upd.values[n], right_values[n], upd.timestamps[n]
             mine, theirs = right, left
         if key is None:
-            out_dropped[0] += 1
+            dropped += 1
             continue
         before = mine.set(key, None if raw is None else (ts, raw, value))
         other = theirs.get(key)
@@ -248,15 +259,16 @@ def table_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys:
             mine_value = value if raw is not None else None
             other_value = other[2] if other is not None else None
             pair = (mine_value, other_value) if is_left else (other_value, mine_value)
-            ok, result = _joined(spec, pair, key, "table join", out_dropped)
+            ok, result = _joined(spec, pair, key, "table join")
             if not ok:
+                dropped += 1
                 continue
         out_keys.append(key)
         out_values.append(result)
         out_ts.append(ts_out)
     left.write()
     right.write()
-    return _results(out_keys, out_values, out_ts, spec.key_serde)
+    return JoinedRows(_results(out_keys, out_values, out_ts, spec.key_serde), dropped)
 
 
 def _results(keys: list[bytes], values: list[Any], stamps: list[int], key_serde: str) -> pa.Table:
@@ -345,7 +357,7 @@ class _Unmatched:
 
 
 def stream_stream_join(spec: StatefulSpec, other: TableSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: TaskTransaction,
-                       updates: TableUpdates | None, out_dropped: list[int]) -> pa.Table:
+                       updates: TableUpdates | None) -> JoinedRows:
     """Kafka Streams' windowed join of two streams (``KStreamKStreamJoin``): `rows` are this
     stream's records, `updates` the other stream's, taken in timestamp order as `_as_of` takes
     them. Each record is kept in its side's window store (the records of one key and timestamp
@@ -377,13 +389,17 @@ def stream_stream_join(spec: StatefulSpec, other: TableSpec, rows: pa.Table, key
     out_keys: list[bytes] = []
     out_values: list[Any] = []
     out_ts: list[int] = []
+    dropped = 0
 
     def emit(key: bytes, pair: tuple[Any, Any], ts: int) -> None:
-        ok, result = _joined(spec, pair, key, "stream join", out_dropped)
+        nonlocal dropped
+        ok, result = _joined(spec, pair, key, "stream join")
         if ok:
             out_keys.append(key)
             out_values.append(result)
             out_ts.append(ts)
+        else:
+            dropped += 1
 
     def other_value(raw: bytes) -> Any:
         return decode_column([raw], other.value_serde)[0][0].as_py()
@@ -402,7 +418,7 @@ def stream_stream_join(spec: StatefulSpec, other: TableSpec, rows: pa.Table, key
         closes = ts + (w.after_ms if is_this else w.before_ms) + w.grace_ms
         stream_time = ts if stream_time is None else max(stream_time, ts)
         if key is None or stored is None or value is None or closes < stream_time:
-            out_dropped[0] += 1  # a null key or value, or late for its window
+            dropped += 1  # a null key or value, or late for its window
             continue
         if unmatched is not None:
             for side, when, k, values in unmatched.closed(stream_time):
@@ -422,4 +438,4 @@ def stream_stream_join(spec: StatefulSpec, other: TableSpec, rows: pa.Table, key
             unmatched.add(is_this, ts, key, stored)
         before = own.fetch(key, ts)
         own.put(key, ts, _pack([*(_unpack(before) if before is not None else []), stored]))
-    return _results(out_keys, out_values, out_ts, spec.key_serde)
+    return JoinedRows(_results(out_keys, out_values, out_ts, spec.key_serde), dropped)

@@ -52,11 +52,10 @@ def process_batch(sub: SubTopology, rows: pa.Table, tx: TaskTransaction | None, 
             result = _join(sub.stateful, sub.table, rows, tx, out, table)
         elif sub.stateful.kind in ("table_join", "stream_join"):
             assert sub.table is not None
-            dropped = [0]
             two_sided = table_table_join if sub.stateful.kind == "table_join" else stream_stream_join
-            result = two_sided(sub.stateful, sub.table, rows, key_column(rows, sub.stateful.key_serde), tx, table,
-                               dropped)
-            out.dropped += dropped[0]
+            joined = two_sided(sub.stateful, sub.table, rows, key_column(rows, sub.stateful.key_serde), tx, table)
+            result = joined.rows
+            out.dropped += joined.dropped
         elif sub.stateful.kind == "process":
             try:
                 state.processor, result, failed = run_processor(sub.stateful, rows, tx, state.processor)
@@ -127,6 +126,6 @@ def _sessions(spec: StatefulSpec, rows: pa.Table, tx: TaskTransaction, out: Batc
 
 def _join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, tx: TaskTransaction, out: BatchOutput,
           updates: TableUpdates | None) -> pa.Table:
-    joined, dropped = stream_table_join(spec, table, rows, key_column(rows, table.key_serde), tx, updates)
-    out.dropped += dropped
-    return joined
+    joined = stream_table_join(spec, table, rows, key_column(rows, table.key_serde), tx, updates)
+    out.dropped += joined.dropped
+    return joined.rows
