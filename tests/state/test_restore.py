@@ -108,7 +108,7 @@ def test_a_periodic_checkpoint_is_written_off_the_commit_and_never_after_a_later
             tx.key_value("counts").put_many(["w"], [batch])
             task.commit(tx, input_offsets={(state_app.input_topic, 0): batch + 1})
             # each commit hands one to the checkpoint writer (unless the last is still being written)
-            mgr._await_checkpoint()
+            mgr._checkpoints.wait()
             assert f"{state_app.input_topic} 0 {batch}" in path.read_text()
         tx = mgr.transaction()
         tx.key_value("counts").put_many(["w"], [5])

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaPartition
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay
 
@@ -203,7 +203,8 @@ class TaskCommitter:
             taken, sent, started = self._exactly_once(parts, group_metadata, planned)
         else:
             taken, started = list(parts), time.monotonic()
-            sent = self._at_least_once(taken, _inputs_of(taken))
+            sent = _commit_at_least_once(self._sender, self._producer, self._consumer, taken, self._timeout,
+                                         self._ctx)
         commits = []
         for part, (n_out, n_cl, changelog_of_store) in zip(taken, sent, strict=True):
             offsets: dict[str, int | None] = {}
@@ -261,7 +262,7 @@ class TaskCommitter:
             settle()
             if remaining:
                 raise CommitFailed(f"{self._ctx}: {remaining} records not delivered in {self._timeout}s")
-            self._commit_transaction()
+            _commit_with_retries(self._producer, self._timeout, self._ctx)
         except BaseException as e:
             try:
                 settle()
@@ -334,23 +335,6 @@ class TaskCommitter:
 
         return wait
 
-    def _commit_transaction(self) -> None:
-        """commit_transaction, again at once after a retriable error, until the committer's timeout.
-
-        Not `kafka_client.retrying`: that backs off between tries and also retries errors that
-        librdkafka does not flag retriable; a commit is retried only when the client says so, at
-        once, with what is left of one deadline as each call's timeout."""
-        deadline = time.monotonic() + self._timeout
-
-        def note(state: RetryCallState) -> None:
-            log.warning("%s: commit_transaction retriable error, retrying: %s", self._ctx,
-                        state.outcome.exception() if state.outcome else "?")
-
-        for attempt in Retrying(retry=retry_if_exception(_flagged_retriable), stop=stop_after_delay(self._timeout),
-                                before_sleep=note, reraise=True):
-            with attempt:
-                self._producer.commit_transaction(max(1.0, deadline - time.monotonic()))
-
     def _fail(self, e: KafkaException) -> NoReturn:
         err: KafkaError = e.args[0]
         # _FATAL: what commit_transaction raises once a fence came mid-transaction (err.fatal()
@@ -374,29 +358,6 @@ class TaskCommitter:
 
     # -- at least once ------------------------------------------------------------------------
 
-    def _at_least_once(self, parts: Sequence[CommitPart], inputs: Mapping[TopicPartition, int]) -> list[SentRecords]:
-        errors = self._sender.errors
-        try:
-            sent = [self._sender.send(p.outputs, p.tx, p.input_offsets) for p in parts]
-            remaining = self._producer.flush(self._timeout)
-        except KafkaException as e:
-            raise CommitFailed(f"{self._ctx}: produce failed: {e}", fatal=e.args[0].fatal()) from e
-        if remaining or errors:
-            raise CommitFailed(
-                f"{self._ctx}: {remaining} records undelivered, errors: {errors[:3]}; input offsets "
-                "not committed, the batch will be processed again"
-            )
-        if inputs:
-            tps = [KafkaPartition(t, part, off) for (t, part), off in inputs.items()]
-            try:
-                result = self._consumer.commit(offsets=tps, asynchronous=False)
-            except KafkaException as e:
-                raise CommitFailed(f"{self._ctx}: committing input offsets failed: {e}") from e
-            bad = [tp for tp in result or [] if tp.error is not None]
-            if bad:
-                raise CommitFailed(f"{self._ctx}: committing input offsets failed: {bad}")
-        return sent
-
     def close(self) -> None:
         """Flush and drop the Kafka clients (a producer is only destroyed with its last reference,
         and a traceback that keeps this committer alive must not keep the producer connected)."""
@@ -418,3 +379,49 @@ def _inputs_of(parts: Iterable[CommitPart]) -> dict[TopicPartition, int]:
 
 def _flagged_retriable(e: BaseException) -> bool:
     return isinstance(e, KafkaException) and bool(e.args) and bool(e.args[0].retriable())
+
+
+def _commit_with_retries(producer: Producer, timeout_s: float, context: str) -> None:
+    """commit_transaction, again at once after a retriable error, until `timeout_s`.
+
+    Not `kafka_client.retrying`: that backs off between tries and also retries errors that
+    librdkafka does not flag retriable; a commit is retried only when the client says so, at
+    once, with what is left of one deadline as each call's timeout."""
+    deadline = time.monotonic() + timeout_s
+
+    def note(state: RetryCallState) -> None:
+        log.warning("%s: commit_transaction retriable error, retrying: %s", context,
+                    state.outcome.exception() if state.outcome else "?")
+
+    for attempt in Retrying(retry=retry_if_exception(_flagged_retriable), stop=stop_after_delay(timeout_s),
+                            before_sleep=note, reraise=True):
+        with attempt:
+            producer.commit_transaction(max(1.0, deadline - time.monotonic()))
+
+
+def _commit_at_least_once(sender: RecordCollector, producer: Producer, consumer: Consumer,
+                          parts: Sequence[CommitPart], timeout_s: float, context: str) -> list[SentRecords]:
+    """At-least-once: produce every part's records and flush (each acknowledged), then commit
+    the parts' input positions; what was sent of each part."""
+    errors = sender.errors
+    try:
+        sent = [sender.send(p.outputs, p.tx, p.input_offsets) for p in parts]
+        remaining = producer.flush(timeout_s)
+    except KafkaException as e:
+        raise CommitFailed(f"{context}: produce failed: {e}", fatal=e.args[0].fatal()) from e
+    if remaining or errors:
+        raise CommitFailed(
+            f"{context}: {remaining} records undelivered, errors: {errors[:3]}; input offsets "
+            "not committed, the batch will be processed again"
+        )
+    inputs = _inputs_of(parts)
+    if inputs:
+        tps = [KafkaPartition(t, part, off) for (t, part), off in inputs.items()]
+        try:
+            result = consumer.commit(offsets=tps, asynchronous=False)
+        except KafkaException as e:
+            raise CommitFailed(f"{context}: committing input offsets failed: {e}") from e
+        bad = [tp for tp in result or [] if tp.error is not None]
+        if bad:
+            raise CommitFailed(f"{context}: committing input offsets failed: {bad}")
+    return sent

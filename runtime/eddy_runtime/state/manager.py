@@ -51,12 +51,60 @@ _writer: ThreadPoolExecutor | None = None
 
 def _checkpoint_writer() -> ThreadPoolExecutor:
     """The process's one thread that writes periodic checkpoints: their two fsyncs (file and
-    directory) took 10-50 ms on the bench machine, inside the commit of a continuous round."""
+    directory) would otherwise sit inside the commit of a continuous round (docs/DESIGN.md)."""
     global _writer
     with _writer_lock:
         if _writer is None:
             _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eddy-checkpoint")
         return _writer
+
+
+#: what a checkpoint says: the logged stores' changelog offsets, and the input positions per store
+CheckpointOffsets = tuple[dict[TopicPartition, int], list[dict[TopicPartition, int]]]
+
+
+class PeriodicCheckpoint:
+    """A task's `.checkpoint` file, written every interval on the process's writer thread
+    (`_checkpoint_writer`), off the commit's path; none while the last one is still being
+    written, and a write now (`write_now`) waits for it first."""
+
+    def __init__(self, task_dir: TaskDirectory, interval_s: float, offsets: Callable[[], CheckpointOffsets],
+                 context: str) -> None:
+        self._task_dir = task_dir
+        self._interval_s = interval_s
+        self._offsets = offsets
+        self._ctx = context
+        self._last = 0.0
+        #: the periodic checkpoint being written (`maybe_write`); at most one at a time
+        self._writing: Future[None] | None = None
+
+    def maybe_write(self) -> None:
+        """The offsets as of now handed to the writer thread, if an interval has passed."""
+        if time.monotonic() - self._last < self._interval_s:
+            return
+        if self._writing is not None and not self._writing.done():
+            return
+        changelogs, inputs = self._offsets()
+        self._writing = _checkpoint_writer().submit(self._write_quietly, changelogs, inputs)
+        self._last = time.monotonic()
+
+    def _write_quietly(self, changelogs: dict[TopicPartition, int], inputs: list[dict[TopicPartition, int]]) -> None:
+        try:
+            self._task_dir.checkpoint.write_store_offsets(changelogs, inputs)
+        except Exception:  # noqa: BLE001 - the next one is written an interval later, or at close
+            log.exception("%s: writing the checkpoint failed", self._ctx)
+
+    def wait(self) -> None:
+        """Wait for the periodic checkpoint being written, if any (a later write must not race it)."""
+        if self._writing is not None:
+            self._writing.result()
+            self._writing = None
+
+    def write_now(self) -> None:
+        """The offsets as of now written on this thread (atomic), after the one under way."""
+        self.wait()
+        self._task_dir.checkpoint.write_store_offsets(*self._offsets())
+        self._last = time.monotonic()
 
 
 class ProcessorStateManager:
@@ -85,10 +133,7 @@ class ProcessorStateManager:
         self._lock = lock
         self._ctx = f"app {app} task {task_id}"
         self._on_active = on_active
-        self._checkpoint_interval_s = checkpoint_interval_s
-        self._last_checkpoint = 0.0
-        #: the periodic checkpoint being written (`_maybe_checkpoint`); at most one at a time
-        self._checkpointing: Future[None] | None = None
+        self._checkpoints = PeriodicCheckpoint(task_dir, checkpoint_interval_s, self._checkpoint_offsets, self._ctx)
         self._commit_latencies: list[float] = []
         self._commits = 0
         self._restored_records = RestoredRecords(self._specs)
@@ -236,7 +281,7 @@ class ProcessorStateManager:
             return self._progress
         self._progress = self._standby.poll(max_records=max_records, max_seconds=max_seconds)
         self._restored_records.count(self._progress)
-        self._maybe_checkpoint()
+        self._checkpoints.maybe_write()
         return self._progress
 
     @property
@@ -277,7 +322,7 @@ class ProcessorStateManager:
         latency = time.monotonic() - kc.started
         self._commit_latencies.append(latency)
         self._commits += 1
-        self._maybe_checkpoint()
+        self._checkpoints.maybe_write()
         return latency
 
     def recheck_changelogs(self) -> None:
@@ -290,34 +335,9 @@ class ProcessorStateManager:
         except Exception:  # noqa: BLE001 - the caller is already handling a commit failure
             log.exception("%s: could not re-check changelogs after a failed commit", self._ctx)
 
-    # -- checkpoint and figures -----------------------------------------------------------------
+    # -- checkpoint offsets and figures --------------------------------------------------------------
 
-    def _maybe_checkpoint(self) -> None:
-        """Every checkpoint interval, the stores' offsets as of now written to the `.checkpoint`
-        file on the writer thread (`_checkpoint_writer`), off the commit's path; none while the
-        last one is still being written."""
-        if time.monotonic() - self._last_checkpoint < self._checkpoint_interval_s:
-            return
-        if self._checkpointing is not None and not self._checkpointing.done():
-            return
-        changelogs, inputs = self._checkpoint_offsets()
-        self._checkpointing = _checkpoint_writer().submit(self._write_checkpoint_quietly, changelogs, inputs)
-        self._last_checkpoint = time.monotonic()
-
-    def _write_checkpoint_quietly(self, changelogs: dict[TopicPartition, int],
-                                  inputs: list[dict[TopicPartition, int]]) -> None:
-        try:
-            self.task_dir.checkpoint.write_store_offsets(changelogs, inputs)
-        except Exception:  # noqa: BLE001 - the next one is written an interval later, or at close
-            log.exception("%s: writing the checkpoint failed", self._ctx)
-
-    def _await_checkpoint(self) -> None:
-        """Wait for the periodic checkpoint being written, if any (a later write must not race it)."""
-        if self._checkpointing is not None:
-            self._checkpointing.result()
-            self._checkpointing = None
-
-    def _checkpoint_offsets(self) -> tuple[dict[TopicPartition, int], list[dict[TopicPartition, int]]]:
+    def _checkpoint_offsets(self) -> CheckpointOffsets:
         """What the checkpoint says now: the logged stores' changelog offsets, and the input
         positions the stores reflect."""
         stores = {name: store.offsets for name, store in self.stores.items() if not store.closed}
@@ -327,9 +347,7 @@ class ProcessorStateManager:
 
     def write_checkpoint(self) -> None:
         """Mirror the stores' offsets into the task's `.checkpoint` file (atomic), now."""
-        self._await_checkpoint()
-        self.task_dir.checkpoint.write_store_offsets(*self._checkpoint_offsets())
-        self._last_checkpoint = time.monotonic()
+        self._checkpoints.write_now()
 
     def figures(self) -> TaskFigures:
         """Picklable figures for the driver's metrics (drains the commit latencies)."""
@@ -388,7 +406,7 @@ class ProcessorStateManager:
 
     def _release(self) -> None:
         self._closed = True
-        self._await_checkpoint()  # before another copy may take the task directory
+        self._checkpoints.wait()  # before another copy may take the task directory
         for s in self.stores.values():
             try:
                 s.close()
