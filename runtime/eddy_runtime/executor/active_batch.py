@@ -21,8 +21,9 @@ from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.kafka.records import BadRecord, RawRecords, decode_repartition, decode_source, range_reader
 from eddy_runtime.kafka.transactions import OutputRecord
 from eddy_runtime.processing.bad_records import bad_record_output, failed_row_records
+from eddy_runtime.processing.batch import BatchOutput
 from eddy_runtime.processing.joins import TableUpdates, table_updates, write_table_updates
-from eddy_runtime.processing.operators import BatchOutput, process_batch
+from eddy_runtime.processing.operators import process_batch
 from eddy_runtime.protocol.work import LATENCY_BUCKETS_S, BadRecordInfo, BatchSettings, ItemResult, ItemStatus, WorkItem
 from eddy_runtime.state import ProcessorStateManager, TaskTransaction
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from eddy_contract.spec import ProcessingGuarantee
 from eddy_contract.tasks import Role, TaskId
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from eddy_runtime.dsl.subtopology import SubTopology
     from eddy_runtime.executor.metrics import ExecutorMetrics
 
-__all__ = ["ContinuousLoop"]
+__all__ = ["ContinuousLoop", "RoundEntry"]
 
 log = logging.getLogger("eddy.continuous")
 
@@ -62,6 +62,13 @@ ROUND_END_POLL_S = 0.005
 _ROUND_WENT_ON = frozenset({ItemStatus.PROCESSED, ItemStatus.ABORTED})
 #: a task's step result after which it goes on at once
 _STEP_WENT_ON = frozenset({ItemStatus.PROCESSED, ItemStatus.RESTORING, ItemStatus.STANDBY})
+
+
+class RoundEntry(NamedTuple):
+    """One task's share of a round: its item and its records (each from the task's position)."""
+
+    item: WorkItem
+    records: Sequence[RawRecords]
 
 
 class TaskHost(Protocol):
@@ -85,7 +92,7 @@ class TaskHost(Protocol):
         its delta, if it comes back)."""
 
     def run_round(self, subs: dict[int, SubTopology], settings: BatchSettings,
-                  entries: Sequence[tuple[WorkItem, Sequence[RawRecords]]], committer: TaskCommitter
+                  entries: Sequence[RoundEntry], committer: TaskCommitter
                   ) -> list[ItemResult]:
         """Process each entry's records and commit them all in one transaction of `committer`."""
 
@@ -121,7 +128,7 @@ class ContinuousLoop:
         # answered a sync), so that the tasks it is given next are not held up by a cold start.
         eager = settings.guarantee == ProcessingGuarantee.EXACTLY_ONCE
         self._ensure_running(work, eager=eager)
-        if eager and not self._synced and not any(role == "active" for _, role in work.tasks):
+        if eager and not self._synced and not any(role == Role.ACTIVE for _, role in work.tasks):
             self.producer.made.wait(NEWCOMER_WAIT_S)
         self._synced = True
         return results
@@ -219,7 +226,7 @@ class ContinuousLoop:
         on_runner_transactions = settings.guarantee == ProcessingGuarantee.EXACTLY_ONCE
         busy = tasks.busy()
         now = time.monotonic()
-        processing = any(role == "active" and task in busy for task, role in work.tasks)
+        processing = any(role == Role.ACTIVE and task in busy for task, role in work.tasks)
         running: dict[str, list[TopicPartition]] = {}
         steps: list[tuple[str, Role, list[RawRecords] | None]] = []
         # actives first: a standby's step waits while theirs run (a newcomer's tasks open beside
@@ -317,7 +324,7 @@ class ContinuousLoop:
             for task, records in batch:
                 item = self._process_item(task, records) if task in allowed else None
                 if item is not None:
-                    entries.append((item, records))
+                    entries.append(RoundEntry(item, records))
             if not entries:
                 clean[0] = True
                 return

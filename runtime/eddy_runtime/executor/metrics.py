@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from eddy_runtime.protocol.work import ItemResult
+from eddy_runtime.protocol.work import ItemResult, ItemStatus
 from eddy_runtime.state import StateMetrics
 
 __all__ = ["PROCESS_LATENCY_BUCKETS_S", "ExecutorMetrics"]
@@ -51,7 +51,7 @@ class ExecutorMetrics:
     def observe(self, app: str, results: Iterable[ItemResult]) -> None:
         for result in results:
             self.items.labels(app, result.role, result.status).inc()
-            if result.status == "processed" and result.records_in:
+            if result.status == ItemStatus.PROCESSED and result.records_in:
                 self.records_in.labels(app, result.task).inc(result.records_in)
                 self.records_out.labels(app, result.task).inc(result.records_out)
                 self.process_latency.labels(app, result.task).observe(result.duration_s)

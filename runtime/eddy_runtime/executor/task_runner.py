@@ -20,17 +20,18 @@ from typing import TypeVar
 import pyarrow as pa
 
 from eddy_contract.tasks import Role, TaskId
+from eddy_runtime.dsl.errors import PipelineRuntimeError
 from eddy_runtime.dsl.subtopology import SubTopology
 from eddy_runtime.executor.active_batch import PreparedBatch, ReadStash, committed_result, prepare_batch
 from eddy_runtime.executor.commit import write_stores
-from eddy_runtime.executor.continuous import ContinuousLoop
+from eddy_runtime.executor.continuous import ContinuousLoop, RoundEntry
 from eddy_runtime.executor.metrics import ExecutorMetrics
 from eddy_runtime.executor.task_manager import TaskManager
 from eddy_runtime.executor.tasks import StandbyTask, StreamTask, Task
 from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.kafka.records import BadRecord, RawRecords
 from eddy_runtime.kafka.transactions import CommitFailed, CommitPart, PlannedPositions, TaskCommitter, TaskFenced
-from eddy_runtime.processing.operators import BatchOutput, PipelineRuntimeError
+from eddy_runtime.processing.batch import BatchOutput
 from eddy_runtime.protocol.placement import MisplacedTask, ensure_on_executor
 from eddy_runtime.protocol.work import (
     BatchSettings,
@@ -222,7 +223,7 @@ class TaskRunner:
                            message=f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
 
     def run_round(self, subs: dict[int, SubTopology], settings: BatchSettings,
-                  entries: Sequence[tuple[WorkItem, Sequence[RawRecords]]], committer: TaskCommitter
+                  entries: Sequence[RoundEntry], committer: TaskCommitter
                   ) -> list[ItemResult]:
         """The continuous path under exactly-once: one transaction of the runner's `committer`
         (protocol/fences.py) for all entries. Their input positions go to the coordinators first; each

@@ -20,7 +20,7 @@ from eddy_contract.tasks import Role
 from eddy_runtime.executor.commit import StateCommitter
 from eddy_runtime.executor.metrics import ExecutorMetrics
 from eddy_runtime.kafka.partitions import TopicPartition
-from eddy_runtime.processing.operators import TaskState
+from eddy_runtime.processing.batch import TaskState
 from eddy_runtime.state import ProcessorStateManager
 
 __all__ = ["IllegalTaskTransition", "StandbyTask", "StreamTask", "Task", "TaskLifecycle"]
