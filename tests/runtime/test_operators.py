@@ -10,8 +10,9 @@ import pytest
 from eddy_runtime.dsl.compiler import compile_topology
 from eddy_runtime.dsl.pipeline import Topology, hopping, tumbling
 from eddy_runtime.kafka.records import TS_TYPE, RawRecords
+from eddy_runtime.processing.batch import TaskState
 from eddy_runtime.processing.joins import apply_table_updates
-from eddy_runtime.processing.operators import TaskState, process_batch
+from eddy_runtime.processing.operators import process_batch
 from eddy_runtime.state import open_store
 
 pytestmark = pytest.mark.unit

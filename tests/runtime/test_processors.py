@@ -10,7 +10,8 @@ import pytest
 
 from eddy_runtime.dsl.pipeline import PipelineError, Topology
 from eddy_runtime.dsl.processors import STREAM_TIME, WALL_CLOCK_TIME, Processor
-from eddy_runtime.processing.operators import TaskState, process_batch
+from eddy_runtime.processing.batch import TaskState
+from eddy_runtime.processing.operators import process_batch
 from tests.runtime.test_operators import StoreTransactions, rows, sub_of
 
 pytestmark = pytest.mark.unit

@@ -13,7 +13,8 @@ from eddy_runtime.dsl.pipeline import PipelineError, Topology
 from eddy_runtime.dsl.record_steps import GROUP_KEY_COLUMN, RecordStep, apply_record_steps
 from eddy_runtime.dsl.subtopology import RepartitionSink
 from eddy_runtime.kafka.records import RawRecords, decode_source
-from eddy_runtime.processing.operators import TaskState, process_batch
+from eddy_runtime.processing.batch import TaskState
+from eddy_runtime.processing.operators import process_batch
 from examples.wordcount.app import build_own_steps, words_of
 from tests.runtime.test_operators import StoreTransactions
 
@@ -143,7 +144,7 @@ def test_map_returning_something_else_than_a_pair_is_a_bad_record():
 
 
 def test_values_of_mixed_types_stop_the_batch_with_the_step_named():
-    from eddy_runtime.processing.operators import PipelineRuntimeError
+    from eddy_runtime.dsl.errors import PipelineRuntimeError
 
     with pytest.raises(PipelineRuntimeError, match=r"map_values\(<lambda>\)"):
         run(source_rows(("k", "1"), ("k", "x")), ("map_values", lambda v: int(v) if v.isdigit() else v))

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pytest
 
 from eddy_runtime.dsl.pipeline import PipelineError, Topology, session_windows, tumbling
-from eddy_runtime.processing.operators import TaskState, process_batch
+from eddy_runtime.processing.batch import TaskState
+from eddy_runtime.processing.operators import process_batch
 from eddy_runtime.processing.sessions import merged_window
 from eddy_runtime.state.serde import INT64
 from tests.runtime.test_operators import StoreTransactions, rows, sub_of

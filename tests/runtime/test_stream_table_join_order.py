@@ -19,8 +19,9 @@ import json
 
 import pytest
 
+from eddy_runtime.processing.batch import TaskState
 from eddy_runtime.processing.joins import TableUpdates, write_table_updates
-from eddy_runtime.processing.operators import TaskState, process_batch
+from eddy_runtime.processing.operators import process_batch
 from tests.runtime.test_operators import StoreTransactions, rows, sub_of
 
 pytestmark = pytest.mark.unit

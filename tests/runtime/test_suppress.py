@@ -27,7 +27,8 @@ from eddy_runtime.dsl.pipeline import (
     until_window_closes,
 )
 from eddy_runtime.kafka.records import TS_TYPE
-from eddy_runtime.processing.operators import TaskState, process_batch
+from eddy_runtime.processing.batch import TaskState
+from eddy_runtime.processing.operators import process_batch
 from eddy_runtime.processing.suppress import SuppressionBufferFull, suppress_results
 from eddy_runtime.state.serde import INT64
 from tests.runtime.test_operators import StoreTransactions, sub_of

@@ -169,27 +169,27 @@ def test_a_release_waits_for_the_round_holding_the_task_and_says_whether_it_comm
         thread.start()
         return thread
 
-    with loop._committing_tasks(old, ["1_0", "1_1"], Role.ACTIVE) as (allowed, clean):
-        assert allowed == ["1_0", "1_1"]
+    with loop._committing_tasks(old, ["1_0", "1_1"], Role.ACTIVE) as committing:
+        assert committing.allowed == ["1_0", "1_1"]
         assert release_tasks({"1": address}, {"1": ["1_0"]}, "wc", "s3cret", 4, 0.3) == set()  # still committing
         waiting = release_in_background(5.0)
         time.sleep(0.3)
         assert not answers  # it waits for the round
-        clean[0] = True
+        committing.clean = True
     waiting.join(5)
     assert answers == [{"1"}]
 
     # Released for generation 4: work older than that may not run 1_0 any more; 1_1 and newer work may.
-    with loop._committing_tasks(old, ["1_0", "1_1"], Role.ACTIVE) as (allowed, clean):
-        assert allowed == ["1_1"]
-        clean[0] = True
+    with loop._committing_tasks(old, ["1_0", "1_1"], Role.ACTIVE) as committing:
+        assert committing.allowed == ["1_1"]
+        committing.clean = True
     loop.sync({}, SETTINGS, work(5))  # (no tasks: the loop's thread does not start)
-    with loop._committing_tasks(work(5, ("1_0", Role.ACTIVE)), ["1_0"], Role.ACTIVE) as (allowed, clean):
-        assert allowed == ["1_0"]
-        clean[0] = False  # a round that did not commit cleanly: a release of it is refused
+    with loop._committing_tasks(work(5, ("1_0", Role.ACTIVE)), ["1_0"], Role.ACTIVE) as committing:
+        assert committing.allowed == ["1_0"]
+        committing.clean = False  # a round that did not commit cleanly: a release of it is refused
     assert loop.release(6, ["1_0"], 1.0) is True  # a new release forgets the earlier outcome
     loop.sync({}, SETTINGS, work(7))
-    with loop._committing_tasks(work(7, ("1_0", Role.ACTIVE)), ["1_0"], Role.ACTIVE) as (allowed, clean):
+    with loop._committing_tasks(work(7, ("1_0", Role.ACTIVE)), ["1_0"], Role.ACTIVE) as committing:
         waiting = release_in_background(5.0)
         time.sleep(0.2)
     waiting.join(5)

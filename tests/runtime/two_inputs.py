@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from eddy_runtime.processing.batch import TaskState
 from eddy_runtime.processing.joins import TableUpdates
-from eddy_runtime.processing.operators import TaskState, process_batch
+from eddy_runtime.processing.operators import process_batch
 from tests.runtime.test_operators import StoreTransactions, rows
 
 

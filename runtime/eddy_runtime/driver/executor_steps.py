@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from eddy_runtime.dsl.subtopology import SubTopology
     from eddy_runtime.processing.batch import BatchOutput
 
-__all__ = ["RESULT_DDL", "Program", "executor_slot_job", "executor_step", "probe_sink", "read_step", "sink_step"]
+__all__ = ["RESULT_DDL", "executor_slot_job", "executor_step", "probe_sink", "read_step", "sink_step"]
 
 #: the schema of what every partition returns: pickled `ItemResult`s
 RESULT_DDL = "result binary"

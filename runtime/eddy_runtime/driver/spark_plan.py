@@ -18,7 +18,6 @@ from eddy_contract.assignor import Assignment
 from eddy_runtime.driver.batch_plan import BatchPlan
 from eddy_runtime.driver.executor_steps import (
     RESULT_DDL,
-    Program,
     executor_slot_job,
     executor_step,
     read_step,
@@ -29,7 +28,7 @@ from eddy_runtime.dsl.subtopology import CompiledApp
 from eddy_runtime.kafka.records import spark_source_schema
 from eddy_runtime.protocol.placement import ExecutorRef, PinnedSlots, current_executor_id
 from eddy_runtime.protocol.runner_client import RunnerClient
-from eddy_runtime.protocol.runner_messages import Shutdown
+from eddy_runtime.protocol.runner_messages import Program, Shutdown
 from eddy_runtime.protocol.work import BatchSettings, ContinuousWork, SlotWork, WorkItem
 
 if TYPE_CHECKING:

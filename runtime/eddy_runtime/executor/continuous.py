@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from eddy_contract.spec import ProcessingGuarantee
 from eddy_contract.tasks import Role, TaskId
 from eddy_runtime.executor.commit_cycle import CommitCycle
-from eddy_runtime.executor.continuous_assignment import ContinuousAssignment, Release
+from eddy_runtime.executor.continuous_assignment import CommittingTasks, ContinuousAssignment, Release
 from eddy_runtime.executor.input_poller import MAX_BUFFERED_RECORDS, InputPoller
 from eddy_runtime.executor.producer import RunnerProducer
 from eddy_runtime.executor.task_metadata import RETRY_AFTER_S, TaskExecutionMetadata
@@ -165,7 +165,7 @@ class ContinuousLoop:
         return clean
 
     def _committing_tasks(self, work: ContinuousWork, tasks: Sequence[str],
-                          role: Role) -> contextlib.AbstractContextManager[tuple[list[str], list[bool]]]:
+                          role: Role) -> contextlib.AbstractContextManager[CommittingTasks]:
         """`ContinuousAssignment.committing`: the tasks `work` may still run, committing until the block ends."""
         return self.assignment.committing(work, tasks, role)
 
@@ -319,14 +319,14 @@ class ContinuousLoop:
                        batch: list[tuple[str, list[RawRecords]]], committer: TaskCommitter) -> None:
         """Commit the round's tasks together (`TaskRunner.run_round`); a task a newer generation
         took away meanwhile is left out (whoever holds it now fetches its records again)."""
-        with self._committing_tasks(work, [task for task, _ in batch], Role.ACTIVE) as (allowed, clean):
+        with self._committing_tasks(work, [task for task, _ in batch], Role.ACTIVE) as committing:
             entries = []
             for task, records in batch:
-                item = self._process_item(task, records) if task in allowed else None
+                item = self._process_item(task, records) if task in committing.allowed else None
                 if item is not None:
                     entries.append(RoundEntry(item, records))
             if not entries:
-                clean[0] = True
+                committing.clean = True
                 return
             try:
                 results = self.runner.run_round(subs, settings, entries, committer)
@@ -336,8 +336,8 @@ class ContinuousLoop:
                     self.runner.forget_positions(item.task)
                 results = []
             else:
-                clean[0] = committer.usable and all(r.status in _ROUND_WENT_ON for r in results)
-                if clean[0]:
+                committing.clean = committer.usable and all(r.status in _ROUND_WENT_ON for r in results)
+                if committing.clean:
                     self._cycle.round_committed(committer.delivered(), time.monotonic())
         self.producer.drop_if(committer)
         for result in results:
@@ -370,12 +370,12 @@ class ContinuousLoop:
         """`_step`, unless a newer generation took the task (or its role) away meanwhile: a step
         queued under the old work must not reopen a task the runner just released. A step that
         raises pauses its task as a failed one does."""
-        with self._committing_tasks(work, [task], role) as (allowed, clean):
-            if not allowed:
-                clean[0] = True
+        with self._committing_tasks(work, [task], role) as committing:
+            if not committing.allowed:
+                committing.clean = True
                 return
             try:
-                clean[0] = self._step(work, subs, settings, task, role, records)
+                committing.clean = self._step(work, subs, settings, task, role, records)
             except Exception:  # noqa: BLE001 - the loop goes on; this task retries later
                 log.exception("task %s (%s): step failed", task, role)
                 self._tasks.back_off(task)

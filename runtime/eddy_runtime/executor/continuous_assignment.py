@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -33,6 +33,16 @@ log = logging.getLogger("eddy.continuous")
 #: at most this long per restore chunk, so that the other tasks keep their commit cadence
 RESTORE_CHUNK_S = 0.2
 STANDBY_CHUNK_S = 0.1
+
+
+
+@dataclass
+class CommittingTasks:
+    """The tasks a block may commit (`ContinuousAssignment.committing`), and whether it did so
+    cleanly: a release waits for them, and is refused for tasks whose commit was not clean."""
+
+    allowed: list[str]
+    clean: bool = False
 
 
 class CurrentWork(NamedTuple):
@@ -157,23 +167,22 @@ class ContinuousAssignment:
         return current is not None and current.generation != work.generation and (task, role) not in current.tasks
 
     @contextlib.contextmanager
-    def committing(self, work: ContinuousWork, tasks: Sequence[str],
-                   role: Role) -> Iterator[tuple[list[str], list[bool]]]:
+    def committing(self, work: ContinuousWork, tasks: Sequence[str], role: Role) -> Iterator[CommittingTasks]:
         """The tasks of `tasks` that `work` may still run (neither taken away by a newer
-        generation nor released), marked as committing until the block ends; the block sets the
-        flag it is given to True once what it did committed cleanly (or had nothing to commit)."""
+        generation nor released), marked as committing until the block ends; the block sets
+        `clean` once what it did committed cleanly (or had nothing to commit)."""
         with self._lock:
             allowed = [t for t in tasks if not self._held_back(work, t, role) and not self._taken(work, t, role)]
             self._committing.update(allowed)
-        clean = [False]
+        committing = CommittingTasks(allowed)
         try:
-            yield allowed, clean
+            yield committing
         finally:
             with self._lock:
                 self._committing.subtract(allowed)
                 for t in allowed:
                     if self._committing[t] <= 0:
                         del self._committing[t]
-                if not clean[0]:
+                if not committing.clean:
                     self._unclean.update(allowed)
                 self._changed.notify_all()

@@ -29,7 +29,7 @@ from eddy_runtime.processing.suppress import suppress_results
 from eddy_runtime.state import TaskTransaction
 
 # process_batch's API in one place for the runner: what it takes and returns, and the error it raises
-__all__ = ["BatchOutput", "PipelineRuntimeError", "TaskState", "process_batch"]
+__all__ = ["process_batch"]
 
 log = logging.getLogger("eddy.runner")
 
