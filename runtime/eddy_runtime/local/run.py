@@ -37,7 +37,7 @@ from eddy_runtime.protocol.work import ItemStatus
 
 __all__ = ["LocalRun", "LocalRunOptions", "local_spark_session"]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 KAFKA_SH = REPO / "infra" / "kafka" / "kafka.sh"
 
 QUIET_LOG4J = """\
