@@ -32,7 +32,7 @@ case "${1:-}" in
     status=0
     wait "$jvm" || status=$?
     for _ in $(seq 200); do  # at most 20 s, within the pod's 30 s grace period
-      pgrep -f 'eddy_runtime[.]runner' >/dev/null || break
+      pgrep -f 'eddy_runtime[.]executor[.]runner' >/dev/null || break
       sleep 0.1
     done
     exit "$status"

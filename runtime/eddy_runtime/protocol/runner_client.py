@@ -28,6 +28,9 @@ PICKLE_PROTOCOL = 5
 _Reply = TypeVar("_Reply")
 
 
+#: the module the runner process runs as (``python -m``)
+RUNNER_MODULE = "eddy_runtime.executor.runner"
+
 def runner_address(state_dir: str) -> str:
     """An abstract Unix socket name (no file, no path-length limit) unique to the state directory."""
     digest = hashlib.sha256(os.path.realpath(state_dir).encode()).hexdigest()[:24]
@@ -104,13 +107,17 @@ class RunnerClient:
     def log_path(self) -> Path:
         return Path(self.state_dir) / "eddy-runner.log"
 
+    def command(self, executor_pid: int | None = None) -> list[str]:
+        """The runner's command line (docker/entrypoint.sh waits for a process that matches it)."""
+        args = [sys.executable, "-m", RUNNER_MODULE, "--state-dir", self.state_dir, "--executor-id",
+                self.executor_id, "--address", self.address.lstrip("\0")]
+        if executor_pid is not None:
+            args += ["--executor-pid", str(executor_pid)]
+        return args
+
     def _spawn(self) -> None:
         Path(self.state_dir).mkdir(parents=True, exist_ok=True)
-        pid = executor_jvm_pid()
-        args = [sys.executable, "-m", "eddy_runtime.executor.runner", "--state-dir", self.state_dir, "--executor-id",
-                self.executor_id, "--address", self.address.lstrip("\0")]
-        if pid is not None:
-            args += ["--executor-pid", str(pid)]
+        args = self.command(executor_jvm_pid())
         with open(self.log_path, "ab") as logf:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                     close_fds=True, start_new_session=True)
