@@ -74,6 +74,8 @@ from typing import Any, Protocol
 import throughput as tp
 from sss import peer as sss
 
+from eddy_runtime.protocol.runner_client import RUNNER_MODULE
+
 REPO = tp.REPO
 PROBE = tp.WARMUP_WORD
 PROBE_INTERVAL_S = 0.2
@@ -320,7 +322,7 @@ class EddyOnTwoExecutors(_OnTwoExecutors):
         pids = self.executor_pids()
         name = max(sorted(e for e in ex if e in pids), key=lambda e: len(ex[e]["active"]))
         runner = [pid for pid, (_, cmd) in process_table().items()
-                  if "eddy_runtime.executor.runner" in cmd and option(cmd, "--executor-pid") == str(pids[name])]
+                  if RUNNER_MODULE in cmd and option(cmd, "--executor-pid") == str(pids[name])]
         self.before = set(ex)
         self.killed_at = time.time()
         os.kill(pids[name], signal.SIGKILL)

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from eddy_runtime.protocol.runner_client import RUNNER_MODULE
 from tests.runtime.apps import read_all
 from tests.servers import REPO
 
@@ -104,7 +105,7 @@ def _runners() -> list[int]:
             args = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue  # gone meanwhile
-        if b"eddy_runtime.executor.runner" in args and any(a.startswith(str(RUN_STATE).encode()) for a in args):
+        if RUNNER_MODULE.encode() in args and any(a.startswith(str(RUN_STATE).encode()) for a in args):
             found.append(int(cmdline.parent.name))
     return found
 

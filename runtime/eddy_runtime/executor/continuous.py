@@ -387,7 +387,7 @@ class ContinuousLoop:
         if positions is None:
             return None
         return WorkItem(task, Role.ACTIVE, tuple(
-            InputRange(r.topic, r.partition, positions[TopicPartition(r.topic, r.partition)], r.next_offset)
+            InputRange(r.topic, r.partition, positions[r.topic_partition], r.next_offset)
             for r in records))
 
     def _inputs(self, subs: dict[int, SubTopology], task: str) -> list[TopicPartition]:

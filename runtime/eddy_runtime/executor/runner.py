@@ -39,7 +39,7 @@ from eddy_runtime.executor.metrics import ExecutorMetrics
 from eddy_runtime.executor.task_runner import TaskRunner
 from eddy_runtime.processing.batch import BatchOutput
 from eddy_runtime.protocol.health import HealthAndMetricsServer
-from eddy_runtime.protocol.runner_client import PICKLE_PROTOCOL
+from eddy_runtime.protocol.runner_client import PICKLE_PROTOCOL, RUNNER_MODULE
 from eddy_runtime.protocol.runner_messages import (
     Close,
     Done,
@@ -254,7 +254,7 @@ def _alive(pid: int) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m eddy_runtime.executor.runner", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {RUNNER_MODULE}", description=__doc__.splitlines()[0])
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--executor-id", required=True)
     parser.add_argument("--address", required=True, help="abstract socket name (without the leading NUL)")
