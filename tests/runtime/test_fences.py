@@ -110,7 +110,7 @@ def test_stale_work_makes_no_committer_and_fresh_work_does(kafka, tmp_path):
         book.close()
 
 
-def test_a_driver_starting_fences_the_runners_of_an_earlier_one(kafka):
+def test_a_new_driver_lets_the_runners_of_an_earlier_one_go_on_and_fences_those_that_do_not_let_go(kafka):
     app = kafka.unique_name("fences")
     out = kafka.create_topic(f"{app}-out", partitions=1)
     kafka.create_topic(fence_topic(app), partitions=1, config={"cleanup.policy": "compact"})
@@ -124,11 +124,29 @@ def test_a_driver_starting_fences_the_runners_of_an_earlier_one(kafka):
 
     second = FenceBook(kafka.bootstrap, app)
     second.start()
-    assert second.epochs() == {"1": 1, "2": 1}
+    assert second.epochs() == {"1": 0, "2": 0}
+    for r in runners:  # a driver restart alone stops no runner
+        commit_one(r, out, b"still processing")
+    asked: dict[str, list[str]] = {}
+
+    def release(losing):
+        asked.update({e: list(tasks) for e, tasks in losing.items()})
+        return {"1"}  # runner 2 does not answer
+
+    # Its first generation keeps 0_0 on runner 1 and gives 1_0 to runner 3: each runner of the
+    # earlier driver may hold anything, so each is asked to let go of what goes elsewhere.
+    second.before_generation(7, {"0_0": "1", "1_0": "3"}, release)
+    assert asked == {"1": ["1_0"], "2": ["0_0", "1_0"]}
+    assert second.epochs() == {"1": 0, "2": 1, "3": 0}
+    commit_one(runners[0], out, b"goes on without a pause")
+    with pytest.raises(TaskFenced):
+        commit_one(runners[1], out, b"zombie")
     for r in runners:
-        with pytest.raises(TaskFenced):
-            commit_one(r, out, b"zombie")
         r.close()
+    # After the first generation, only the runners that lose a task are asked.
+    asked.clear()
+    second.before_generation(8, {"0_0": "1", "1_0": "3"}, release)
+    assert asked == {}
     second.close()
 
 

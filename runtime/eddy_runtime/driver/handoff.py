@@ -11,31 +11,41 @@ assignment (driver/assignment_source.py).
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import threading
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 
 from eddy_contract.assignor import Assignment
+from eddy_contract.tasks import Role
 from eddy_runtime.driver.batch_plan import continuous_copies
 from eddy_runtime.dsl.subtopology import CompiledApp
 from eddy_runtime.kafka.client import KafkaClientConfig
-from eddy_runtime.protocol.fences import FenceBook
+from eddy_runtime.protocol.fences import FenceBook, runner_key
+from eddy_runtime.protocol.placement import ExecutorRef
 from eddy_runtime.protocol.work import ContinuousWork
 from eddy_runtime.protocol.work_push import push_work, release_tasks
 
-__all__ = ["RELEASE_TIMEOUT_S", "GenerationHandoff"]
+__all__ = ["PUSH_TOKEN_ENV", "RELEASE_TIMEOUT_S", "GenerationHandoff"]
 
 log = logging.getLogger("eddy.driver")
 
 #: how long a live runner has to let go of the continuous actives a generation takes from it
 #: before it is fenced instead (protocol/fences.py; at least 5 commit intervals)
 RELEASE_TIMEOUT_S = 3.0
+#: the push token, the same for every driver of the app (on Kubernetes from a Secret the operator
+#: makes), so that a new driver can ask the runners of an earlier one to let go; random without it
+PUSH_TOKEN_ENV = "EDDY_PUSH_TOKEN"
 
 
 class GenerationHandoff:
     """Pushes each new generation's continuous work to the runners, once, after fencing for it."""
 
-    def __init__(self, app: str, kafka: KafkaClientConfig, commit_interval_s: float, lost: Set[str]) -> None:
+    def __init__(self, app: str, kafka: KafkaClientConfig, commit_interval_s: float, lost: Set[str],
+                 per_executor_state_dirs: bool = True, runner_port: int | None = None) -> None:
+        """`per_executor_state_dirs`: executors share a host (local mode), and runners are known by
+        executor id; otherwise by host (protocol/fences.py's `runner_key`), and a runner no executor
+        has answered from yet is reached on its host at `runner_port` (its pod's metrics port)."""
         self.app = app
         self.kafka = kafka
         self.commit_interval_s = commit_interval_s
@@ -44,7 +54,11 @@ class GenerationHandoff:
         #: executor -> where its runner serves pushes, syncs and interactive queries
         self.runner_addresses: dict[str, str] = {}
         #: what the runners require of a request over HTTP (sent to them in the batch settings)
-        self.token = secrets.token_urlsafe(18)
+        self.token = os.environ.get(PUSH_TOKEN_ENV) or secrets.token_urlsafe(18)
+        self._per_executor = per_executor_state_dirs
+        self._runner_port = runner_port
+        #: executor -> its runner's key (dead executors' too: a fence names them)
+        self._keys: dict[str, str] = {}
         #: the newest assignment pushed to the runners (it may be ahead of the driver's while a
         #: job runs: an executor died mid-batch, or the operator's new generation came)
         self.pushed: Assignment | None = None
@@ -76,10 +90,23 @@ class GenerationHandoff:
                 return
             self.pushed = assignment
         work = continuous_copies(self._compiled, assignment, live, self._continuous)
-        epochs = self.fence_epochs()
-        push_work(self.runner_addresses,
-                  {e: ContinuousWork(assignment.generation, tuple(tasks), self.commit_interval_s, epochs.get(e, 0))
-                   for e, tasks in work.items()}, self.app, self.token)
+        push_work(self.runner_addresses, {e: self.continuous_work(assignment.generation, e, tasks)
+                                          for e, tasks in work.items()}, self.app, self.token)
+
+    def know_executors(self, live: Iterable[ExecutorRef]) -> None:
+        """Learn the runner keys of `live` (their hosts may be new)."""
+        for e in live:
+            self._keys[e.id] = runner_key(e.id, e.host, self._per_executor)
+
+    def runner_key(self, executor: str) -> str:
+        return self._keys.get(executor, executor)
+
+    def continuous_work(self, generation: int, executor: str, tasks: Iterable[tuple[str, Role]]) -> ContinuousWork:
+        """What `executor`'s runner runs continuously in `generation`: `tasks`, with its runner
+        key and fence epoch."""
+        key = self.runner_key(executor)
+        epoch = self._fences.epochs().get(key, 0) if self._fences is not None else 0
+        return ContinuousWork(generation, tuple(tasks), self.commit_interval_s, epoch, key)
 
     def fence(self, assignment: Assignment) -> None:
         """Exactly-once continuous: before any runner hears of `assignment`, the executors that
@@ -87,15 +114,18 @@ class GenerationHandoff:
         (protocol/fences.py); only an executor that `assignment` still names is asked to let go."""
         if self._fences is None or self._compiled is None:
             return
-        actives = {task: placement.active for sub in self._compiled.subtopologies if sub.id in self._continuous
+        actives = {task: self.runner_key(placement.active) for sub in self._compiled.subtopologies
+                   if sub.id in self._continuous
                    for task in sub.task_ids if (placement := assignment.tasks.get(task)) is not None}
-        named = set(assignment.executors()) - self._lost
+        lost = {self.runner_key(e) for e in self._lost} - {self.runner_key(e) for e in assignment.executors()
+                                                           if e not in self._lost}
 
         def release(losing: Mapping[str, Sequence[str]]) -> set[str]:
-            asked = {e: tasks for e, tasks in losing.items() if e in named}
+            addresses = self._runner_addresses_by_key()
+            asked = {k: tasks for k, tasks in losing.items() if k not in lost and k in addresses}
             if not asked:
                 return set()
-            return release_tasks(self.runner_addresses, asked, self.app, self.token, assignment.generation,
+            return release_tasks(addresses, asked, self.app, self.token, assignment.generation,
                                  max(RELEASE_TIMEOUT_S, 5 * self.commit_interval_s))
 
         self._fences.before_generation(assignment.generation, actives, release)
@@ -105,9 +135,14 @@ class GenerationHandoff:
         for e in [e for e in self.runner_addresses if e not in live]:
             del self.runner_addresses[e]
 
-    def fence_epochs(self) -> dict[str, int]:
-        """Each executor's fence epoch, as every generation's work carries it (protocol/fences.py)."""
-        return self._fences.epochs() if self._fences is not None else {}
+    def _runner_addresses_by_key(self) -> dict[str, str]:
+        """Where each runner serves, by runner key: what an executor of it answered from, or (keys
+        that are hosts) its host at the runner port: a runner of an earlier driver."""
+        out: dict[str, str] = {}
+        if self._fences is not None and not self._per_executor and self._runner_port:
+            out.update({k: f"{k}:{self._runner_port}" for k in self._fences.epochs()})
+        out.update({self.runner_key(e): a for e, a in self.runner_addresses.items()})
+        return out
 
     def close(self) -> None:
         if self._fences is not None:

@@ -61,7 +61,7 @@ from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.protocol.health import BatchProgress, HealthAndMetricsServer
 from eddy_runtime.protocol.placement import BatchWatch, ExecutorRef, executor_hosts, live_executors
 from eddy_runtime.protocol.runner_messages import Program
-from eddy_runtime.protocol.work import BatchSettings, ContinuousWork, ItemResult, WorkItem
+from eddy_runtime.protocol.work import BatchSettings, ItemResult, WorkItem
 from eddy_runtime.protocol.work_push import sync_runners
 from eddy_runtime.queries.routing import QueryRouting, query_routing
 from eddy_runtime.queries.server import StoreQueries
@@ -132,7 +132,9 @@ class Driver:
         #: where the queryable stores' keys live now (what the driver's query endpoint routes by)
         self.routing: QueryRouting | None = None
         self._source = AssignmentSource(self.sc, spec, options.assignment_source, self.metrics)
-        self._handoff = GenerationHandoff(self.app, self.kafka, spec.trigger_interval_s, self._source.lost)
+        self._handoff = GenerationHandoff(self.app, self.kafka, spec.trigger_interval_s, self._source.lost,
+                                          options.per_executor_state_dirs,
+                                          spec.metrics_port if options.assignment_source is not None else None)
         self._prepared: PreparedApp | None = None
         self._offsets = OffsetReader(self.kafka, self.app)
         self._layout: SlotLayout | None = None
@@ -225,6 +227,7 @@ class Driver:
             time.sleep(1)
             return BatchReport(self.batch_id, BatchOutcome.FAILED, 0.0, 0, error="no live executor")
         self._source.notice_executors(live, self._settings)
+        self._handoff.know_executors(live)
         inputs = input_partitions(compiled)
         changelogs = changelog_partitions(compiled)
         committed = self._offsets.committed(inputs, unsettled_ok=input_partitions(compiled, self._continuous))
@@ -272,8 +275,8 @@ class Driver:
             job = batch_job(compiled, layout, plan, settings,
                             Program(self._prepared.program_id, self._prepared.program),
                             fresh=fresh, inventory=inventory,
-                            commit_interval_s=self.spec.trigger_interval_s if self._continuous else None,
-                            fence_epochs=self._handoff.fence_epochs(), warm=warm)
+                            continuous_work=self._handoff.continuous_work if self._continuous else None,
+                            warm=warm)
             report.results = synced + self._run_job(job, live, settings, report)
         if report.outcome == BatchOutcome.OK:
             self._source.ready.update(e.id for e in layout.executor_slots)
@@ -297,9 +300,7 @@ class Driver:
                 or len(self._continuous) != len(self.compiled.subtopologies)
                 or plan.dataframe_items or any(plan.per_executor.values())):
             return [], False
-        epochs = self._handoff.fence_epochs()
-        work = {e: ContinuousWork(assignment.generation, tuple(plan.continuous[e]), self.spec.trigger_interval_s,
-                                  epochs.get(e, 0)) for e in executors}
+        work = {e: self._handoff.continuous_work(assignment.generation, e, plan.continuous[e]) for e in executors}
         # watched as a Spark job is: an executor that dies meanwhile has its tasks moved at once
         with BatchWatch(self.sc, f"eddy-{self.app}-sync-{self.batch_id}", executors,
                         description=f"eddy {self.app} sync {self.batch_id}", on_lost=self._source.lost_mid_batch):

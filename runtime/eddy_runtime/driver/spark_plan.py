@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterator, Sequence, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from eddy_contract.assignor import Assignment
+from eddy_contract.tasks import Role
 from eddy_runtime.driver.batch_plan import BatchPlan
 from eddy_runtime.driver.executor_steps import (
     RESULT_DDL,
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
 __all__ = ["BatchJob", "SlotLayout", "batch_job", "close_runners", "dataframe_item_slots", "slot_layout"]
 
 log = logging.getLogger("eddy.driver")
+
+#: (generation, executor, its continuous (task, role) pairs) -> its runner's `ContinuousWork`
+ContinuousWorkOf = Callable[[int, str, Sequence[tuple[str, Role]]], ContinuousWork]
 
 
 @dataclass(frozen=True)
@@ -113,16 +117,16 @@ def dataframe_item_slots(layout: SlotLayout, plan: BatchPlan) -> dict[str, tuple
 
 
 def batch_job(compiled: CompiledApp, layout: SlotLayout, plan: BatchPlan, settings: BatchSettings,
-              program: Program, *, fresh: bool, inventory: bool, commit_interval_s: float | None = None,
-              fence_epochs: Mapping[str, int] | None = None,
+              program: Program, *, fresh: bool, inventory: bool,
+              continuous_work: ContinuousWorkOf | None = None,
               warm: Set[str] = frozenset()) -> BatchJob:
     """The batch's Spark job: one DataFrame per sub-topology with DataFrame steps and work plus one
     over the executor slots, or, with no DataFrame work, the executor slots alone as a plain RDD
     job; empty when there is nothing to do. `fresh`: send each executor what it holds (its
     runner closes the rest); `inventory`: executors report what their volumes hold;
-    `commit_interval_s` (an app with continuous sub-topologies): every executor slot carries what
-    its runner runs continuously (with its fence epoch from `fence_epochs`, protocol/fences.py), and
-    brings back what that did; `warm`: executors whose task
+    `continuous_work` (an app with continuous sub-topologies): every executor slot carries what
+    its runner runs continuously (`GenerationHandoff.continuous_work`: with its runner key and fence
+    epoch, protocol/fences.py), and brings back what that did; `warm`: executors whose task
     runner has not answered yet: their slot calls it even with nothing to run, so that it is up
     (process started, program loaded) before it is given tasks, and report their volume's inventory."""
     frames = []
@@ -143,9 +147,8 @@ def batch_job(compiled: CompiledApp, layout: SlotLayout, plan: BatchPlan, settin
     works = [SlotWork(e.id, tuple(plan.per_executor[e.id]),
                       held=tuple(plan.held[e.id]) if fresh or e.id in warm else None,
                       inventory=inventory or e.id in warm,
-                      continuous=None if commit_interval_s is None else ContinuousWork(
-                          settings.generation, tuple(plan.continuous[e.id]), commit_interval_s,
-                          (fence_epochs or {}).get(e.id, 0)))
+                      continuous=None if continuous_work is None else continuous_work(
+                          settings.generation, e.id, plan.continuous[e.id]))
              for e in layout.executor_slots]
     if frames:
         frames.append(layout.executor_base.mapInArrow(executor_step(settings, program, works, offset), RESULT_DDL))

@@ -2,10 +2,11 @@
 Streams' StreamsProducer role).
 
 A runner commits all its continuous actives together, one transaction per round, with
-``transactional.id = <app>-runner-<executor>`` (`runner_transactional_id`). `RunnerProducer`
-makes that committer on the loop's pool, keeps it while it is valid for the work's fence epoch,
-and drops it once the driver fenced the runner (a newer epoch) or it broke; how the driver fences
-runners is protocol/fences.py.
+``transactional.id = <app>-runner-<key>`` (`runner_transactional_id`; the key is the work's
+`ContinuousWork.runner`, which outlives a driver restart on Kubernetes, see protocol/fences.py's
+`runner_key`). `RunnerProducer` makes that committer on the loop's pool, keeps it while it is
+valid for the work's runner key and fence epoch, and drops it once the driver fenced the runner (a
+newer epoch) or it broke; how the driver fences runners is protocol/fences.py.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ class RunnerProducer:
 
     def __init__(self, executor_id: str) -> None:
         self.executor_id = executor_id
-        #: the committer every round commits through, valid up to the fence epoch `epoch`
+        #: the committer every round commits through, valid up to the fence epoch `epoch`, made
+        #: for the runner key `key`
         self.committer: TaskCommitter | None = None
         self.epoch = -1
+        self.key = ""
         self._making: Future[None] | None = None
         #: set once a committer was made (or found stale): what a newcomer's first sync waits for
         self.made = threading.Event()
@@ -45,9 +48,9 @@ class RunnerProducer:
 
     def ready(self, work: ContinuousWork, settings: BatchSettings, pool: ThreadPoolExecutor) -> bool:
         """Whether the committer is there and valid for `work`; if not, start making one on `pool`."""
-        if self.committer is not None and self.epoch >= work.fence_epoch:
+        if self.committer is not None and self.epoch >= work.fence_epoch and self.key == self.key_of(work):
             return True
-        if self.committer is not None:  # the driver fenced this runner since: a new one, checked again
+        if self.committer is not None:  # fenced since, or a new key: a new one, checked again
             self.drop()
         making = self._making
         if making is not None:
@@ -62,14 +65,18 @@ class RunnerProducer:
             self._making = pool.submit(self.make, work, settings)
         return False
 
+    def key_of(self, work: ContinuousWork) -> str:
+        """The key `work`'s committer is made for: the work's runner key, or the executor's id."""
+        return work.runner or self.executor_id
+
     def make(self, work: ContinuousWork, settings: BatchSettings) -> None:
         """A committer for this runner's transactional id (its init_transactions fences an earlier
-        one), kept only if the fence topic holds no newer epoch for this executor than `work`'s."""
-        executor = self.executor_id
-        committer = TaskCommitter(settings.app, runner_transactional_id(executor), settings.kafka,
+        one), kept only if the fence topic holds no newer epoch for this runner than `work`'s."""
+        key = self.key_of(work)
+        committer = TaskCommitter(settings.app, runner_transactional_id(key), settings.kafka,
                                   ProcessingGuarantee.EXACTLY_ONCE)
         try:
-            epoch = read_epochs(settings.kafka, fence_topic(settings.app)).get(executor, 0)
+            epoch = read_epochs(settings.kafka, fence_topic(settings.app)).get(key, 0)
         except Exception:
             committer.close()
             raise
@@ -80,8 +87,9 @@ class RunnerProducer:
             self.stale_epoch = work.fence_epoch
             self.made.set()
             return
-        log.info("runner committer ready for generation %d (fence epoch %d)", work.generation, work.fence_epoch)
-        self.committer, self.epoch = committer, work.fence_epoch
+        log.info("runner committer %s ready for generation %d (fence epoch %d)", key, work.generation,
+                 work.fence_epoch)
+        self.committer, self.epoch, self.key = committer, work.fence_epoch, key
         self.made.set()
 
     def drop_if(self, committer: TaskCommitter) -> None:

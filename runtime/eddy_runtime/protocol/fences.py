@@ -6,8 +6,10 @@ A runner commits all its continuous actives together, one Kafka transaction per 
 Streams fences a zombie thread through its consumer group's generation (KIP-447); Eddy's driver
 owns the assignment instead of a consumer group, so it fences with a topic of its own:
 
-- ``<app>-eddy-fences`` (compacted, one partition) maps each executor to its fence epoch. Only the
-  driver writes it.
+- ``<app>-eddy-fences`` (compacted, one partition) maps each runner to its fence epoch. Only the
+  driver writes it. A runner is known by its key (`runner_key`): its executor's id where several
+  executors share a host (local mode), its executor's host (the pod's address) on Kubernetes, where
+  a runner outlives its executor JVM and a driver restart, and goes on under a new executor id.
 - Before any runner hears of a generation in which executor A no longer holds a continuous active
   it held, the driver first asks A's runner, if A is live, to let those tasks go (protocol/work_push.py,
   `ContinuousLoop.release`): A stops processing them, waits for the round holding them to commit
@@ -21,8 +23,12 @@ owns the assignment instead of a consumer group, so it fences with a topic of it
   holds means a later generation fenced it first, so its work is stale and it commits nothing
   until newer work comes. Otherwise any later fence comes after the committer was made, and
   fences it.
-- A driver that starts raises every epoch found in the topic and fences every runner named there,
-  so no runner of an earlier driver keeps a transaction open or commits again.
+- A driver that starts takes the epochs it finds in the topic, and fences nothing yet: the runners
+  of an earlier driver may still be processing (on Kubernetes they outlive it). Before its first
+  generation reaches any runner, each of them is taken to hold any continuous active: it is asked
+  to let go of every active the generation gives to another runner, and fenced if it does not
+  answer so in time. A runner that the generation leaves its tasks goes on without a pause; one
+  that died is fenced, as before, so that none keeps a transaction open or commits again.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.kafka.transactional_ids import fence_transactional_id, runner_transactional_id
 
-__all__ = ["FenceBook", "fence_topic", "read_epochs"]
+__all__ = ["FenceBook", "fence_topic", "read_epochs", "runner_key"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +53,14 @@ log = logging.getLogger(__name__)
 def fence_topic(app: str) -> str:
     """The app's fence topic (driver/app_topics.py creates it)."""
     return f"{app}-eddy-fences"
+
+
+def runner_key(executor: str, host: str, per_executor_state_dirs: bool) -> str:
+    """The key a runner's transactional id and fence epoch are kept under: the executor's id where
+    executors share a host and each has its own state directory (local mode: a runner ends with
+    its executor JVM), the executor's host otherwise (a Kubernetes pod's address: its runner
+    outlives the JVM and a driver restart, and keeps its key while the executor id changes)."""
+    return executor if per_executor_state_dirs or not host else host
 
 
 def read_epochs(kafka: KafkaClientConfig | str, topic: str, timeout_s: float = 30.0) -> dict[str, int]:
@@ -84,6 +98,7 @@ class FenceBook:
     """The driver's side: who held which continuous active, each executor's epoch, and the fences."""
 
     def __init__(self, kafka: KafkaClientConfig | str, app: str, timeout_s: float = 60.0) -> None:
+        """Keys are runner keys (`runner_key`)."""
         self.kafka = kafka
         self.app = app
         self.topic = fence_topic(app)
@@ -93,18 +108,22 @@ class FenceBook:
         self._lock = threading.Lock()
         #: executor -> fence epoch (written to the topic before any work carries it)
         self._epochs: dict[str, int] = {}
-        #: task -> the executor that last held it as active
+        #: task -> the runner that last held it as active
         self._holders: dict[str, str] = {}
+        #: the runners of an earlier driver, until this driver's first generation: any may hold any active
+        self._earlier: set[str] = set()
         self._generation = -1
 
     def start(self) -> None:
-        """Fence every runner the topic names (an earlier driver's), with its epoch raised."""
+        """Take the epochs the topic holds (an earlier driver's runners); they are asked to let go,
+        or fenced, before the first generation (see the module's docstring)."""
         found = read_epochs(self.kafka, self.topic, self._timeout)
         with self._lock:
             self._epochs.update(found)
+            self._earlier = set(found)
             if found:
-                log.info("fencing the runners of an earlier driver: %s", sorted(found))
-                self._fence(found)
+                log.info("runners of an earlier driver: %s (asked to let go, or fenced, before the first "
+                         "generation)", sorted(found))
 
     def epochs(self) -> dict[str, int]:
         with self._lock:
@@ -115,7 +134,9 @@ class FenceBook:
         """Before any runner hears of `generation` (`actives`: each continuous task's active
         executor in it): each executor that held one of them last and holds it no longer either
         lets them go (`release`: executor -> the tasks it loses; gives back the executors that
-        did so cleanly) or is fenced. Once per generation; a second caller waits for the first."""
+        did so cleanly) or is fenced; so does, before the first generation, each runner of an
+        earlier driver, for every active that `actives` gives to another runner. Once per
+        generation; a second caller waits for the first."""
         with self._lock:
             if generation <= self._generation:
                 return
@@ -123,6 +144,11 @@ class FenceBook:
             for task, old in sorted(self._holders.items()):
                 if actives.get(task) != old:
                     losing.setdefault(old, []).append(task)
+            for runner in sorted(self._earlier):
+                held = set(losing.get(runner, ()))
+                held.update(task for task, active in actives.items() if active != runner)
+                if held:
+                    losing[runner] = sorted(held)
             fresh = {e for e in actives.values() if e not in self._epochs and e not in losing}
             # named in the topic, so that a later driver fences them
             self._write({e: 0 for e in fresh})
@@ -136,6 +162,7 @@ class FenceBook:
                 self._fence(losers)
             # Only once every fence is done (a failure raises, and the next call fences again).
             self._holders = dict(actives)
+            self._earlier.clear()
             self._generation = generation
 
     def _fence(self, executors: Iterable[str]) -> None:

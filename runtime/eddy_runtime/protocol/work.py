@@ -104,8 +104,11 @@ class ContinuousWork:
     generation: int
     tasks: tuple[tuple[str, Role], ...]
     commit_interval_s: float
-    #: exactly-once: the executor's fence epoch as of this generation (protocol/fences.py)
+    #: exactly-once: the runner's fence epoch as of this generation (protocol/fences.py)
     fence_epoch: int = 0
+    #: the runner's key: what its transactional id and fence epoch are kept under (protocol/fences.py's
+    #: `runner_key`); "" for the executor's id
+    runner: str = ""
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,7 @@ def _object(body: bytes, what: str) -> dict[str, Any]:
 
 def _work_fields(app: str, work: ContinuousWork) -> dict[str, Any]:
     return {"app": app, "generation": work.generation, "tasks": [list(t) for t in work.tasks],
-            "commitIntervalS": work.commit_interval_s, "fenceEpoch": work.fence_epoch}
+            "commitIntervalS": work.commit_interval_s, "fenceEpoch": work.fence_epoch, "runner": work.runner}
 
 
 def _work_of(doc: Mapping[str, Any]) -> tuple[str, ContinuousWork]:
@@ -134,7 +134,10 @@ def _work_of(doc: Mapping[str, Any]) -> tuple[str, ContinuousWork]:
         raise ValueError("generation must be an integer and commitIntervalS a positive number")
     if not isinstance(epoch, int) or epoch < 0:
         raise ValueError("fenceEpoch must be a non-negative integer")
-    return str(doc["app"]), ContinuousWork(generation, tuple(tasks), float(interval), epoch)
+    runner = doc.get("runner", "")
+    if not isinstance(runner, str):
+        raise ValueError("runner must be a string")
+    return str(doc["app"]), ContinuousWork(generation, tuple(tasks), float(interval), epoch, runner)
 
 
 def encode_release(app: str, generation: int, tasks: Sequence[str], timeout_s: float) -> bytes:
