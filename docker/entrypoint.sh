@@ -11,28 +11,45 @@ case "${1:-}" in
     shift
     # SPARK_JAVA_OPT_0, _1, ... in numeric order, as Spark's entrypoint reads them.
     mapfile -t java_opts < <(env | grep '^SPARK_JAVA_OPT_' | sort -t_ -k4 -n | sed 's/^[^=]*=//')
-    # Not exec'd: when the JVM ends (stopped, or killed), Eddy's task runner notices and closes its
-    # stores, which flushes RocksDB's memtables to the volume; the container must outlive that, or
-    # the runner dies with it and the next executor on this volume restores what was not flushed.
-    "${JAVA_HOME}/bin/java" "${java_opts[@]}" \
-      "-Xms${SPARK_EXECUTOR_MEMORY}" "-Xmx${SPARK_EXECUTOR_MEMORY}" \
-      -cp "${SPARK_CLASSPATH}:${SPARK_DIST_CLASSPATH:-}" \
-      org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
-      --driver-url "${SPARK_DRIVER_URL}" \
-      --executor-id "${SPARK_EXECUTOR_ID}" \
-      --cores "${SPARK_EXECUTOR_CORES}" \
-      --app-id "${SPARK_APPLICATION_ID}" \
-      --hostname "${SPARK_EXECUTOR_POD_IP}" \
-      --resourceProfileId "${SPARK_RESOURCE_PROFILE_ID}" \
-      --podName "${SPARK_EXECUTOR_POD_NAME}" \
-      "$@" &
-    jvm=$!
-    trap 'kill -TERM "$jvm" 2>/dev/null || true' TERM INT
-    while kill -0 "$jvm" 2>/dev/null; do wait "$jvm" || true; done
-    status=0
-    wait "$jvm" || status=$?
+    # Not exec'd. Eddy's task runner (started by the first Spark task) is a process of its own. With
+    # EDDY_RUNNER_OUTLIVES_EXECUTOR=1 (the operator's pod template) it outlives the JVM: when the JVM
+    # ends (its driver stopped or restarted, or it was killed) while the runner lives, the runner goes
+    # on processing its tasks and a new JVM starts here, which registers with the (next) driver under
+    # a new executor id and is adopted with the runner's tasks still open. The pod stops only on
+    # SIGTERM (deleted, evicted, drained): the JVM first, then the runner, which closes its stores
+    # (flushing RocksDB's memtables to the volume) within the pod's grace period. Without it, the
+    # runner closes when its JVM ends, and the container waits for that.
+    runner='eddy_runtime[.]executor[.]runner'
+    stopping=0
+    trap 'stopping=1; kill -TERM "$jvm" 2>/dev/null || true' TERM INT
+    while true; do
+      "${JAVA_HOME}/bin/java" "${java_opts[@]}" \
+        "-Xms${SPARK_EXECUTOR_MEMORY}" "-Xmx${SPARK_EXECUTOR_MEMORY}" \
+        -cp "${SPARK_CLASSPATH}:${SPARK_DIST_CLASSPATH:-}" \
+        org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
+        --driver-url "${SPARK_DRIVER_URL}" \
+        --executor-id "${SPARK_EXECUTOR_ID}" \
+        --cores "${SPARK_EXECUTOR_CORES}" \
+        --app-id "${SPARK_APPLICATION_ID}" \
+        --hostname "${SPARK_EXECUTOR_POD_IP}" \
+        --resourceProfileId "${SPARK_RESOURCE_PROFILE_ID}" \
+        --podName "${SPARK_EXECUTOR_POD_NAME}" \
+        "$@" &
+      jvm=$!
+      while kill -0 "$jvm" 2>/dev/null; do wait "$jvm" || true; done
+      status=0
+      wait "$jvm" || status=$?
+      if [ "$stopping" = 1 ] || [ "${EDDY_RUNNER_OUTLIVES_EXECUTOR:-}" != 1 ] || ! pgrep -f "$runner" >/dev/null; then
+        break
+      fi
+      echo "executor JVM ended ($status); the task runner goes on, and a new JVM registers with the driver" >&2
+      sleep 2
+    done
+    if [ "$stopping" = 1 ] && [ "${EDDY_RUNNER_OUTLIVES_EXECUTOR:-}" = 1 ]; then
+      pkill -TERM -f "$runner" 2>/dev/null || true
+    fi
     for _ in $(seq 200); do  # at most 20 s, within the pod's 30 s grace period
-      pgrep -f 'eddy_runtime[.]executor[.]runner' >/dev/null || break
+      pgrep -f "$runner" >/dev/null || break
       sleep 0.1
     done
     exit "$status"

@@ -1,6 +1,7 @@
-"""The executor container's entrypoint waits for the task runner to close its stores: its
-`pgrep` pattern must match the runner's command line, or a stopping pod kills the runner before
-its memtables reach disk (and the copy comes back empty)."""
+"""The executor container's entrypoint waits for the task runner to close its stores, and keeps
+the container (starting a new JVM) while the runner lives: its `pgrep` pattern must match the
+runner's command line, or a stopping pod kills the runner before its memtables reach disk (and the
+copy comes back empty), and a driver restart takes the runners with it."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.unit
 
 def test_the_entrypoint_waits_for_the_process_the_runner_runs_as(tmp_path: Path) -> None:
     script = (REPO / "docker" / "entrypoint.sh").read_text()
-    patterns = re.findall(r"pgrep -f '([^']+)'", script)
+    patterns = re.findall(r"runner='([^']+)'", script)
     assert len(patterns) == 1, patterns
     command = " ".join(RunnerClient(str(tmp_path), "1").command())
     assert f"-m {runner.__name__} " in command, command

@@ -13,7 +13,9 @@ across batches, and nothing else ever opens the executor's stores.
 Who calls it: `RunnerClient` in Spark tasks (driver/executor_steps.py's partition functions),
 which starts the runner on first use (detached, in its own session) and reconnects if it died;
 and the driver's `Shutdown` when it stops (driver/spark_plan.py). The runner exits when its
-executor JVM does (it polls the pid), closing its stores cleanly, or on `Shutdown`. Beside the
+executor JVM does (it polls the pid), closing its stores cleanly, or on `Shutdown`; on Kubernetes
+(`runner_outlives_executor`) it outlives both the JVM and the driver, processing its continuous
+tasks, and exits on SIGTERM (docker/entrypoint.sh sends it when the pod stops). Beside the
 socket it serves, over HTTP, the executor's metrics, interactive queries and the driver's pushes
 (`_serve_endpoint`).
 """
@@ -26,6 +28,7 @@ import gc
 import logging
 import os
 import pickle
+import signal
 import socket
 import threading
 from collections.abc import Sequence
@@ -39,7 +42,7 @@ from eddy_runtime.executor.metrics import ExecutorMetrics
 from eddy_runtime.executor.task_runner import TaskRunner
 from eddy_runtime.processing.batch import BatchOutput
 from eddy_runtime.protocol.health import HealthAndMetricsServer
-from eddy_runtime.protocol.runner_client import PICKLE_PROTOCOL, RUNNER_MODULE
+from eddy_runtime.protocol.runner_client import PICKLE_PROTOCOL, RUNNER_MODULE, runner_outlives_executor
 from eddy_runtime.protocol.runner_messages import (
     Close,
     Done,
@@ -126,6 +129,13 @@ def serve(address: str, executor_id: str, state_dir: str, executor_pid: int | No
         with contextlib.suppress(OSError):
             Client(address, family="AF_UNIX").close()
 
+    if threading.current_thread() is threading.main_thread():
+        def terminated(signum: int, _frame: object) -> None:
+            log.info("signal %d: closing tasks and exiting", signum)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, terminated)
+
     def connection(conn: Connection) -> None:
         with conn:
             while not stop.is_set():
@@ -133,6 +143,11 @@ def serve(address: str, executor_id: str, state_dir: str, executor_pid: int | No
                     request = pickle.loads(conn.recv_bytes())
                 except (EOFError, OSError):
                     return
+                if isinstance(request, Shutdown) and runner_outlives_executor():
+                    # a driver that stops (a restart, an upgrade): the runner goes on with its tasks
+                    log.info("the driver stops; this runner goes on until its pod stops")
+                    conn.send_bytes(pickle.dumps(Done()))
+                    continue
                 if isinstance(request, Shutdown):
                     runner.close_all()
                     stop.set()

@@ -33,6 +33,7 @@ from eddy_runtime.kafka.records import BadRecord, RawRecords
 from eddy_runtime.kafka.transactions import CommitFailed, CommitPart, PlannedPositions, TaskCommitter, TaskFenced
 from eddy_runtime.processing.batch import BatchOutput
 from eddy_runtime.protocol.placement import MisplacedTask, ensure_on_executor
+from eddy_runtime.protocol.runner_client import runner_outlives_executor
 from eddy_runtime.protocol.work import (
     BatchSettings,
     ContinuousWork,
@@ -83,8 +84,22 @@ class TaskRunner:
         for key in [k for k in self._stash if k[0] < batch_id - 10]:
             del self._stash[key]
 
+    def adopt_executor(self, executor_id: str) -> None:
+        """On Kubernetes a runner outlives its executor JVM (`OUTLIVES_EXECUTOR_ENV`): after a driver
+        restart, or a JVM restart in the same pod, the pod's new JVM has a new executor id, and
+        the runner serves it, its tasks still open (its runner key, and so its transactions, stay
+        the same: protocol/fences.py's `runner_key`). Elsewhere a slot for another executor is a
+        misplaced task, and nothing changes here."""
+        if executor_id == self.executor_id or not runner_outlives_executor():
+            return
+        log.info("executor %s is now executor %s (a new executor JVM in the same pod)", self.executor_id, executor_id)
+        self.executor_id = executor_id
+        self.tasks.executor_id = executor_id
+        self.continuous.producer.executor_id = executor_id
+
     def run(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork,
             data: pa.Table | BatchOutput | None) -> list[ItemResult]:
+        self.adopt_executor(slot.executor)
         if settings.routing is not None and (self.routing is None
                                              or settings.routing.generation >= self.routing.generation):
             self.routing = settings.routing
@@ -149,6 +164,8 @@ class TaskRunner:
         one `RawRecords` per range, each from the task's position."""
         base = ItemResult(item.task, slot.executor, item.role, ItemStatus.PROCESSED)  # every reply sets its status
         try:
+            if slot.executor != self.executor_id:
+                self.adopt_executor(slot.executor)
             if slot.executor != self.executor_id:
                 raise MisplacedTask(f"task {item.task} was planned for executor {slot.executor} but reached the "
                                     f"runner of executor {self.executor_id}")

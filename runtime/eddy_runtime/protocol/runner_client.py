@@ -20,7 +20,7 @@ from eddy_runtime.protocol.placement import executor_jvm_pid
 from eddy_runtime.protocol.runner_messages import NeedProgram, Program, RunnerRequest, RunWork
 from eddy_runtime.protocol.work import BatchSettings, ItemResult, SlotWork
 
-__all__ = ["PICKLE_PROTOCOL", "RunnerClient", "runner_address"]
+__all__ = ["OUTLIVES_EXECUTOR_ENV", "PICKLE_PROTOCOL", "RunnerClient", "runner_address", "runner_outlives_executor"]
 
 #: the pickle protocol of requests and replies
 PICKLE_PROTOCOL = 5
@@ -30,6 +30,16 @@ _Reply = TypeVar("_Reply")
 
 #: the module the runner process runs as (``python -m``)
 RUNNER_MODULE = "eddy_runtime.executor.runner"
+#: "1" on Kubernetes executor pods (the operator's pod template): the runner outlives its executor
+#: JVM and the driver, and goes on processing its continuous tasks until the pod stops
+#: (docker/entrypoint.sh starts a new JVM meanwhile; docs/operations.md, "Upgrading an app")
+OUTLIVES_EXECUTOR_ENV = "EDDY_RUNNER_OUTLIVES_EXECUTOR"
+
+
+def runner_outlives_executor() -> bool:
+    """Whether this process's runner outlives its executor JVM (`OUTLIVES_EXECUTOR_ENV`)."""
+    return os.environ.get(OUTLIVES_EXECUTOR_ENV) == "1"
+
 
 def runner_address(state_dir: str) -> str:
     """An abstract Unix socket name (no file, no path-length limit) unique to the state directory."""
@@ -117,7 +127,7 @@ class RunnerClient:
 
     def _spawn(self) -> None:
         Path(self.state_dir).mkdir(parents=True, exist_ok=True)
-        args = self.command(executor_jvm_pid())
+        args = self.command(None if runner_outlives_executor() else executor_jvm_pid())
         with open(self.log_path, "ab") as logf:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                     close_fds=True, start_new_session=True)
