@@ -66,6 +66,10 @@ class AssignmentMessage:
     executors: tuple[Executor, ...]
     issued_at: str
     reason: str = ""
+    #: executor id -> its pod's address, as the operator saw it: a driver that registered the
+    #: same ids on other pods (a restarted driver hands ids out anew) knows the message is not
+    #: for its executors yet
+    hosts: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,9 @@ def encode_assignment(message: AssignmentMessage) -> dict[str, str]:
         "generation": message.assignment.generation,
         "issuedAt": message.issued_at,
         "reason": message.reason,
-        "executors": {e.id: {"pod": e.pod, "zone": e.zone} for e in sorted(message.executors, key=lambda e: e.id)},
+        "executors": {e.id: {"pod": e.pod, "zone": e.zone, **({"host": message.hosts[e.id]}
+                                                               if e.id in message.hosts else {})}
+                      for e in sorted(message.executors, key=lambda e: e.id)},
         "tasks": tasks,
     }
     return {ASSIGNMENT_KEY: _dumps(doc)}
@@ -242,8 +248,12 @@ def decode_assignment(data: Mapping[str, str] | None) -> AssignmentMessage:
     if generation is None or generation < 1:
         raise r.fail("generation", "must be at least 1")
     executors: list[Executor] = []
+    hosts: dict[str, str] = {}
     for e, info in r.obj(doc.get("executors", {}), "executors").items():
         info = r.obj(info, f"executors.{e}")
+        host = r.str_(info.get("host"), f"executors.{e}.host", optional=True)
+        if host:
+            hosts[e] = host
         executors.append(
             Executor(
                 id=e,
@@ -277,6 +287,7 @@ def decode_assignment(data: Mapping[str, str] | None) -> AssignmentMessage:
         executors=tuple(executors),
         issued_at=r.str_(doc.get("issuedAt"), "issuedAt") or "",
         reason=r.str_(doc.get("reason", ""), "reason", optional=True) or "",
+        hosts=hosts,
     )
 
 

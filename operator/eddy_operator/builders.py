@@ -22,6 +22,8 @@ What a StreamApp `<app>` becomes (all owned by the StreamApp):
   (`streamapp.yaml`, read by the driver with `eddy_contract.spec.load_streamapp_file`).
 - `<app>-executors` headless Service (metrics and interactive queries) and PodDisruptionBudget (one executor at a time).
 - `<app>-assignment` and `<app>-runtime-state` ConfigMaps: the channel (`eddy_contract.channel`).
+- `<app>-push-token` Secret: the token the driver's requests to the task runners carry, the same
+  for every driver of the app (made once, with a random token, by `eddy_operator.reconcile`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ DRIVER_CONTAINER = "driver"
 # Spark's images run as 185; the image built from this repository's Dockerfile does too.
 RUN_AS_USER = 185
 SPARK_DEFAULTS_KEY = "spark-defaults.conf"
+PUSH_TOKEN_KEY = "token"
 POD_TEMPLATE_KEY = "executor-pod-template.yaml"
 STREAMAPP_KEY = "streamapp.yaml"
 CONFIG_HASH_ANNOTATION = "eddy.dev/config-hash"
@@ -82,6 +85,10 @@ def executor_service_account_name(app: str) -> str:
 
 def executors_name(app: str) -> str:
     return f"{app}-executors"
+
+
+def push_token_secret_name(app: str) -> str:
+    return f"{app}-push-token"
 
 
 def conf_configmap_name(app: str) -> str:
@@ -255,6 +262,17 @@ def build_channel_configmap(
     if data:
         body["data"] = dict(data)
     return body
+
+
+def build_push_token_secret(spec: StreamAppSpec, owner: Owner, token: str) -> dict[str, Any]:
+    """The driver's push token (`eddy_runtime.driver.handoff.PUSH_TOKEN_ENV`), created once."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": object_metadata(spec, owner, push_token_secret_name(spec.name), "driver"),
+        "type": "Opaque",
+        "stringData": {PUSH_TOKEN_KEY: token},
+    }
 
 
 def build_runtime_state_configmap(spec: StreamAppSpec, owner: Owner) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -34,6 +34,7 @@ from eddy_contract.assignor import (
     AssignmentError,
     AssignorSettings,
     Executor,
+    TaskAssignment,
     assign_app,
     diff,
 )
@@ -90,6 +91,42 @@ class LostExecutor(NamedTuple):
     executor: Executor
     reason: LossReason
     moved: tuple[str, ...]
+
+
+def executor_renames(previous: channel.AssignmentMessage | None, live: Iterable[Executor]) -> dict[str, str]:
+    """Old id -> new id of each executor of `previous` whose pod is live under another id: a
+    restarted driver hands executor ids out anew to the pods that outlived the old one (their task
+    runners went on processing), so the same pod is the same executor, and keeps its tasks."""
+    if previous is None:
+        return {}
+    by_pod = {e.pod: e.id for e in live if e.pod}
+    return {e.id: by_pod[e.pod] for e in previous.executors if e.pod in by_pod and by_pod[e.pod] != e.id}
+
+
+def renamed(message: channel.AssignmentMessage, renames: Mapping[str, str]) -> channel.AssignmentMessage:
+    """`message` with every executor id of `renames` replaced (all at once: ids may be swapped)."""
+    def new(e: str) -> str:
+        return renames.get(e, e)
+
+    tasks = {t: TaskAssignment(new(a.active), tuple(map(new, a.standbys)), tuple(map(new, a.warmups)))
+             for t, a in message.assignment.tasks.items()}
+    return replace(message, assignment=Assignment(message.assignment.generation, tasks),
+                   executors=tuple(replace(e, id=new(e.id)) for e in message.executors),
+                   hosts={new(e): h for e, h in message.hosts.items()})
+
+
+def held_by_live_id(runtime: channel.RuntimeState, live: Iterable[Executor]) -> dict[str, dict[str, int]]:
+    """Per executor, per task, the offsets its volume holds (the assignor's input), under the
+    live id of the pod that reported it (a runtime state of the driver before a restart names
+    the old ids)."""
+    by_pod = {e.pod: e.id for e in live if e.pod}
+    live_ids = {e.id for e in live}
+    held: dict[str, dict[str, int]] = {}
+    for e, inventory in runtime.executors.items():
+        key = e if e in live_ids or inventory.pod not in by_pod else by_pod[inventory.pod or ""]
+        if key not in held or key == e:
+            held[key] = inventory.task_offsets()
+    return held
 
 
 def lost_executors(
@@ -202,6 +239,10 @@ class Orchestrator:
         cause: str,
         started: float,
     ) -> None:
+        renames = executor_renames(ctl.message, executors)
+        if renames and ctl.message is not None:
+            log.info("app %s: executors with new ids on the same pods (a new driver): %s", spec.name, renames)
+            ctl.message = renamed(ctl.message, renames)
         previous = ctl.message.assignment if ctl.message is not None else None
         settings = AssignorSettings(
             standby_replicas=spec.state.standby_replicas,
@@ -210,12 +251,16 @@ class Orchestrator:
         )
         stateful = [t for t, stores in runtime.changelog_end_offsets.items() if stores]
         try:
-            new = assign_app(executors, runtime.end_offsets(), runtime.held_offsets(), previous, settings, stateful)
+            new = assign_app(executors, runtime.end_offsets(), held_by_live_id(runtime, executors), previous, settings,
+                             stateful)
         except AssignmentError as err:
             log.warning("app %s: no assignment: %s", spec.name, err)
             return
         if previous is not None and new is previous:
-            return
+            if not renames:
+                return
+            # the same placement under the new ids: a generation the new driver can take
+            new = Assignment(previous.generation + 1, new.tasks)
         lost = lost_executors(ctl.message, executors, snap.pods)
         # The failover is written in the same ConfigMap update as the assignment that carries it
         # out, so a leader that dies right after the write still leaves it for the next one.
@@ -223,7 +268,9 @@ class Orchestrator:
             if gone.moved:
                 ctl.last_failover = Failover(now_iso(), gone.executor.id, gone.reason, gone.moved,
                                              time.monotonic() - started)
-        message = channel.AssignmentMessage(spec.name, new, tuple(executors), now_iso(), cause)
+        ips = {p.exec_id: p.ip for p in snap.pods if p.live_executor and p.exec_id is not None and p.ip}
+        message = channel.AssignmentMessage(spec.name, new, tuple(executors), now_iso(), cause,
+                                            {e.id: ips[e.id] for e in executors if e.id in ips})
         owner = Owner(spec.name, snap.streamapp["metadata"]["uid"])
         data = channel.encode_assignment(message)
         if ctl.last_failover is not None:

@@ -23,6 +23,7 @@ from eddy_operator.builders import (
     DRIVER_PORT,
     EXECUTOR_CONTAINER,
     KAFKA_TLS_DIR,
+    PUSH_TOKEN_KEY,
     RUN_AS_USER,
     STREAMAPP_KEY,
     UI_PORT,
@@ -33,7 +34,9 @@ from eddy_operator.builders import (
     driver_selector,
     executor_selector,
     executor_service_account_name,
+    executor_statefulset_name,
     object_metadata,
+    push_token_secret_name,
 )
 
 
@@ -148,7 +151,8 @@ def build_executor_pod_template(spec: StreamAppSpec) -> dict[str, Any]:
             {
                 "name": EXECUTOR_CONTAINER,
                 "ports": [{"name": "metrics", "containerPort": spec.metrics_port}],
-                "env": _common_env(spec),
+                # the task runner outlives the executor JVM and the driver (docker/entrypoint.sh)
+                "env": [*_common_env(spec), {"name": "EDDY_RUNNER_OUTLIVES_EXECUTOR", "value": "1"}],
                 "securityContext": _container_security_context(),
                 "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *_kafka_tls_mounts(spec)],
             }
@@ -184,6 +188,12 @@ def build_driver_statefulset(spec: StreamAppSpec, owner: Owner, conf_hash: str) 
         {"name": "EDDY_ASSIGNMENT_CONFIGMAP", "value": channel.assignment_configmap_name(app)},
         {"name": "EDDY_RUNTIME_STATE_CONFIGMAP", "value": channel.runtime_state_configmap_name(app)},
         {"name": "EDDY_MODE", "value": "kubernetes"},
+        # the same for every driver of the app: a new one asks the runners of the last to let go
+        {"name": "EDDY_PUSH_TOKEN",
+         "valueFrom": {"secretKeyRef": {"name": push_token_secret_name(app), "key": PUSH_TOKEN_KEY}}},
+        # the executors outlive a driver restart: the new driver adopts their StatefulSet
+        {"name": "EDDY_EXECUTOR_STATEFULSET", "value": executor_statefulset_name(app)},
+        {"name": "EDDY_APP_UID", "value": owner.uid},
     ]
     mounts = [
         {"name": "conf", "mountPath": CONF_DIR, "readOnly": True},

@@ -36,6 +36,8 @@ class PodInfo:
     reason: str | None
     zone_label: str | None
     cores: int = 1
+    #: the pod's address (status.podIP), what Spark knows its executor by
+    ip: str | None = None
 
     @property
     def live_executor(self) -> bool:
@@ -79,6 +81,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         reason=status.get("reason"),
         zone_label=labels.get(builders.ZONE_LABEL),
         cores=pod_cores(pod),
+        ip=status.get("podIP"),
     )
 
 

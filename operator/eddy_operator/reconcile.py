@@ -11,6 +11,7 @@ changes the driver pod template's config hash and rolls the driver.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,8 @@ def reconcile(kube: Kube, body: Mapping[str, Any]) -> ReconcileResult:
     owner = Owner(spec.name, body["metadata"]["uid"])
     storage_class = resolve_storage_class(kube, spec)
     applied: list[str] = []
+    if kube.create_if_missing(builders.build_push_token_secret(spec, owner, secrets.token_urlsafe(24))):
+        applied.append(f"Secret/{builders.push_token_secret_name(spec.name)}")
     for obj in spark_builders.build_all(spec, owner, storage_class, body["spec"]):
         name = f"{obj['kind']}/{obj['metadata']['name']}"
         if obj["kind"] == "ConfigMap" and obj["metadata"]["name"].endswith("-runtime-state"):

@@ -109,6 +109,12 @@ def build_spark_conf(spec: StreamAppSpec, storage_class: str) -> dict[str, str]:
         # The claims outlive the driver: Spark must neither own nor delete them (see docstring).
         "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
         "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
+        # The executors outlive a driver restart (docs/operations.md, "Upgrading an app"): a stopping
+        # driver deletes neither their pods nor their StatefulSet, and their pod template names no
+        # per-driver ConfigMap (Spark's is named anew by each driver), so that the next driver's
+        # StatefulSet is the same revision and adopts the running pods instead of replacing them.
+        "spark.kubernetes.executor.deleteOnTermination": "false",
+        "spark.kubernetes.executor.disableConfigMap": "true",
         f"spark.kubernetes.executor.label.{APP_LABEL}": app,
         f"spark.kubernetes.executor.label.{ROLE_LABEL}": "executor",
         # Work items are pinned to executors through preferred locations (docs/DESIGN.md, "Placement facts").

@@ -72,7 +72,11 @@ def _driver(args: argparse.Namespace) -> int:
     defaults = {"spark.locality.wait": "3600s", "spark.task.maxFailures": "1"}
     for key, value in {**defaults, **dict(spec.spark_conf)}.items():
         builder = builder.config(key, value)
+    from eddy_runtime.driver.executor_set import adopt_executor_set, release_executor_set
+
+    release_executor_set()  # Kubernetes: the executors of an earlier driver are adopted, not replaced
     spark = builder.getOrCreate()
+    adopt_executor_set()
     metrics_port = args.metrics_port or int(os.environ.get("EDDY_METRICS_PORT", spec.metrics_port))
     assignment = (ChannelLocation(path=args.assignment_file) if args.assignment_file
                   else ChannelLocation.from_env("EDDY_ASSIGNMENT_CONFIGMAP"))

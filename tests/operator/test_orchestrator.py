@@ -8,8 +8,8 @@ from types import MappingProxyType
 import pytest
 
 from eddy_contract.assignor import Assignment, Executor, TaskAssignment
-from eddy_contract.channel import AssignmentMessage
-from eddy_operator.orchestrator import LostExecutor, lost_executors
+from eddy_contract.channel import AssignmentMessage, ExecutorInventory, RuntimeState
+from eddy_operator.orchestrator import LostExecutor, executor_renames, held_by_live_id, lost_executors, renamed
 from eddy_operator.pods import LossReason, PodInfo
 
 pytestmark = pytest.mark.unit
@@ -47,3 +47,33 @@ def test_an_executor_whose_pod_is_gone_was_deleted_and_one_without_actives_moves
         LostExecutor(Executor("2", "wc-exec-2"), LossReason.DELETED, ("0_1",)),
         LostExecutor(Executor("3", "wc-exec-3"), LossReason.FAILED, ()),
     ]
+
+
+def test_a_restarted_driver_s_new_ids_on_the_same_pods_are_the_same_executors_even_when_ids_swap() -> None:
+    # The new driver handed out ids anew: pod 2 registered first and got id 1, pod 1 got id 2.
+    live = [Executor("1", "wc-exec-2"), Executor("2", "wc-exec-1"), Executor("4", "wc-exec-3")]
+    renames = executor_renames(PUBLISHED, live)
+    assert renames == {"1": "2", "2": "1", "3": "4"}
+    moved = renamed(PUBLISHED, renames)
+    assert dict(moved.assignment.tasks) == {
+        "0_0": TaskAssignment("2", ("1",)),
+        "0_1": TaskAssignment("1", ("2",)),
+        "0_2": TaskAssignment("2", ("4",)),
+    }
+    assert moved.assignment.generation == 3
+    assert [(e.id, e.pod) for e in moved.executors] == [("2", "wc-exec-1"), ("1", "wc-exec-2"), ("4", "wc-exec-3")]
+    assert lost_executors(moved, live, []) == []
+
+
+def test_nothing_is_renamed_while_the_ids_are_the_same() -> None:
+    assert executor_renames(PUBLISHED, list(PUBLISHED.executors)) == {}
+    assert executor_renames(None, list(PUBLISHED.executors)) == {}
+
+
+def test_what_a_volume_holds_follows_its_pod_to_the_new_id() -> None:
+    state = RuntimeState(app="wc", updated_at="", assignment_generation=3, changelog_end_offsets={}, executors={
+        "1": ExecutorInventory("1", "wc-exec-1", stores={"0_0": {"counts": 10}}),
+        "2": ExecutorInventory("2", "wc-exec-2", stores={"0_1": {"counts": 20}}),
+    })
+    live = [Executor("7", "wc-exec-1"), Executor("2", "wc-exec-2")]
+    assert held_by_live_id(state, live) == {"7": {"0_0": 10}, "2": {"0_1": 20}}

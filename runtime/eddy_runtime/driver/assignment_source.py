@@ -95,7 +95,9 @@ class AssignmentSource:
         new = [e for e in live if e.id not in self.known]
         for gone in self.known - {e.id for e in live} - self.lost:
             self.executor_lost(gone, "it left the cluster")
-        if new and self.current is None and self.channel is None:
+        # Before the first assignment (operator mode too: a restarted driver's runtime state then
+        # tells the operator what each pod's volume holds under its new executor id).
+        if new and self.current is None:
             try:
                 found = probe_inventories(self.sc, new, settings(new))
             except Exception as e:  # noqa: BLE001 - placement still works without it, just less sticky
@@ -123,7 +125,7 @@ class AssignmentSource:
     def next_assignment(self, live: Sequence[ExecutorRef]) -> Assignment | None:
         """The operator's assignment as it stands, or the local assignor's over `live`."""
         if self.channel is not None:
-            return read_assignment(self.channel)
+            return read_assignment(self.channel, {e.id: e.host for e in live_executors(self.sc)})
         assert self._compiled is not None
         live_ids = {e.id for e in live}
         held = {e: tasks for e, tasks in self.volumes.held.items() if e in live_ids}
@@ -155,9 +157,10 @@ class AssignmentSource:
         now, not after the job under way."""
         if self._hand_on is None or self.channel is None or self.current is None:
             return
-        assignment = read_assignment(self.channel)
+        live = live_executors(self.sc)
+        assignment = read_assignment(self.channel, {e.id: e.host for e in live})
         if assignment is not None and assignment.generation > self.current.generation:
-            self._hand_on(assignment, {e.id for e in live_executors(self.sc)})
+            self._hand_on(assignment, {e.id for e in live})
 
     def take_inventories(self, results: list[ItemResult]) -> list[ItemResult]:
         """`results` less the volumes' inventories among them, which are recorded."""

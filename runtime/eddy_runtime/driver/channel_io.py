@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,25 +67,35 @@ def _core_api() -> Any:
     return _api
 
 
-def read_assignment(where: ChannelLocation) -> Assignment | None:
-    """The newest assignment, or None while the operator has not published one."""
+def read_assignment(where: ChannelLocation, hosts: Mapping[str, str] | None = None) -> Assignment | None:
+    """The newest assignment, or None while the operator has not published one. `hosts` (executor
+    id -> host, as this driver's executors registered): None too while the assignment names one
+    of them on another host (it was made for an earlier driver's executor ids: a restarted driver
+    hands ids out anew, and the operator publishes the same placement under the new ids soon)."""
     if where.path is not None:
         path = Path(where.path)
         file = path / ASSIGNMENT_KEY if path.is_dir() else path
         if not file.is_file():
             return None
-        return decode_assignment({ASSIGNMENT_KEY: file.read_text()}).assignment
-    from kubernetes.client.exceptions import ApiException
+        message = decode_assignment({ASSIGNMENT_KEY: file.read_text()})
+    else:
+        from kubernetes.client.exceptions import ApiException
 
-    try:
-        cm = _core_api().read_namespaced_config_map(where.configmap, where.namespace)
-    except ApiException as e:
-        if e.status == 404:
+        try:
+            cm = _core_api().read_namespaced_config_map(where.configmap, where.namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        if not cm.data or ASSIGNMENT_KEY not in cm.data:
             return None
-        raise
-    if not cm.data or ASSIGNMENT_KEY not in cm.data:
+        message = decode_assignment(cm.data)
+    stale = sorted(e for e, host in message.hosts.items() if hosts and e in hosts and hosts[e] != host)
+    if stale:
+        log.info("assignment generation %d names executors %s on other hosts (an earlier driver's ids); waiting "
+                 "for the operator's next", message.assignment.generation, stale)
         return None
-    return decode_assignment(cm.data).assignment
+    return message.assignment
 
 
 def write_runtime_state(where: ChannelLocation, state: RuntimeState) -> None:
