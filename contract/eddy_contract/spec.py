@@ -20,6 +20,7 @@ from typing import Any
 
 from eddy_contract import cel, crd
 from eddy_contract.units import DURATION_LIKE, SIZE_LIKE, parse_duration, quantity_to_mib
+from eddy_contract.upgrade import ResetOffsets, UpgradeMode
 
 GROUP = "eddy.dev"
 VERSION = "v1alpha1"
@@ -44,6 +45,7 @@ _LABEL_KEY = "a label key ([prefix/]name, like topology.kubernetes.io/zone)"
 _PATTERN_HINTS: Mapping[str, str] = MappingProxyType(
     {
         "spec.triggerInterval": DURATION_LIKE,
+        "spec.upgrade.healthTimeout": DURATION_LIKE,
         "spec.executors.zoneTopologyKey": _LABEL_KEY,
         "spec.executors.tolerations[].key": _LABEL_KEY,
         "spec.executors.memory": SIZE_LIKE,
@@ -219,6 +221,21 @@ class StateSpec:
 
 
 @dataclass(frozen=True)
+class UpgradeSpec:
+    """How a change of the app rolls out (eddy_contract.upgrade; docs/operations.md, "Upgrading an
+    app"). The defaults are the CRD's (tests/contract/test_spec.py checks); the CRD gives
+    `spec.upgrade` none of its own, so an app that never mentions it is stored without it."""
+
+    mode: UpgradeMode = UpgradeMode.KEEP_STATE
+    #: resetChangedState: where a reset sub-topology's input starts
+    reset_offsets: ResetOffsets = ResetOffsets.EARLIEST
+    #: go back to the previous version when the new one fails its health gate
+    rollback: bool = True
+    #: a new version that has not committed within this time is unhealthy
+    health_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
 class StreamAppSpec:
     """A parsed, defaulted and validated StreamApp (metadata name/namespace included)."""
 
@@ -241,6 +258,7 @@ class StreamAppSpec:
     #: "continuous" (sub-topologies without DataFrame steps run in the task runners without
     #: stopping) or "microBatch" (every sub-topology runs as Spark micro-batches)
     execution: str = "continuous"
+    upgrade: UpgradeSpec = UpgradeSpec()
     # Set exactly when the policy is dead-letter (defaults to `<applicationId>-dlq`).
     dead_letter_topic: str | None = None
     generation: int | None = None
@@ -325,7 +343,19 @@ def _parse_manifest(manifest: Mapping[str, Any]) -> StreamAppSpec:
         spark_conf=MappingProxyType(s.get("sparkConf", {})),
         metrics_port=s["metricsPort"],
         execution=s["execution"],
+        upgrade=_upgrade(s.get("upgrade")),
         generation=generation if isinstance(generation, int) else None,
+    )
+
+
+def _upgrade(u: Mapping[str, Any] | None) -> UpgradeSpec:
+    if u is None:
+        return UpgradeSpec()
+    return UpgradeSpec(
+        mode=UpgradeMode(u["mode"]),
+        reset_offsets=ResetOffsets(u["resetOffsets"]),
+        rollback=u["rollback"],
+        health_timeout_s=parse_duration(u["healthTimeout"]),
     )
 
 

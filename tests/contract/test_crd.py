@@ -93,3 +93,9 @@ def test_kubernetes_schema_extensions_become_json_schema():
     embedded = {"type": "object", "x-kubernetes-embedded-resource": True, "properties": {"spec": {"type": "object"}}}
     assert _validates(embedded, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}})
     assert _validates({"type": "integer", "format": "int64", "description": "x"}, 2**40)
+
+
+def test_spec_upgrade_has_no_default_of_its_own_and_its_fields_are_defaulted_when_it_is_given():
+    assert "upgrade" not in crd.with_defaults(minimal())["spec"]  # a full manifest stays a fixed point
+    assert crd.with_defaults(minimal(upgrade={}))["spec"]["upgrade"] == {
+        "mode": "keepState", "resetOffsets": "earliest", "rollback": True, "healthTimeout": "120s"}

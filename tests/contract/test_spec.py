@@ -14,9 +14,11 @@ from eddy_contract.spec import (
     SpecError,
     StreamAppSpec,
     TopicsSpec,
+    UpgradeSpec,
     load_streamapp_file,
 )
 from eddy_contract.units import parse_duration, quantity_to_bytes, quantity_to_mib
+from eddy_contract.upgrade import ResetOffsets, UpgradeMode
 from tests.operator.manifests import CRD_PATH, crd, full, minimal
 
 pytestmark = pytest.mark.unit
@@ -24,6 +26,20 @@ pytestmark = pytest.mark.unit
 
 def test_the_topics_defaults_the_runtime_uses_are_the_crds():
     assert StreamAppSpec.from_manifest(minimal()).kafka.topics == TopicsSpec()
+
+
+def test_the_upgrade_defaults_are_the_crds_whether_spec_upgrade_is_absent_or_empty():
+    assert StreamAppSpec.from_manifest(minimal()).upgrade == UpgradeSpec()
+    assert StreamAppSpec.from_manifest(minimal(upgrade={})).upgrade == UpgradeSpec()
+    assert UpgradeSpec() == UpgradeSpec(UpgradeMode.KEEP_STATE, ResetOffsets.EARLIEST, rollback=True,
+                                        health_timeout_s=120.0)
+
+
+def test_upgrade_settings_are_read():
+    spec = StreamAppSpec.from_manifest(minimal(upgrade={
+        "mode": "resetChangedState", "resetOffsets": "latest", "rollback": False, "healthTimeout": "5m"}))
+    assert spec.upgrade == UpgradeSpec(UpgradeMode.RESET_CHANGED_STATE, ResetOffsets.LATEST, rollback=False,
+                                       health_timeout_s=300.0)
 
 
 def test_manifest_defaulted_by_the_crd_parses_to_the_same_spec_as_the_bare_manifest():
@@ -154,6 +170,11 @@ _MIN_ISR = "spec.kafka.topics.minInsyncReplicas"
             "operator",
         ),
         (lambda s: s.update(state={"mountPath": "relative"}), "spec.state.mountPath", "absolute"),
+        (lambda s: s.update(upgrade={"mode": "savepoint"}), "spec.upgrade.mode", "one of keepState"),
+        (lambda s: s.update(upgrade={"resetOffsets": "none"}), "spec.upgrade.resetOffsets", "one of earliest"),
+        (lambda s: s.update(upgrade={"rollback": "yes"}), "spec.upgrade.rollback", "true or false"),
+        (lambda s: s.update(upgrade={"healthTimeout": "2 minutes"}), "spec.upgrade.healthTimeout", "duration like"),
+        (lambda s: s.update(upgrade={"allowRenames": True}), "spec.upgrade.allowRenames", "unknown field"),
         (lambda s: s.update(state={"retainVolumesOnDelete": "yes"}), "spec.state.retainVolumesOnDelete", "true or"),
         (
             lambda s: s.update(executors={"tolerations": [{"operator": "Maybe"}]}),
