@@ -46,6 +46,14 @@
 #       need different names); --status-file PATH is rewritten every 100 ms with
 #       {"state":S,"active":[tasks],"standby":[tasks],"read":N,"counted":M};
 #       standbys and group timeouts come as --config (num.standby.replicas=1).
+#       A rolling bounce (bench/upgrade.py): --keep-state true keeps the state
+#       dir's stores and checkpoints (no cleanUp), --leave-group false closes
+#       without leaving the group (the static member keeps its tasks until
+#       session.timeout.ms), --version 2 runs the new version (one more,
+#       compatible step before the re-key; same store and topics); the status
+#       file then also has "version", "restored" (records restored into active
+#       tasks), "standby_applied", "lag" (store lag, every 500 ms) and
+#       "rebalances".
 #
 #   --config key=value is handed to Kafka Streams as is and wins over the
 #   programs' settings (e.g. --config statestore.cache.max.bytes=0).

@@ -26,6 +26,15 @@ final class GroupMembership {
 
     /** Closes {@code streams} and removes its members from the group. */
     static void close(KafkaStreams streams) {
-        streams.close(new KafkaStreams.CloseOptions().timeout(Duration.ofSeconds(30)).leaveGroup(true));
+        close(streams, true);
+    }
+
+    /**
+     * Closes {@code streams}; with {@code leaveGroup} false its static member stays in the group
+     * until {@code session.timeout.ms}, so that the same instance restarted within that time takes
+     * its tasks back without a rebalance (a rolling bounce, bench/upgrade.py).
+     */
+    static void close(KafkaStreams streams, boolean leaveGroup) {
+        streams.close(new KafkaStreams.CloseOptions().timeout(Duration.ofSeconds(30)).leaveGroup(leaveGroup));
     }
 }

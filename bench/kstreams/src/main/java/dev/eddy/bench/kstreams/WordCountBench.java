@@ -24,12 +24,14 @@ import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.LagInfo;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.TaskMetadata;
 import org.apache.kafka.streams.ThreadMetadata;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.Repartitioned;
@@ -62,6 +64,16 @@ import org.apache.kafka.streams.processor.api.FixedKeyRecord;
  * and {@code --status-file PATH} is rewritten every 100 ms with this instance's state, its active
  * and standby tasks and the records it counted, so that a caller can pick the instance holding
  * the most active tasks. Standby replicas and group timeouts come as {@code --config}.
+ *
+ * <p>A rolling bounce (bench/upgrade.py): {@code --keep-state true} keeps the state dir's stores
+ * and checkpoints from the instance's previous run (no {@code cleanUp}), {@code --leave-group
+ * false} closes without leaving the group (the static member keeps its tasks until
+ * {@code session.timeout.ms}), and {@code --version 2} is the "new jar": the same topology with
+ * one more, compatible step before the re-key (empty words dropped, surrounding blanks stripped:
+ * the benchmark's words have neither, so the counts are the same). Store, repartition topic and
+ * output keep their names, so version 2 takes over version 1's state and offsets. The status file
+ * then also says the version, the records restored into active tasks and applied to standbys
+ * (the restore and standby listeners), the instance's store lag and how many rebalances it saw.
  */
 public final class WordCountBench {
     private static final String PROGRAM = "kstreams-wordcount";
@@ -84,7 +96,7 @@ public final class WordCountBench {
         try {
             status = run(BenchArgs.parse(argv, Set.of(
                 "bootstrap", "input", "output", "app-id", "expected-records", "threads", "state-dir", "timeout-s",
-                "instance", "status-file")));
+                "instance", "status-file", "version", "keep-state", "leave-group")));
         } catch (IllegalArgumentException e) {
             Results.fail(PROGRAM, e.getMessage());
             status = 64;
@@ -106,6 +118,13 @@ public final class WordCountBench {
         String statusFile = args.optional("status-file", null);
         long threads = args.longOption("threads", 1);
         long timeoutS = args.longOption("timeout-s", 1800);
+        long version = args.longOption("version", 1);
+        if (version != 1 && version != 2) {
+            Results.fail(PROGRAM, "--version must be 1 or 2");
+            return 64;
+        }
+        boolean keepState = Boolean.parseBoolean(args.optional("keep-state", "false"));
+        boolean leaveGroup = Boolean.parseBoolean(args.optional("leave-group", "true"));
 
         Properties adminProps = new Properties();
         adminProps.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -123,11 +142,16 @@ public final class WordCountBench {
         }
 
         StreamsBuilder builder = new StreamsBuilder();
-        builder.stream(input, Consumed.with(Serdes.ByteArray(), Serdes.String()))
+        KStream<byte[], String> words = builder.stream(input, Consumed.with(Serdes.ByteArray(), Serdes.String()))
             .peek((key, word) -> {
                 firstInputNanos.compareAndSet(0, System.nanoTime());
                 inputRecords.increment();
-            })
+            });
+        if (version == 2) {
+            // The new version's changed step: stateless, before the re-key, so compatible.
+            words = words.filter((key, word) -> word != null && !word.isBlank()).mapValues(word -> word.strip());
+        }
+        words
             .selectKey((key, word) -> word)
             .repartition(Repartitioned.with(Serdes.String(), Serdes.String()).withName("words"))
             .peek((word, same) -> {
@@ -158,7 +182,12 @@ public final class WordCountBench {
 
         AtomicReference<Throwable> failure = new AtomicReference<>();
         KafkaStreams streams = new KafkaStreams(builder.build(props), props);
-        streams.cleanUp();
+        if (!keepState) {
+            streams.cleanUp();
+        }
+        RestoreCounts restores = new RestoreCounts();
+        streams.setGlobalStateRestoreListener(restores);
+        streams.setStandbyUpdateListener(restores);
         streams.setUncaughtExceptionHandler(e -> {
             failure.compareAndSet(null, e);
             return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
@@ -166,8 +195,13 @@ public final class WordCountBench {
         long createdNanos = System.nanoTime();
         // A live producer may start once "-> RUNNING" is on stderr; a later rebalance shows up
         // here too, which explains a stall in the latencies.
-        streams.setStateListener((now, before) -> System.err.printf("%s: %.3f s: %s -> %s%n",
-            PROGRAM, (System.nanoTime() - createdNanos) / 1e9, before, now));
+        LongAdder rebalances = new LongAdder();
+        streams.setStateListener((now, before) -> {
+            if (now == KafkaStreams.State.REBALANCING) {
+                rebalances.increment();
+            }
+            System.err.printf("%s: %.3f s: %s -> %s%n", PROGRAM, (System.nanoTime() - createdNanos) / 1e9, before, now);
+        });
 
         // The update of the expected-th count is emitted right after it (no record cache) or at
         // the next commit (record cache); the run is over once an emission followed it and
@@ -182,11 +216,17 @@ public final class WordCountBench {
             stdinWatch.start();
         }
         long nextStatus = 0;
+        long nextLag = 0;
+        long lag = -1;
         try {
             while (failure.get() == null && System.nanoTime() < deadline) {
                 long now = System.nanoTime();
                 if (statusFile != null && now >= nextStatus) {
-                    writeStatus(Path.of(statusFile), streams);
+                    if (now >= nextLag) {
+                        lag = storeLag(streams);  // asks the broker for end offsets: not every 100 ms
+                        nextLag = now + 500_000_000L;
+                    }
+                    writeStatus(Path.of(statusFile), streams, version, restores, lag, rebalances.sum());
                     nextStatus = now + 100_000_000L;
                 }
                 if (untilStdinCloses) {
@@ -206,7 +246,7 @@ public final class WordCountBench {
                 Thread.sleep(5);
             }
         } finally {
-            GroupMembership.close(streams);
+            GroupMembership.close(streams, leaveGroup);
             stateDir.release();
         }
         if (failure.get() != null) {
@@ -250,8 +290,24 @@ public final class WordCountBench {
         }
     }
 
-    /** Replaces {@code path} with one JSON line: state, active and standby tasks, records counted. */
-    private static void writeStatus(Path path, KafkaStreams streams) throws IOException {
+    /** Records this instance's stores are behind their changelogs' ends (all local stores); -1 if unknown. */
+    private static long storeLag(KafkaStreams streams) {
+        try {
+            return streams.allLocalStorePartitionLags().values().stream()
+                .flatMap(byPartition -> byPartition.values().stream())
+                .mapToLong(LagInfo::offsetLag)
+                .sum();
+        } catch (RuntimeException e) {
+            return -1;  // not RUNNING or REBALANCING yet, or the broker did not answer
+        }
+    }
+
+    /**
+     * Replaces {@code path} with one JSON line: state, active and standby tasks, records read and
+     * counted, the version, records restored and applied to standbys, store lag, rebalances seen.
+     */
+    private static void writeStatus(Path path, KafkaStreams streams, long version, RestoreCounts restores, long lag,
+                                    long rebalances) throws IOException {
         StringBuilder active = new StringBuilder();
         StringBuilder standby = new StringBuilder();
         for (ThreadMetadata thread : streams.metadataForLocalThreads()) {
@@ -263,7 +319,9 @@ public final class WordCountBench {
             }
         }
         String json = "{\"state\":\"" + streams.state() + "\",\"active\":[" + active + "],\"standby\":[" + standby
-            + "],\"read\":" + inputRecords.sum() + ",\"counted\":" + countedRecords.get() + "}\n";
+            + "],\"read\":" + inputRecords.sum() + ",\"counted\":" + countedRecords.get()
+            + ",\"version\":" + version + ",\"restored\":" + restores.restored() + ",\"standby_applied\":"
+            + restores.standbyApplied() + ",\"lag\":" + lag + ",\"rebalances\":" + rebalances + "}\n";
         Path tmp = path.resolveSibling(path.getFileName() + ".tmp");
         Files.writeString(tmp, json, StandardCharsets.UTF_8);
         Files.move(tmp, path, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
