@@ -39,6 +39,18 @@ Spark (its executor threads live in the program's JVM child).
 ``{"batches", "max_batch_ms"}`` (from Spark's progress reports: batches run, the longest).
 ``--master local-cluster[2,1,1024]`` runs the query on two executor JVMs (Spark's standalone
 worker processes; pip's pyspark is enough), which bench/failover.py kills one of.
+
+A restart from the checkpoint (bench/upgrade.py), with ``--expected-records 0``:
+``--version 2`` is the changed but compatible query: the word is ``trim``-ed before the
+``groupBy`` (a change of projection with the same schema, which Spark's guide lists among the
+changes a query may make between restarts from one checkpoint; the benchmark's words have no
+blanks, so the counts are the same). ``--status-file PATH`` is rewritten as the program goes:
+``{"phase": "session"|"query"|"stopped", "version", "batches", "last_batch_id", "first_batch"}``
+(``first_batch``: the progress report of the first batch this process completed, the one that
+loaded the state from the checkpoint). ``--go-file PATH``: build the Spark session and run one
+small job first (the JVM, the connector's classes and the executor threads are warm), then wait
+until PATH exists before starting the query: the new version is ready while the old one still runs
+(two queries must never run on one checkpoint at once, so the old one is stopped first).
 """
 
 from __future__ import annotations
@@ -174,12 +186,15 @@ def shown_conf(spark: Any, key: str) -> str:
 def start_query(spark: Any, args: argparse.Namespace) -> Any:
     from pyspark.sql import functions as F
 
+    word = F.col("value").cast("string")
+    if args.version == 2:
+        word = F.trim(word)  # the new version's changed step: same schema, before the aggregation
     words = (spark.readStream.format("kafka")
              .option("kafka.bootstrap.servers", args.bootstrap)
              .option("subscribe", args.input)
              .option("startingOffsets", "earliest")
              .load()
-             .select(F.col("value").cast("string").alias("word")))
+             .select(word.alias("word")))
     counts = words.groupBy("word").count()
     # 64-bit big-endian count: 16 hex digits (counts are positive), decoded to 8 bytes.
     out = counts.select(F.encode(F.col("word"), "UTF-8").alias("key"),
@@ -204,21 +219,55 @@ def first_input_ms(query: Any) -> float:
     return t.timestamp() * 1000
 
 
+class Status:
+    """The --status-file: rewritten whole (a rename) at each change, so a reader never sees half of it."""
+
+    def __init__(self, path: str | None, version: int) -> None:
+        self.path = Path(path) if path else None
+        self.doc: dict[str, Any] = {"phase": "session", "version": version, "batches": 0, "last_batch_id": -1,
+                                    "first_batch": None}
+
+    def update(self, **fields: Any) -> None:
+        self.doc.update(fields)
+        if self.path is not None:
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text(json.dumps(self.doc, default=str))  # a progress report holds UUIDs
+            tmp.replace(self.path)
+
+
 def until_stdin_closes(spark: Any, args: argparse.Namespace) -> int:
-    """bench/failover.py's mode: run the query until stdin closes; one JSON line at the end."""
-    query = start_query(spark, args)
-    log(f"query started ({args.mode}, trigger {args.trigger_ms} ms, {args.master}, {args.shuffle_partitions} state "
-        "partitions)")
+    """bench/failover.py's and bench/upgrade.py's mode: run the query until stdin closes (after
+    --go-file exists, if given); stop it with query.stop(); one JSON line at the end."""
+    status = Status(args.status_file, args.version)
     closed = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), closed.set()), daemon=True).start()
+    if args.go_file:
+        spark.range(1000).selectExpr("sum(id)").collect()  # the JVM's code paths and executor threads
+        status.update(phase="ready")
+        log(f"session ready; waiting for {args.go_file}")
+        while not Path(args.go_file).exists():
+            if closed.wait(0.01):
+                spark.stop()
+                print(json.dumps({"batches": 0, "max_batch_ms": 0}), flush=True)
+                return 0
+    query = start_query(spark, args)
+    status.update(phase="query", query_started_ms=time.time() * 1000)
+    log(f"query started (version {args.version}, {args.mode}, trigger {args.trigger_ms} ms, "
+        f"{args.master or f'local[{args.cores}]'}, {args.shuffle_partitions} state partitions)")
+    progress: list[Any] = []
     try:
-        while not closed.wait(0.5):
+        while not closed.wait(0.05):
             if query.exception() is not None:
                 print(json.dumps({"error": f"query failed: {query.exception()}"}), flush=True)
                 return 1
+            last = query.lastProgress
+            if last is not None and last["batchId"] != status.doc["last_batch_id"]:
+                first = status.doc["first_batch"] or {**last, "seen_ms": time.time() * 1000}
+                status.update(batches=status.doc["batches"] + 1, last_batch_id=last["batchId"], first_batch=first)
         progress = list(query.recentProgress)
     finally:
         query.stop()
+        status.update(phase="stopped", stopped_ms=time.time() * 1000)
         spark.stop()
     durations = [p.get("durationMs", {}).get("triggerExecution", 0) for p in progress]
     print(json.dumps({"batches": len(progress), "max_batch_ms": max(durations, default=0)}), flush=True)
@@ -239,6 +288,9 @@ def main() -> int:
     ap.add_argument("--master", default="", help="default local[--cores]; e.g. local-cluster[2,1,1024]")
     ap.add_argument("--shuffle-partitions", type=int, default=0, help="default: the input's partition count")
     ap.add_argument("--timeout-s", type=float, default=1800)
+    ap.add_argument("--version", type=int, choices=(1, 2), default=1, help="2: the changed, compatible query")
+    ap.add_argument("--status-file", help="with --expected-records 0: where the program says how far it is")
+    ap.add_argument("--go-file", help="with --expected-records 0: start the query once this file exists")
     args = ap.parse_args()
 
     Path(args.checkpoint).mkdir(parents=True, exist_ok=True)
