@@ -153,6 +153,14 @@ def build_executor_pod_template(spec: StreamAppSpec) -> dict[str, Any]:
                 "ports": [{"name": "metrics", "containerPort": spec.metrics_port}],
                 # the task runner outlives the executor JVM and the driver (docker/entrypoint.sh)
                 "env": [*_common_env(spec), {"name": "EDDY_RUNNER_OUTLIVES_EXECUTOR", "value": "1"}],
+                # Ready once its task runner's copies are warm (eddy_runtime.executor.runner's
+                # READY_PATH): a rolling update replaces the next pod only then, and the disruption
+                # budget counts a cold executor as unavailable.
+                "readinessProbe": {
+                    "httpGet": {"path": "/ready", "port": "metrics"},
+                    "periodSeconds": 2,
+                    "failureThreshold": 1,
+                },
                 "securityContext": _container_security_context(),
                 "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *_kafka_tls_mounts(spec)],
             }

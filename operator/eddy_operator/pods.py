@@ -38,15 +38,19 @@ class PodInfo:
     cores: int = 1
     #: the pod's address (status.podIP), what Spark knows its executor by
     ip: str | None = None
+    #: every container of the pod is running (ready or not)
+    running: bool = False
 
     @property
     def live_executor(self) -> bool:
-        """Running, ready, not going away, and registered with the driver (Spark labels the pod
-        with its executor id once the driver handed one out; until then it says `EXECID`)."""
+        """Running, not going away, and registered with the driver (Spark labels the pod with its
+        executor id once the driver handed one out; until then it says `EXECID`). Not necessarily
+        ready: an executor pod is ready once its copies are warm, and it gets them only as a live
+        executor."""
         return (
             self.role == "executor"
             and self.phase == "Running"
-            and self.ready
+            and (self.running or self.ready)
             and not self.deleting
             and self.exec_id is not None
             and self.exec_id.isdigit()
@@ -82,6 +86,8 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         zone_label=labels.get(builders.ZONE_LABEL),
         cores=pod_cores(pod),
         ip=status.get("podIP"),
+        running=bool(status.get("containerStatuses"))
+        and all((c.get("state") or {}).get("running") is not None for c in status.get("containerStatuses") or []),
     )
 
 

@@ -31,9 +31,10 @@ import pickle
 import signal
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -65,7 +66,7 @@ from eddy_runtime.protocol.work_push import (
 )
 from eddy_runtime.queries.server import StoreQueries
 
-__all__ = ["METRICS_ADDRESS_FILE", "RequestDispatch", "main", "serve"]
+__all__ = ["METRICS_ADDRESS_FILE", "READY_PATH", "RequestDispatch", "main", "serve"]
 
 log = logging.getLogger("eddy.runner")
 
@@ -237,7 +238,8 @@ def _serve_endpoint(state_dir: str, runner: TaskRunner) -> HealthAndMetricsServe
                                         {PUSH_PATH: push_endpoint(runner.continuous.app_token, runner.continuous.push),
                                          RELEASE_PATH: release_endpoint(runner.continuous.app_token,
                                                                         runner.continuous.release),
-                                         SYNC_PATH: sync_endpoint(runner.continuous.app_token, runner.collect)})
+                                         SYNC_PATH: sync_endpoint(runner.continuous.app_token, runner.collect),
+                                         READY_PATH: _readiness(runner)})
     except (OSError, ValueError) as e:
         log.warning("cannot serve executor metrics and queries on %s:%s: %s", addr, port, e)
         return None
@@ -251,6 +253,21 @@ def _serve_endpoint(state_dir: str, runner: TaskRunner) -> HealthAndMetricsServe
     log.info("executor metrics on http://%s:%d/metrics, interactive queries on http://%s/stores/",
              addr, server.port, runner.query_address)
     return server
+
+
+#: the executor pod's readiness probe (the operator's pod template): 200 once the runner is warm
+READY_PATH = "/ready"
+
+
+def _readiness(runner: TaskRunner) -> Callable[..., Iterable[bytes]]:
+    """`READY_PATH`: 200 once `TaskRunner.warm`, 503 with the reason before."""
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        problem = runner.warm()
+        body = (problem or "warm").encode() + b"\n"
+        start_response("200 OK" if problem is None else "503 Service Unavailable",
+                       [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
+        return [body]
+    return app
 
 
 def _alive(pid: int) -> bool:

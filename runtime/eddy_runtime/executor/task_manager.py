@@ -162,6 +162,18 @@ class TaskManager:
                 copy = LocalCopy(task_id, self.executor_id, Role.STANDBY, m.standby_lag or 0, True, m.store(store))
             yield copy
 
+    def lag(self, task_id: str, role: Role) -> int | None:
+        """How far the held copy of `task_id` in `role` is behind: an active's records left to
+        restore, a standby's changelog records not yet read; None while it is not held (or a
+        standby that has not tailed yet)."""
+        task = self.get(task_id)
+        if task is None or task.closed or task.role != role:
+            return None
+        m = task.state
+        if role == Role.ACTIVE:
+            return 0 if m.restored else m.progress.remaining
+        return m.standby_lag
+
     def positions(self, task_id: str) -> dict[TopicPartition, int] | None:
         """A running active's input positions: None unless held open as an active, restored, with
         its committed positions read."""

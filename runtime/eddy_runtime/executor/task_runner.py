@@ -73,6 +73,8 @@ class TaskRunner:
         #: on the first result of every reply; and the newest routing the driver sent (queries/server.py)
         self.query_address = ""
         self.routing: QueryRouting | None = None
+        #: a driver's work came at least once (`warm`)
+        self._served = False
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -100,6 +102,7 @@ class TaskRunner:
     def run(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork,
             data: pa.Table | BatchOutput | None) -> list[ItemResult]:
         self.adopt_executor(slot.executor)
+        self._served = True
         if settings.routing is not None and (self.routing is None
                                              or settings.routing.generation >= self.routing.generation):
             self.routing = settings.routing
@@ -150,6 +153,22 @@ class TaskRunner:
     def forget_positions(self, task_id: str) -> None:
         """Read the task's committed positions again before it processes more."""
         self.tasks.forget_positions(task_id)
+
+    def warm(self) -> str | None:
+        """Why this runner is not warm yet, or None once it is: it has had work from a driver, and
+        each continuous copy of that work is open and at most `acceptable_recovery_lag` behind (an
+        active restored, a standby that far from its changelog's end). The executor pod's
+        readiness (`READY_PATH`): a rolling update of the executor pods waits for it before it
+        replaces the next pod, so that each pod's tasks fail over to warm copies only."""
+        current = self.continuous.assignment.current()
+        if current is None:  # an app of micro-batches only: warm once it ran a batch
+            return None if self._served else "no work from a driver yet"
+        behind = []
+        for task, role in current.work.tasks:
+            lag = self.tasks.lag(task, Role(role))
+            if lag is None or lag > current.settings.acceptable_recovery_lag:
+                behind.append(f"{task} ({role}, {'not open' if lag is None else f'{lag} behind'})")
+        return f"copies not caught up: {', '.join(sorted(behind))}" if behind else None
 
     def close_all(self) -> None:
         """Stop the continuous loop, then close every task."""

@@ -77,6 +77,9 @@ class BatchSettings:
     routing: QueryRouting | None = None
     #: what a push of a new generation to the runners must carry (protocol/work_push.py); "" takes none
     push_token: str = ""
+    #: spec.state.acceptableRecoveryLag: a runner is warm (its pod ready, executor/task_runner.py's
+    #: `TaskRunner.warm`) once each copy it holds is at most this far behind
+    acceptable_recovery_lag: int = 0
 
     def state_dir_for(self, executor: str) -> str:
         return f"{self.state_dir}/executor-{executor}" if self.per_executor_state_dirs else self.state_dir
