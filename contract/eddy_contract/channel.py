@@ -29,17 +29,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 from eddy_contract.assignor import Assignment, Executor, TaskAssignment
+from eddy_contract.spec import BadRecordPolicy, StreamAppSpec
 from eddy_contract.tasks import task_sort_key
 
 VERSION = 1
 SUPPORTED_VERSIONS = frozenset({1})
 
 ASSIGNMENT_KEY = "assignment.json"
+#: beside the assignment: the spec's settings a running driver takes in place (`LiveSettings`)
+SETTINGS_KEY = "settings.json"
 RUNTIME_STATE_KEY = "state.json"
 LABEL_CHANNEL = "eddy.dev/channel"
 ROLES = ("active", "standby", "warmup")
@@ -289,6 +292,59 @@ def decode_assignment(data: Mapping[str, str] | None) -> AssignmentMessage:
         reason=r.str_(doc.get("reason", ""), "reason", optional=True) or "",
         hosts=hosts,
     )
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    """The spec's settings that apply to a running app in place (eddy_contract.upgrade's
+    IN_PLACE_FIELDS that the driver reads; the assignor's are the operator's own): the operator
+    publishes them beside the assignment, the driver takes them at its next batch."""
+
+    trigger_interval_s: float
+    bad_record_policy: BadRecordPolicy
+    dead_letter_topic: str | None
+    acceptable_recovery_lag: int
+
+    @classmethod
+    def of(cls, spec: StreamAppSpec) -> LiveSettings:
+        return cls(spec.trigger_interval_s, spec.bad_record_policy, spec.dead_letter_topic,
+                   spec.state.acceptable_recovery_lag)
+
+    def applied_to(self, spec: StreamAppSpec) -> StreamAppSpec:
+        """`spec` with these settings."""
+        return replace(spec, trigger_interval_s=self.trigger_interval_s, bad_record_policy=self.bad_record_policy,
+                       dead_letter_topic=self.dead_letter_topic,
+                       state=replace(spec.state, acceptable_recovery_lag=self.acceptable_recovery_lag))
+
+
+def encode_live_settings(settings: LiveSettings) -> dict[str, str]:
+    """`SETTINGS_KEY`'s entry of the assignment ConfigMap's `data`."""
+    doc = {"version": VERSION, "triggerIntervalS": settings.trigger_interval_s,
+           "badRecordPolicy": str(settings.bad_record_policy), "deadLetterTopic": settings.dead_letter_topic,
+           "acceptableRecoveryLag": settings.acceptable_recovery_lag}
+    return {SETTINGS_KEY: _dumps(doc)}
+
+
+def decode_live_settings(data: Mapping[str, str] | None) -> LiveSettings | None:
+    """The live settings in the assignment ConfigMap's `data` (None if it has none); raises
+    `ChannelError` when they are unusable."""
+    if not data or SETTINGS_KEY not in data:
+        return None
+    r = _Reader(SETTINGS_KEY)
+    doc = r.document(data)
+    interval = doc.get("triggerIntervalS")
+    if not isinstance(interval, int | float) or interval <= 0:
+        raise r.fail("triggerIntervalS", "must be a positive number")
+    policy = r.str_(doc.get("badRecordPolicy"), "badRecordPolicy") or ""
+    try:
+        bad_record_policy = BadRecordPolicy(policy)
+    except ValueError:
+        raise r.fail("badRecordPolicy", f"unknown policy {policy!r}") from None
+    lag = r.int_(doc.get("acceptableRecoveryLag"), "acceptableRecoveryLag")
+    if lag is None or lag < 0:
+        raise r.fail("acceptableRecoveryLag", "must be a non-negative integer")
+    return LiveSettings(float(interval), bad_record_policy,
+                        r.str_(doc.get("deadLetterTopic"), "deadLetterTopic", optional=True), lag)
 
 
 def decode_runtime_state(data: Mapping[str, str] | None) -> RuntimeState:

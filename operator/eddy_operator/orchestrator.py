@@ -196,6 +196,7 @@ class Orchestrator:
                 ctl.loaded = True
             if runtime is not None and runtime.changelog_end_offsets and executors:
                 await self._assign(ctl, snap, spec, executors, runtime, cause, started)
+            await self._publish_live_settings(ctl, snap, spec)
             await self._update_status(ctl, snap, spec, executors, runtime)
 
     def _runtime_state(self, snap: Snapshot, app: str) -> channel.RuntimeState | None:
@@ -271,12 +272,7 @@ class Orchestrator:
         ips = {p.exec_id: p.ip for p in snap.pods if p.live_executor and p.exec_id is not None and p.ip}
         message = channel.AssignmentMessage(spec.name, new, tuple(executors), now_iso(), cause,
                                             {e.id: ips[e.id] for e in executors if e.id in ips})
-        owner = Owner(spec.name, snap.streamapp["metadata"]["uid"])
-        data = channel.encode_assignment(message)
-        if ctl.last_failover is not None:
-            data[FAILOVER_KEY] = json.dumps(ctl.last_failover.to_status(), sort_keys=True)
-        cm = builders.build_assignment_configmap(spec, owner, data)
-        await asyncio.to_thread(self.kube.apply, cm)
+        await self._write_channel(ctl, snap, spec, message)
         elapsed = time.monotonic() - started
         ctl.message = message
         metrics.ASSIGNMENTS_PUBLISHED.labels(spec.namespace, spec.name).inc()
@@ -290,6 +286,29 @@ class Orchestrator:
             cause,
         )
         self._announce(snap, spec, executors, previous, new, lost, elapsed)
+
+    async def _write_channel(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec,
+                             message: channel.AssignmentMessage) -> None:
+        """The assignment ConfigMap: `message`, the failover it carries out, and the spec's live
+        settings (what a running driver takes in place)."""
+        owner = Owner(spec.name, snap.streamapp["metadata"]["uid"])
+        data = channel.encode_assignment(message)
+        data.update(channel.encode_live_settings(channel.LiveSettings.of(spec)))
+        if ctl.last_failover is not None:
+            data[FAILOVER_KEY] = json.dumps(ctl.last_failover.to_status(), sort_keys=True)
+        await asyncio.to_thread(self.kube.apply, builders.build_assignment_configmap(spec, owner, data))
+
+    async def _publish_live_settings(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec) -> None:
+        """A change of the settings a running driver takes in place (triggerInterval, the bad-record
+        policy, acceptableRecoveryLag: docs/operations.md, "Upgrading an app") reaches it through the
+        assignment ConfigMap, which it watches; no pod restarts."""
+        if ctl.message is None:
+            return
+        wanted = channel.encode_live_settings(channel.LiveSettings.of(spec))
+        if (snap.assignment_data or {}).get(channel.SETTINGS_KEY) == wanted[channel.SETTINGS_KEY]:
+            return
+        await self._write_channel(ctl, snap, spec, ctl.message)
+        log.info("app %s/%s: live settings published: %s", spec.namespace, spec.name, wanted[channel.SETTINGS_KEY])
 
     def _announce(
         self,

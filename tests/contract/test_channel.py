@@ -158,3 +158,33 @@ def test_a_hand_written_assignment_without_executors_is_accepted():
     }
     m = decode_assignment({ASSIGNMENT_KEY: json.dumps(doc)})
     assert m.assignment == Assignment(2, MappingProxyType({"0_0": TaskAssignment("7", ("8",), ())}))
+
+
+def test_live_settings_round_trip_and_apply_to_a_spec() -> None:
+    from eddy_contract.channel import LiveSettings, decode_live_settings, encode_live_settings
+    from eddy_contract.spec import BadRecordPolicy, StreamAppSpec
+    from tests.operator.manifests import minimal
+
+    spec = StreamAppSpec.from_manifest(minimal())
+    live = LiveSettings(2.5, BadRecordPolicy.DEAD_LETTER, "wordcount-dlq", 42)
+    assert decode_live_settings(encode_live_settings(live)) == live
+    assert decode_live_settings({}) is None
+    changed = live.applied_to(spec)
+    assert LiveSettings.of(changed) == live
+    assert (changed.image, changed.pipeline) == (spec.image, spec.pipeline)
+
+
+def test_an_assignment_keeps_the_hosts_of_its_executors() -> None:
+    message = AssignmentMessage("wc", Assignment(1, MappingProxyType({"0_0": TaskAssignment("1", ("2",))})),
+                                EXECUTORS[:2], "2025-01-01T00:00:00.000Z", hosts={"1": "10.0.0.7"})
+    assert decode_assignment(encode_assignment(message)).hosts == {"1": "10.0.0.7"}
+
+
+def test_unusable_live_settings_are_refused_with_the_field() -> None:
+    from eddy_contract.channel import SETTINGS_KEY, decode_live_settings
+
+    doc = {"version": 1, "triggerIntervalS": 0, "badRecordPolicy": "skip", "acceptableRecoveryLag": 1}
+    with pytest.raises(ChannelError, match="triggerIntervalS"):
+        decode_live_settings({SETTINGS_KEY: json.dumps(doc)})
+    with pytest.raises(ChannelError, match="badRecordPolicy"):
+        decode_live_settings({SETTINGS_KEY: json.dumps({**doc, "triggerIntervalS": 1, "badRecordPolicy": "x"})})

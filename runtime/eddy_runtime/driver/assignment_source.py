@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence, Set
 from typing import TYPE_CHECKING
 
 from eddy_contract.assignor import Assignment, AssignorSettings, Executor, assign_app
+from eddy_contract.channel import LiveSettings
 from eddy_contract.spec import StreamAppSpec
-from eddy_runtime.driver.channel_io import AssignmentWatch, ChannelLocation, read_assignment
+from eddy_runtime.driver.channel_io import AssignmentWatch, ChannelLocation, read_assignment, read_channel
 from eddy_runtime.driver.metrics import DriverMetrics
 from eddy_runtime.driver.runtime_state import Volumes, probe_inventories
 from eddy_runtime.dsl.subtopology import CompiledApp
@@ -60,6 +61,8 @@ class AssignmentSource:
         self._compiled: CompiledApp | None = None
         self._hand_on: NewGeneration | None = None
         self._watch: AssignmentWatch | None = None
+        #: operator mode: the spec's settings the driver takes in place, as last published
+        self.live_settings: LiveSettings | None = None
 
     def prepare(self, compiled: CompiledApp, hand_on: NewGeneration | None) -> None:
         """Know the app; `hand_on`: where a generation goes at once, when the app runs continuously."""
@@ -125,7 +128,10 @@ class AssignmentSource:
     def next_assignment(self, live: Sequence[ExecutorRef]) -> Assignment | None:
         """The operator's assignment as it stands, or the local assignor's over `live`."""
         if self.channel is not None:
-            return read_assignment(self.channel, {e.id: e.host for e in live_executors(self.sc)})
+            assignment, live_settings = read_channel(self.channel, {e.id: e.host for e in live_executors(self.sc)})
+            if live_settings is not None:
+                self.live_settings = live_settings
+            return assignment
         assert self._compiled is not None
         live_ids = {e.id for e in live}
         held = {e: tasks for e, tasks in self.volumes.held.items() if e in live_ids}

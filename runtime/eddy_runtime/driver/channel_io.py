@@ -22,12 +22,14 @@ from eddy_contract.assignor import Assignment
 from eddy_contract.channel import (
     ASSIGNMENT_KEY,
     RUNTIME_STATE_KEY,
+    LiveSettings,
     RuntimeState,
     decode_assignment,
+    decode_live_settings,
     encode_runtime_state,
 )
 
-__all__ = ["AssignmentWatch", "ChannelLocation", "read_assignment", "write_runtime_state"]
+__all__ = ["AssignmentWatch", "ChannelLocation", "read_assignment", "read_channel", "write_runtime_state"]
 
 log = logging.getLogger("eddy.driver")
 
@@ -68,16 +70,24 @@ def _core_api() -> Any:
 
 
 def read_assignment(where: ChannelLocation, hosts: Mapping[str, str] | None = None) -> Assignment | None:
-    """The newest assignment, or None while the operator has not published one. `hosts` (executor
-    id -> host, as this driver's executors registered): None too while the assignment names one
-    of them on another host (it was made for an earlier driver's executor ids: a restarted driver
-    hands ids out anew, and the operator publishes the same placement under the new ids soon)."""
+    """The newest assignment (`read_channel`)."""
+    return read_channel(where, hosts)[0]
+
+
+def read_channel(where: ChannelLocation,
+                 hosts: Mapping[str, str] | None = None) -> tuple[Assignment | None, LiveSettings | None]:
+    """The newest assignment, None while the operator has not published one; and the spec's live
+    settings beside it (None if none). `hosts` (executor id -> host, as this driver's executors
+    registered): no assignment either while it names one of them on another host (it was made for
+    an earlier driver's executor ids: a restarted driver hands ids out anew, and the operator
+    publishes the same placement under the new ids soon)."""
+    data: Mapping[str, str] | None
     if where.path is not None:
         path = Path(where.path)
         file = path / ASSIGNMENT_KEY if path.is_dir() else path
         if not file.is_file():
-            return None
-        message = decode_assignment({ASSIGNMENT_KEY: file.read_text()})
+            return None, None
+        data = {ASSIGNMENT_KEY: file.read_text()}
     else:
         from kubernetes.client.exceptions import ApiException
 
@@ -85,17 +95,19 @@ def read_assignment(where: ChannelLocation, hosts: Mapping[str, str] | None = No
             cm = _core_api().read_namespaced_config_map(where.configmap, where.namespace)
         except ApiException as e:
             if e.status == 404:
-                return None
+                return None, None
             raise
-        if not cm.data or ASSIGNMENT_KEY not in cm.data:
-            return None
-        message = decode_assignment(cm.data)
+        data = cm.data
+    settings = decode_live_settings(data)
+    if not data or ASSIGNMENT_KEY not in data:
+        return None, settings
+    message = decode_assignment(data)
     stale = sorted(e for e, host in message.hosts.items() if hosts and e in hosts and hosts[e] != host)
     if stale:
         log.info("assignment generation %d names executors %s on other hosts (an earlier driver's ids); waiting "
                  "for the operator's next", message.assignment.generation, stale)
-        return None
-    return message.assignment
+        return None, settings
+    return message.assignment, settings
 
 
 def write_runtime_state(where: ChannelLocation, state: RuntimeState) -> None:

@@ -36,8 +36,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from eddy_contract.assignor import Assignment, diff
+from eddy_contract.channel import LiveSettings
 from eddy_contract.spec import ProcessingGuarantee, StreamAppSpec
 from eddy_runtime.driver.accounting import BatchAccounting
+from eddy_runtime.driver.app_topics import ensure_app_topics
 from eddy_runtime.driver.assignment_source import AssignmentSource
 from eddy_runtime.driver.batch_plan import BatchPlan, plan_batch, task_lags
 from eddy_runtime.driver.channel_io import ChannelLocation
@@ -204,6 +206,7 @@ class Driver:
             executor_hosts=executor_hosts(live),
             routing=self._query_routing(live),
             push_token=self._handoff.token,
+            acceptable_recovery_lag=self.spec.state.acceptable_recovery_lag,
         )
 
     def _query_routing(self, live: Sequence[ExecutorRef]) -> QueryRouting | None:
@@ -245,6 +248,7 @@ class Driver:
                 self._accounting.publish_runtime_state(compiled, waiting, {}, assignable)
             time.sleep(1)
             return BatchReport(self.batch_id, BatchOutcome.FAILED, 0.0, 0, error="no assignment yet")
+        self._take_live_settings()
         moves = diff(previous, assignment) if previous is None or assignment.generation != previous.generation else ()
         self._handoff.fence(assignment)  # before any runner hears of it (raises: the batch fails, nothing sent)
         self._source.current = assignment
@@ -286,6 +290,21 @@ class Driver:
         self._last_batch_end = time.monotonic()
         self._accounting.account(compiled, report, wall, assignment, live, lag)
         return report
+
+    def _take_live_settings(self) -> None:
+        """Operator mode: the spec's settings changed in place (triggerInterval, the bad-record
+        policy, acceptableRecoveryLag; eddy_contract.channel.LiveSettings) apply from this batch on."""
+        live = self._source.live_settings
+        if live is None or live == LiveSettings.of(self.spec):
+            return
+        log.info("settings changed in place: %s", live)
+        self.spec = live.applied_to(self.spec)
+        self._source.spec = self.spec
+        self._handoff.commit_interval_s = self.spec.trigger_interval_s
+        self.progress.trigger_interval_s = self.spec.trigger_interval_s
+        self._poison.policy = self.spec.bad_record_policy
+        if self.spec.dead_letter_topic and self.compiled is not None:  # a dead-letter policy now
+            ensure_app_topics(self._offsets.admin, self.compiled, self.spec, create_outputs=False)
 
     def _sync_over_http(self, plan: BatchPlan, executors: Sequence[str],
                         inventory: bool) -> tuple[list[ItemResult], bool]:
@@ -361,8 +380,7 @@ class Driver:
         """Run batches every trigger interval until stopped (or `until` says so)."""
         if self.compiled is None:
             self.prepare()
-        interval = self.spec.trigger_interval_s
-        self.progress = BatchProgress(interval)
+        self.progress = BatchProgress(self.spec.trigger_interval_s)
         if self.options.metrics_port:  # /metrics and the liveness probe's /healthz
             self._health = HealthAndMetricsServer(
                 self.options.metrics_port, self.options.metrics_addr, self.metrics.registry, self.progress,
@@ -388,9 +406,9 @@ class Driver:
                 if self.compiled is not None and len(self._continuous) == len(self.compiled.subtopologies):
                     # the next sync: at the sync interval, or as soon as what the runners hold changes
                     self._source.wait_for_change(self._stop, started + self.options.sync_interval_s,
-                                                 min(interval, 0.1))
+                                                 min(self.spec.trigger_interval_s, 0.1))
                 elif not full:
-                    self._stop.wait(max(0.0, interval - (time.monotonic() - started)))
+                    self._stop.wait(max(0.0, self.spec.trigger_interval_s - (time.monotonic() - started)))
         finally:
             self.close()
 
