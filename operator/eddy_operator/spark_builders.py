@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from eddy_contract.spec import API_VERSION, KIND, StreamAppSpec
+from eddy_contract.upgrade import IN_PLACE_FIELDS
 from eddy_operator.builders import (
     APP_LABEL,
     BLOCK_MANAGER_PORT,
@@ -166,18 +167,31 @@ def build_conf_configmap(
 
 
 def config_hash(spec: StreamAppSpec, storage_class: str, spec_manifest: Mapping[str, Any]) -> str:
-    """What the driver was started with, minus the executor count: scaling patches the executor
-    StatefulSet directly instead of restarting the driver."""
+    """What the driver was started with, minus what applies in place (eddy_contract.upgrade's
+    IN_PLACE_FIELDS: the executor count, which patches the executor StatefulSet; the assignor's
+    settings, which the operator reads; the driver's live settings, which it takes from the
+    assignment ConfigMap): only a change of the rest rolls the driver."""
     conf = build_spark_conf(spec, storage_class)
     conf.pop("spark.executor.instances")
     manifest = json.loads(json.dumps(spec_manifest))
-    executors = manifest.get("executors")
-    if isinstance(executors, dict):
-        executors.pop("replicas", None)
-        if not executors:
-            del manifest["executors"]
+    for path in IN_PLACE_FIELDS:
+        _drop(manifest, path.split(".")[1:])
     doc = {"conf": conf, "template": build_executor_pod_template(spec), "manifest": manifest}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _drop(tree: dict[str, Any], path: list[str]) -> None:
+    """Remove `path` from nested dicts, and the dicts it leaves empty."""
+    head, *rest = path
+    if head not in tree:
+        return
+    if rest:
+        if isinstance(tree[head], dict):
+            _drop(tree[head], rest)
+            if not tree[head]:
+                del tree[head]
+    else:
+        del tree[head]
 
 
 def build_all(

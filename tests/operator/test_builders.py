@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import yaml
 
@@ -180,14 +182,23 @@ def test_the_driver_can_load_the_streamapp_it_is_given(tmp_path):
     assert "spark.kubernetes.allocation.pods.allocator=statefulset" in cm["data"]["spark-defaults.conf"]
 
 
-def test_scaling_does_not_change_the_config_hash_but_other_changes_do():
+def test_changes_that_apply_in_place_do_not_change_the_config_hash_but_others_do():
     body = minimal()
     spec = StreamAppSpec.from_manifest(body)
     h = spark_builders.config_hash(spec, "std", body["spec"])
-    scaled = minimal(executors={"replicas": 5})
-    assert spark_builders.config_hash(StreamAppSpec.from_manifest(scaled), "std", scaled["spec"]) == h
-    changed = minimal(image="eddy:0.2.0")
-    assert spark_builders.config_hash(StreamAppSpec.from_manifest(changed), "std", changed["spec"]) != h
+
+    def hashed(**changes: Any) -> str:
+        changed = minimal(**changes)
+        return spark_builders.config_hash(StreamAppSpec.from_manifest(changed), "std", changed["spec"])
+
+    # each applies without restarting the driver (eddy_contract.upgrade.IN_PLACE_FIELDS)
+    assert hashed(executors={"replicas": 5}) == h
+    assert hashed(state={"standbyReplicas": 0, "acceptableRecoveryLag": 50, "maxWarmupReplicas": 3}) == h
+    assert hashed(triggerInterval="2s") == h
+    assert hashed(badRecordPolicy="skip") == h
+    # these need a new driver and executors
+    assert hashed(image="eddy:0.2.0") != h
+    assert hashed(sparkConf={"spark.sql.shuffle.partitions": "8"}) != h
 
 
 def test_pdb_lets_one_executor_go_at_a_time():
