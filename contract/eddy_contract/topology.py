@@ -82,8 +82,9 @@ class StoreDescription:
     changelog_topic: str | None
     #: the name was made from the step's position (`count-3`), not given with `name=`
     generated: bool = False
-    #: the topic the store holds when it is not its sub-topology's first source: a table's topic,
-    #: a windowed join's other stream
+    #: the topic a table store materializes (a table-table join's left table is its sub-topology's
+    #: first source), or the other stream a windowed join's store holds; None for the others, whose
+    #: records come from their sub-topology's first source
     input_topic: str | None = None
     #: time windows: size and advance; a windowed join: before + after
     window_size_ms: int | None = None

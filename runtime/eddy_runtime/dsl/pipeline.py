@@ -71,8 +71,8 @@ from eddy_runtime.state import StoreSpec
 
 __all__ = [
     "GroupedStream", "JoinWindows", "PipelineError", "SessionWindowedStream", "SessionWindows", "Stream",
-    "Suppressed", "Table", "TimeWindows", "Topology", "WindowedStream", "duration_ms", "hopping", "join_windows",
-    "session_windows", "tumbling", "until_time_limit", "until_window_closes",
+    "Suppressed", "Table", "TimeWindows", "Topology", "WindowedStream", "duration_ms", "hopping", "is_generated_name",
+    "join_windows", "session_windows", "tumbling", "until_time_limit", "until_window_closes",
 ]
 
 KEY_SERDES = ("string", "bytes", "int64", "json")
@@ -87,6 +87,22 @@ def _check_serde(serde: str, allowed: Sequence[str], what: str) -> str:
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,100}$")
+
+#: The names `Topology._name` makes for a step given no ``name=``: the step's kind and how many names
+#: were made before it (``count-3``), and the store names made from them (a windowed join's
+#: ``join-2-this``, ``-other`` and ``-outer``, a process step's ``process-4-time``, a suppress
+#: buffer's ``count-3-suppress``). They are the same on every run of the same pipeline, and move when
+#: a step that makes a name is inserted before them: the upgrade gate refuses that
+#: (docs/pipelines.md, "Naming stores").
+_GENERATED_NAME = re.compile(
+    r"^(?:(?:count|reduce|aggregate)-[0-9]+(?:-suppress)?|table-[0-9]+|join-[0-9]+-(?:this|other|outer)"
+    r"|process-[0-9]+-time|group-by-[0-9]+|merge-[0-9]+)$"
+)
+
+
+def is_generated_name(name: str) -> bool:
+    """Whether a store's (or a repartition's) name is one `Topology` made, not one the user gave."""
+    return bool(_GENERATED_NAME.match(name))
 
 
 def _check_name(name: str, what: str) -> str:
