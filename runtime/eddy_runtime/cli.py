@@ -1,5 +1,8 @@
-"""The ``eddy`` command: ``eddy run <streamapp.yaml>`` (local), ``eddy driver`` (in the driver pod)
-and ``eddy query APP STORE KEY`` (interactive queries, queries/client.py).
+"""The ``eddy`` command: ``eddy run <streamapp.yaml>`` (local), ``eddy driver`` (in the driver pod),
+``eddy query APP STORE KEY`` (interactive queries, queries/client.py), and the upgrade gate's dry
+run: ``eddy describe <streamapp.yaml>`` (the topology a manifest's pipeline compiles to) and
+``eddy diff <streamapp.yaml>`` (what applying it would change, and whether the gate would let it
+through; docs/operations.md, "Upgrading an app").
 
 ``eddy run`` sets up everything on this machine (local/run.py). ``eddy driver`` is what the
 operator's driver StatefulSet runs: it reads the StreamApp manifest (``--streamapp`` or
@@ -11,6 +14,7 @@ state; without ``EDDY_ASSIGNMENT_CONFIGMAP`` it runs the assignor itself (local 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -19,6 +23,8 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from eddy_contract.topology import TOPOLOGY_KEY, TopologyDescription
 
 __all__ = ["main"]
 
@@ -108,8 +114,6 @@ def _driver(args: argparse.Namespace) -> int:
 
 
 def _query(args: argparse.Namespace) -> int:
-    import json
-
     from eddy_runtime.queries.client import QueryClient, QueryFailed
 
     client = QueryClient(args.at)
@@ -136,6 +140,154 @@ def _query(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps(out, indent=1))
     return 0
+
+
+class _UsageError(Exception):
+    """A dry run that cannot be made as asked; the message says what to give."""
+
+
+def _streamapp_manifest(path: str) -> dict[str, Any]:
+    """The first StreamApp document of a YAML file."""
+    import yaml
+
+    from eddy_contract.spec import KIND
+
+    for doc in yaml.safe_load_all(Path(path).read_text()):
+        if isinstance(doc, dict) and doc.get("kind") == KIND:
+            return doc
+    raise _UsageError(f"no document of kind {KIND} in {path}")
+
+
+def _partitions_given(values: Sequence[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for value in values:
+        topic, _, count = value.rpartition("=")
+        if not topic or not count.isdigit() or int(count) < 1:
+            raise _UsageError(f"--partitions takes TOPIC=N (N at least 1), got {value!r}")
+        out[topic] = int(count)
+    return out
+
+
+def _describe_manifest(manifest: dict[str, Any], partitions: dict[str, int]) -> TopologyDescription:
+    """Compile the manifest's pipeline (imported from the current folder or the installed
+    packages) against the given partition counts, without Kafka."""
+    from eddy_contract.spec import StreamAppSpec
+    from eddy_runtime.driver.startup import load_pipeline, source_topics
+    from eddy_runtime.dsl.compiler import compile_topology
+    from eddy_runtime.dsl.describe import describe
+
+    spec = StreamAppSpec.from_manifest(manifest)
+    topology, _ = load_pipeline(spec, [str(Path.cwd())])
+    unknown = [t for t in source_topics(topology) if t not in partitions]
+    if unknown:
+        raise _UsageError("the partition counts of " + ", ".join(repr(t) for t in unknown) + " are unknown: give "
+                          + " ".join(f"--partitions {t}=N" for t in unknown))
+    return describe(compile_topology(topology, spec.application_id, partitions))
+
+
+def _running_partitions(running: TopologyDescription) -> dict[str, int]:
+    """The user topics the running version reads, with its partition counts (a joined table's
+    topic has its stream's)."""
+    internal = {t.name for t in running.repartition_topics}
+    return {t: s.partitions for s in running.subtopologies for t in s.source_topics if t not in internal}
+
+
+def _running_from_cluster(namespace: str, name: str) -> tuple[dict[str, Any], TopologyDescription]:
+    """The live StreamApp and the topology its driver published in the runtime-state ConfigMap."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from eddy_contract.channel import runtime_state_configmap_name
+    from eddy_contract.kube import api_client
+    from eddy_contract.spec import GROUP, PLURAL, VERSION
+
+    api = api_client()
+    configmap = runtime_state_configmap_name(name)
+    try:
+        live: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name)
+        data = client.CoreV1Api(api).read_namespaced_config_map(configmap, namespace).data or {}
+    except ApiException as e:
+        raise _UsageError(f"reading StreamApp {namespace}/{name} and ConfigMap {configmap}: {e.status} {e.reason}"
+                          ) from e
+    if TOPOLOGY_KEY not in data:
+        raise _UsageError(f"ConfigMap {namespace}/{configmap} holds no {TOPOLOGY_KEY}: the app's driver has not "
+                          "published its topology yet")
+    return live, TopologyDescription.from_json(data[TOPOLOGY_KEY])
+
+
+def _describe(args: argparse.Namespace) -> int:
+    try:
+        description = _describe_manifest(_streamapp_manifest(args.streamapp), _partitions_given(args.partitions))
+    except _UsageError as e:
+        print(f"eddy describe: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(description.to_json())
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    """Exit 0 when the gate would apply the manifest, 1 when it would refuse it, 2 when the
+    comparison cannot be made."""
+    from eddy_contract.spec import StreamAppSpec
+    from eddy_contract.topology import TopologyFormatError, compare
+    from eddy_contract.upgrade import ChangeEffect, classify_spec_change, decide
+
+    try:
+        manifest = _streamapp_manifest(args.streamapp)
+        spec = StreamAppSpec.from_manifest(manifest)
+        running_manifest: dict[str, Any] | None = None
+        if args.namespace:
+            running_manifest, running = _running_from_cluster(args.namespace, spec.name)
+        else:
+            running = TopologyDescription.from_json(Path(args.running).read_text())
+            if args.running_manifest:
+                running_manifest = _streamapp_manifest(args.running_manifest)
+        proposed = _describe_manifest(manifest, {**_running_partitions(running), **_partitions_given(args.partitions)})
+    except (_UsageError, TopologyFormatError, OSError) as e:
+        print(f"eddy diff: {e}", file=sys.stderr)
+        return 2
+    spec_change = classify_spec_change(running_manifest, manifest) if running_manifest is not None else None
+    differences = compare(running, proposed)
+    decision = decide(differences, spec.upgrade.mode, proposed, spec.upgrade.reset_offsets)
+    if args.json:
+        out: dict[str, Any] = {
+            "specChanges": None if spec_change is None else [
+                {"field": c.field, "old": c.old, "new": c.new, "effect": str(c.effect)} for c in spec_change.changes],
+            "differences": [{"kind": str(d.kind), "subject": d.subject, "breaking": d.breaking,
+                             "message": d.message, "subtopology": d.subtopology} for d in differences],
+            "decision": {"mode": str(decision.mode), "allowed": decision.allowed, "message": decision.message,
+                         "resetSubtopologies": list(decision.reset_subtopologies),
+                         "resetStores": list(decision.reset_stores),
+                         "inputPositions": {t: str(p) for t, p in decision.input_positions.items()},
+                         "reasons": list(decision.reasons), "notes": list(decision.notes)},
+        }
+        print(json.dumps(out, indent=2, sort_keys=True))
+        return 0 if decision.allowed else 1
+    print("spec:")
+    if spec_change is None:
+        print("  not compared (give --running-manifest, or --namespace)")
+    elif not spec_change.changes:
+        print("  unchanged")
+    for c in spec_change.changes if spec_change is not None else ():
+        print(f"  {'in place' if c.effect is ChangeEffect.IN_PLACE else 'new pods'}  {c.field}: "
+              f"{json.dumps(c.old)} -> {json.dumps(c.new)}")
+    if spec_change is not None and spec_change.changes and not spec_change.needs_new_pods:
+        print("  (applied in place: no pod restarts)")
+    print(f"topology (upgrade mode {decision.mode}):")
+    if not differences:
+        print("  unchanged")
+    for d in differences:
+        print(f"  {'breaking' if d.breaking else 'note    '}  {d.message}")
+    print(f"verdict: {'would be applied' if decision.allowed else 'would be refused'}: {decision.message}")
+    if decision.reset_stores:
+        print(f"  stores started over: {', '.join(decision.reset_stores)}")
+    for topic, where in decision.input_positions.items():
+        print(f"  input positions of {topic!r} move to the {where}")
+    for note in decision.notes:
+        if note not in {d.message for d in differences}:
+            print(f"  {note}")
+    return 0 if decision.allowed else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -188,6 +340,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="--windows: windows starting at or before (ms); --sessions: sessions starting at or "
                             "before")
     query.set_defaults(fn=_query)
+
+    desc = sub.add_parser("describe", help="print the topology a StreamApp's pipeline compiles to, as JSON "
+                                           "(sub-topologies, stores, topics; nothing is run)")
+    desc.add_argument("streamapp", help="the StreamApp manifest; its pipeline module is imported from here")
+    desc.add_argument("--partitions", action="append", default=[], metavar="TOPIC=N",
+                      help="the partition count of a topic the pipeline reads; repeat for each")
+    desc.set_defaults(fn=_describe)
+
+    diff = sub.add_parser("diff", help="what applying a StreamApp would change, and whether the upgrade gate would "
+                                       "let it through (a dry run: nothing is applied); exit 0 applied, 1 refused")
+    diff.add_argument("streamapp", help="the StreamApp manifest to apply")
+    running = diff.add_mutually_exclusive_group(required=True)
+    running.add_argument("--running", metavar="FILE",
+                         help="the running topology, as `eddy describe` prints it or the driver publishes it")
+    running.add_argument("--namespace", help="read the live StreamApp and its published topology from the cluster "
+                                             "($KUBECONFIG)")
+    diff.add_argument("--running-manifest", metavar="FILE", help="with --running: the running StreamApp, for the "
+                                                                 "spec's changes")
+    diff.add_argument("--partitions", action="append", default=[], metavar="TOPIC=N",
+                      help="a topic's partition count, when not the running version's; repeat for each")
+    diff.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    diff.set_defaults(fn=_diff)
 
     args = parser.parse_args(argv)
     if args.command == "query" and not args.at:

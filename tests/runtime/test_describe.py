@@ -4,17 +4,23 @@ real pipelines: a step inserted before an unnamed store is caught, a named one s
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from eddy_contract.topology import DifferenceKind, StoreKind, TopologyDescription, compare
+from eddy_runtime.cli import main
 from eddy_runtime.dsl.compiler import compile_topology
 from eddy_runtime.dsl.describe import describe
 from eddy_runtime.dsl.pipeline import Topology, is_generated_name, session_windows, tumbling, until_window_closes
 from examples.enrichment.app import build as enrichment
 from examples.orders.app import build as orders
 from examples.wordcount.app import build_own_steps as word_count
+from tests.operator.manifests import minimal
 from tests.runtime.pipelines import clicks_with_city, first_seen
 
 pytestmark = pytest.mark.unit
@@ -162,3 +168,89 @@ def test_a_changed_serde_is_refused_naming_the_store():
     (difference,) = [d for d in compare(described(unnamed_counts, {"text": 2}), described(json_counts, {"text": 2}))
                      if d.breaking]
     assert difference.message == "store 'count-1': value serde int64 -> json"
+
+
+# -- eddy describe and eddy diff (the dry run) ----------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def manifest(tmp_path: Path, name: str, function: str, **spec: Any) -> Path:
+    """A StreamApp running one of this module's pipelines."""
+    body = minimal(**spec)
+    body["spec"]["pipeline"] = {"module": "tests.runtime.test_describe", "function": function}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def eddy(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def running(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The running version: unnamed_counts on 2 partitions, described by `eddy describe`."""
+    monkeypatch.chdir(REPO)
+    code, out, _ = eddy(capsys, "describe", manifest(tmp_path, "v1", "unnamed_counts"), "--partitions", "text=2")
+    assert code == 0
+    path = tmp_path / "running.json"
+    path.write_text(out)
+    return path
+
+
+def test_eddy_describe_prints_the_description_and_asks_for_unknown_partitions(tmp_path, capsys, running):
+    assert TopologyDescription.from_json(running.read_text()) == described(unnamed_counts, {"text": 2}, "wordcount")
+    code, _, err = eddy(capsys, "describe", manifest(tmp_path, "v1", "unnamed_counts"))
+    assert code == 2 and "give --partitions text=N" in err
+
+
+def test_eddy_diff_of_the_same_app_would_apply(tmp_path, capsys, running):
+    code, out, _ = eddy(capsys, "diff", manifest(tmp_path, "v1", "unnamed_counts"), "--running", running)
+    assert code == 0
+    assert "topology (upgrade mode keepState):\n  unchanged" in out
+    assert "verdict: would be applied" in out
+
+
+def test_eddy_diff_refuses_a_step_inserted_before_an_unnamed_store(tmp_path, capsys, running):
+    v2 = manifest(tmp_path, "v2", "audit_first_then_unnamed_counts")
+    code, _, err = eddy(capsys, "diff", v2, "--running", running)
+    assert code == 2 and "--partitions audit=N" in err  # a topic the running version does not read
+    code, out, _ = eddy(capsys, "diff", v2, "--running", running, "--partitions", "audit=2")
+    assert code == 1
+    assert "  breaking  store 'count-1' would be renamed to 'count-2'" in out
+    assert 'name it: .count(name="...")' in out
+    assert "verdict: would be refused: refused under upgrade mode keepState" in out
+
+
+def test_eddy_diff_under_reset_changed_state_says_what_starts_over(tmp_path, capsys, running):
+    v2 = manifest(tmp_path, "v2", "audit_first_then_unnamed_counts", upgrade={"mode": "resetChangedState"})
+    code, out, _ = eddy(capsys, "diff", v2, "--running", running, "--partitions", "audit=2")
+    assert code == 0
+    assert "verdict: would be applied: allowed under upgrade mode resetChangedState" in out
+    assert "stores started over: count-1, count-2" in out
+    assert "input positions of 'text' move to the earliest" in out
+
+
+def test_eddy_diff_lists_the_spec_changes_in_place_and_those_that_need_new_pods(tmp_path, capsys, running):
+    old = manifest(tmp_path, "old", "unnamed_counts")
+    standbys = manifest(tmp_path, "standbys", "unnamed_counts", state={"standbyReplicas": 0})
+    code, out, _ = eddy(capsys, "diff", standbys, "--running", running, "--running-manifest", old)
+    assert code == 0
+    assert "  in place  spec.state.standbyReplicas: 1 -> 0\n  (applied in place: no pod restarts)" in out
+    image = manifest(tmp_path, "image", "unnamed_counts", image="eddy:0.2.0")
+    code, out, _ = eddy(capsys, "diff", image, "--running", running, "--running-manifest", old)
+    assert code == 0 and '  new pods  spec.image: "eddy:0.1.0" -> "eddy:0.2.0"' in out
+
+
+def test_eddy_diff_prints_json_and_exits_1_on_a_refusal(tmp_path, running):
+    v2 = manifest(tmp_path, "v2", "audit_first_then_unnamed_counts")
+    done = subprocess.run([str(REPO / ".venv" / "bin" / "eddy"), "diff", str(v2), "--running", str(running),
+                           "--partitions", "audit=2", "--json"], cwd=REPO, capture_output=True, text=True, check=False)
+    assert done.returncode == 1, done.stderr
+    out = json.loads(done.stdout)
+    assert out["decision"]["allowed"] is False and out["specChanges"] is None
+    assert {(d["kind"], d["subject"]) for d in out["differences"] if d["breaking"]} == {
+        ("storeRenamed", "count-1"), ("repartitionTopicRenamed", "wordcount-group-by-0-repartition")}
