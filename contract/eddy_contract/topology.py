@@ -387,12 +387,16 @@ class _Comparison:
                           f"start from the running store's state; {_naming_hint(name)}", p_sub.id)
             else:
                 self._same_store(name)
+        successors = {r_sub.id: p_sub for r_sub, p_sub in self._matching().values() if r_sub is not None}
         for name in sorted(r.keys() - p.keys() - renamed_from):
             sub, store = r[name]
+            # A store renamed in a sub-topology that goes on: resetting that one rebuilds the new store.
+            successor = successors.get(sub.id)
             self._add(DifferenceKind.STORE_REMOVED, name,
                       f"store '{name}' ({store.kind}, in the sub-topology reading '{sub.source_topic}') is not in "
                       "the new topology: its state would be dropped"
-                      + ("; if a step was renamed, give it its old name" if not store.generated else ""))
+                      + ("; if a step was renamed, give it its old name" if not store.generated else ""),
+                      successor.id if successor is not None and successor.stateful else None)
         new_subs = self._new_subtopologies()
         for name in sorted(p.keys() - r.keys() - renamed_to):
             sub, store = p[name]

@@ -189,6 +189,7 @@ def test_a_store_removed_is_breaking():
     differences = compare(word_count(), proposed)
     removed = only_breaking(word_count(), proposed)
     assert removed.kind is DifferenceKind.STORE_REMOVED and removed.subject == "counts"
+    assert removed.subtopology == 1  # resetting the sub-topology that goes on rebuilds the renamed store
     assert "give it its old name" in removed.message
     assert [d.subject for d in differences if d.kind is DifferenceKind.STORE_ADDED] == ["totals"]
 

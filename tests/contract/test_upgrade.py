@@ -105,6 +105,13 @@ def test_reset_changed_state_drops_a_removed_store_and_resets_nothing_else():
     assert decision.input_positions == {}
 
 
+def test_reset_changed_state_rebuilds_a_renamed_store_with_its_sub_topology():
+    proposed = word_count(counts=store("word-counts"))
+    decision = decide(compare(word_count(), proposed), UpgradeMode.RESET_CHANGED_STATE, proposed)
+    assert decision.allowed and decision.reset_subtopologies == (1,)
+    assert decision.reset_stores == ("counts", "word-counts")
+
+
 def test_stateless_starts_every_store_empty_and_moves_no_position():
     decision = decide(compare(word_count(), SERDE_CHANGED), UpgradeMode.STATELESS, SERDE_CHANGED)
     assert decision.allowed
