@@ -1,0 +1,377 @@
+"""Eddy's cases of bench/upgrade.py: the word-count StreamApp on real pods, changed five ways.
+
+What the end-to-end tests run (docs/testing.md), as bench/failover_pods.py does: a one-node
+cluster whose pods really run, inside the network namespace infra/cluster/netns.sh made, a broker
+on the node's address and the operator from its Helm chart. Each case applies the word-count
+StreamApp (``build_own_steps``, exactly-once, two executor pods, one standby per stateful task,
+``triggerInterval`` = the commit interval) in a namespace of its own, with upgrade.py's topics,
+and changes it while upgrade.py's producer runs:
+
+- ``driver pod deleted``: ``<app>-driver-0`` deleted; its StatefulSet brings it back. Done (the
+  app holds every task) when the new driver pod runs and has published a runtime state on the
+  operator's newest generation with no active task restoring and both executors running.
+- ``compatible image upgrade``: ``spec.image`` to a new tag of the same image (tagged in the
+  node's containerd) and ``spec.pipeline.function`` ``build_own_steps`` -> ``build_words`` (no
+  store, topic or partition changes: compatible by eddy_contract.topology). Done when every pod
+  runs the new image, then as above.
+- ``config change``: ``spec.triggerInterval`` doubled. Done when a driver pod started after the
+  patch, then as above.
+- ``incompatible change refused``: ``spec.pipeline.args.counts_store`` renames the store. Done
+  when the condition ``UpgradeRefused`` is True and the old version still holds every task.
+- ``rollback``: ``spec.pipeline.module`` that does not exist (crashes at start). Done when the
+  condition ``RolledBack`` is True, then as in the first case.
+
+Only the driver pod deletion runs on what exists today. The other four need the upgrade feature
+being built now (``spec.upgrade``: mode keepState by default, rollback true, healthTimeout; the
+``UpgradeRefused`` and ``RolledBack`` conditions; the store-name argument of the example): each
+checks the installed CRD first and reports "not run: <reason>" (`upgrade.NotRun`) when the field
+is missing, or when its condition never appears, instead of failing obscurely. Marked
+``NEEDS THE UPGRADE FEATURE`` below.
+
+Records restored: what the task runners logged restoring or tailing from changelogs (their logs
+on the executors' volumes, `e2e.wordcount.RESTORE_LINE`) between the change and the end of the
+run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from upgrade import Marks, NotRun, Settings, SubjectFactory  # noqa: E402
+
+from e2e.wordcount import APP, RECOVERY_LAG, RESTORE_LINE, Channel, WordCount, caught_up  # noqa: E402
+from eddy_operator import builders  # noqa: E402
+from tests.operator.cluster import apply, condition, example, get  # noqa: E402
+from tests.servers import KafkaBroker, NodeCluster, install_operator, kafka_broker, node_cluster  # noqa: E402
+
+#: how long a refused change or a rollback may take to show its condition before the case says "not run"
+CONDITION_TIMEOUT_S = 300
+#: spec.upgrade as the upgrade feature is expected to take it (NEEDS THE UPGRADE FEATURE)
+UPGRADE_SPEC = {"mode": "keepState", "rollback": True, "healthTimeout": "120s"}
+NEW_IMAGE_SUFFIX = "-bench-upgrade"
+
+
+class EddyCluster:
+    """The node, its broker and the operator, shared by every Eddy case of a run."""
+
+    def __init__(self, node: NodeCluster, kafka: KafkaBroker) -> None:
+        self.node, self.kafka = node, kafka
+
+    def crd_has_upgrade(self) -> bool:
+        """The installed StreamApp CRD knows spec.upgrade (the upgrade feature has landed)."""
+        crd = json.loads(self.node.kubectl("get", "crd", "streamapps.eddy.dev", "-o", "json").stdout)
+        for version in crd["spec"]["versions"]:
+            spec = version.get("schema", {}).get("openAPIV3Schema", {}).get("properties", {}).get("spec", {})
+            if "upgrade" in spec.get("properties", {}):
+                return True
+        return False
+
+    def tag_image(self, image: str) -> str:
+        """A new tag of `image` in the node's containerd: a new image from the same Dockerfile, as
+        far as Kubernetes can tell (the operator must roll every pod onto it)."""
+        new = image + NEW_IMAGE_SUFFIX
+        full = lambda ref: ref if "/" in ref else f"docker.io/library/{ref}"  # noqa: E731 - the kubelet's names
+        sock = self.node.dir / "containerd" / "containerd.sock"
+        proc = subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "images", "tag", "--force",
+                               full(image), full(new)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise NotRun(f"could not tag {image} as {new} in the node's containerd: {proc.stderr.strip()}")
+        return new
+
+
+@contextlib.contextmanager
+def cluster(work_dir: Path) -> Iterator[tuple[str, EddyCluster]]:
+    """(bootstrap, cluster): the node, a broker on its address, the operator from its chart."""
+    with node_cluster(work_dir) as node, kafka_broker(work_dir, host=node.node_ip) as kafka:
+        install_operator(node)
+        yield kafka.bootstrap, EddyCluster(node, kafka)
+
+
+class EddyChange:
+    """The word-count StreamApp in a namespace of its own; subclasses make one kind of change."""
+
+    system = "eddy"
+    case = ""
+    repeats_allowed = False
+    needs_upgrade_feature = True
+
+    def __init__(self, c: EddyCluster, s: Settings, input_topic: str, output: str, app_id: str) -> None:
+        self.c, self.s = c, s
+        self.namespace = app_id
+        self.log = s.work_dir / f"{app_id}-driver.log"
+        self.body = example(
+            self.namespace,
+            applicationId=app_id,
+            imagePullPolicy="Never",
+            pipeline__function="build_own_steps",
+            pipeline__args={"input_topic": input_topic, "output_topic": output},
+            kafka=c.kafka.kafka_spec(),
+            triggerInterval=f"{s.commit_interval_ms}ms",
+            executors__replicas=2,
+            state__standbyReplicas=1,
+            state__acceptableRecoveryLag=RECOVERY_LAG,
+            sparkConf={"spark.kubernetes.executor.request.cores": "200m", "spark.ui.enabled": "false",
+                       "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": str(s.partitions)},
+        )
+        self.upgrade_ready = c.crd_has_upgrade()
+        if self.upgrade_ready:
+            self.body["spec"]["upgrade"] = dict(UPGRADE_SPEC)
+        self.app: WordCount | None = None
+        self.volumes: dict[str, tuple[Path, int]] = {}
+
+    # -- the app --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.c.node.kubectl("create", "namespace", self.namespace)
+        apply(self.c.node, self.body)
+        self.app = WordCount(self.c.node, self.c.kafka, self.namespace, self.body["spec"]["applicationId"],
+                             self.body["spec"]["pipeline"]["args"]["input_topic"],
+                             self.body["spec"]["pipeline"]["args"]["output_topic"],
+                             Channel(self.c.node, self.namespace), executors=2)
+
+    def alive(self) -> bool:
+        assert self.app is not None
+        try:
+            self.app.check_driver()
+        except AssertionError:
+            return False
+        return True
+
+    def ready(self) -> bool:
+        """Both executors run, and the driver runs the operator's newest assignment with every
+        copy caught up (standbys placed)."""
+        assert self.app is not None
+        m, st = self.app.channel.assignment(), self.app.channel.runtime_state()
+        return bool(m and st and st.assignment_generation == m.assignment.generation and caught_up(st, m)
+                    and self.app.running_executors() is not None)
+
+    def prepare(self) -> None:
+        pass
+
+    def streamapp(self) -> dict[str, Any]:
+        return get(self.c.node, "streamapp", APP, self.namespace)
+
+    def patch(self, spec: dict[str, Any]) -> None:
+        self.c.node.kubectl("-n", self.namespace, "patch", "streamapp", APP, "--type", "merge", "-p",
+                            json.dumps({"spec": spec}))
+
+    # -- what the change is measured by ------------------------------------------------------------------
+
+    def note_volumes(self) -> None:
+        """Where each executor's runner log is, and how long it was at the change."""
+        assert self.app is not None
+        pods = self.app.running_executors() or {}
+        for e, pod in pods.items():
+            path = self.app.volume_dir(pod) / "eddy-runner.log"
+            self.volumes[e] = (path, path.stat().st_size if path.exists() else 0)
+
+    def restored(self) -> int:
+        total = 0
+        for path, offset in self.volumes.values():
+            text = path.read_text(errors="replace")[offset:] if path.exists() else ""
+            total += sum(int(m[4]) - int(m[3]) for m in RESTORE_LINE.finditer(text))
+        return total
+
+    def driver_pod(self) -> Any | None:
+        assert self.app is not None
+        return self.app.pod(builders.driver_pod_name(APP))
+
+    def holds_every_task(self, since_ms: float) -> bool:
+        """A runtime state published after `since_ms` on the operator's newest generation, with no
+        active task restoring, and both executors running: the running version holds every task."""
+        assert self.app is not None
+        m, st = self.app.channel.assignment(), self.app.channel.runtime_state()
+        if not (m and st and st.assignment_generation == m.assignment.generation and st.batch_id is not None):
+            return False
+        updated = _epoch_ms(st.updated_at)
+        restoring = [r for r in st.restores if r.role == "active"]
+        return updated > since_ms and not restoring and self.app.running_executors() is not None
+
+    def wait(self, check: Any, timeout_s: float, what: str) -> None:
+        """Until `check()`. A case that needs the upgrade feature reports "not run" when it times out
+        (the feature may be missing, or only partly there); the driver pod deletion fails."""
+        deadline = time.monotonic() + timeout_s
+        while not check():
+            if time.monotonic() > deadline:
+                if self.needs_upgrade_feature:
+                    raise NotRun(f"timed out after {timeout_s:g} s waiting for {what} (the upgrade feature has not "
+                                 "landed, or not all of it?)")
+                raise RuntimeError(f"{what}: not within {timeout_s:g} s")
+            time.sleep(0.1)
+
+    def wait_condition(self, type_: str, timeout_s: float = CONDITION_TIMEOUT_S) -> dict[str, Any]:
+        """The StreamApp's condition `type_` once True; NotRun if it never appears (feature not landed)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            app = self.streamapp()
+            cond = condition(app, type_)
+            if cond is not None and cond.get("status") == "True":
+                return cond
+            time.sleep(0.5)
+        conditions = [(c.get("type"), c.get("status"), c.get("reason")) for c in
+                      (self.streamapp().get("status") or {}).get("conditions") or []]
+        raise NotRun(f"condition {type_} never became True within {timeout_s:g} s (the upgrade feature has not "
+                     f"landed?); conditions: {conditions}")
+
+    def require_upgrade_feature(self) -> None:
+        if self.needs_upgrade_feature and not self.upgrade_ready:
+            raise NotRun("spec.upgrade is not in the installed StreamApp CRD: the upgrade feature has not landed")
+
+    def change(self, marks: Marks) -> None:
+        self.require_upgrade_feature()
+        self.note_volumes()
+        marks.start()
+        try:
+            self.make_change(marks)
+        finally:
+            marks.restored = self.restored()
+            marks.restored_label = ("records the task runners logged restoring or tailing from changelogs since the "
+                                    "change (runner logs on the executors' volumes)")
+
+    def make_change(self, marks: Marks) -> None:
+        raise NotImplementedError
+
+    def wait_new_driver(self, marks: Marks, old_uid: str) -> float:
+        """Until a driver pod other than `old_uid` runs; returns when (epoch ms)."""
+        self.wait(lambda: (p := self.driver_pod()) is not None and p.metadata.uid != old_uid
+                  and p.status.phase == "Running", self.s.change_timeout_s, "a new driver pod running")
+        marks.step("new driver pod running")
+        return time.time() * 1000
+
+    def wait_holds_every_task(self, marks: Marks, since_ms: float) -> None:
+        self.wait(lambda: self.holds_every_task(since_ms), self.s.change_timeout_s, "the app holding every task")
+        marks.done()
+        marks.step("holds every task")
+
+    # -- end ---------------------------------------------------------------------------------------------------
+
+    def stop(self) -> dict[str, Any]:
+        if self.app is not None:
+            folder = self.s.work_dir / self.namespace
+            folder.mkdir(exist_ok=True)
+            self.app.close(folder)
+            self.log.write_text((folder / "driver.log").read_text())
+        self.c.node.kubectl("delete", "namespace", self.namespace, "--wait=true", "--timeout=180s", check=False)
+        return {}
+
+    def kill_all(self) -> None:
+        with contextlib.suppress(Exception):
+            self.stop()
+
+
+def _epoch_ms(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000
+
+
+class DriverPodDeleted(EddyChange):
+    """Runs today: the driver StatefulSet brings the pod back; the executors (owned by the driver
+    pod) are replaced and reopen their stores from their volumes."""
+
+    case = "driver pod deleted"
+    needs_upgrade_feature = False
+
+    def make_change(self, marks: Marks) -> None:
+        old = self.driver_pod()
+        assert old is not None
+        self.c.node.kubectl("-n", self.namespace, "delete", "pod", builders.driver_pod_name(APP), "--wait=false")
+        marks.step("driver pod deleted")
+        since = self.wait_new_driver(marks, old.metadata.uid)
+        self.wait_holds_every_task(marks, since)
+
+
+class CompatibleImageUpgrade(EddyChange):
+    """NEEDS THE UPGRADE FEATURE: a new image and a changed, compatible pipeline, kept state."""
+
+    case = "compatible image upgrade"
+
+    def make_change(self, marks: Marks) -> None:
+        image = self.body["spec"]["image"]
+        new = self.c.tag_image(image)
+        self.patch({"image": new, "pipeline": {"function": "build_words"}})
+        marks.step(f"spec.image -> {new}, pipeline.function -> build_words")
+        self.fail_if_refused()
+
+        def all_new() -> bool:
+            assert self.app is not None
+            pods = [self.driver_pod(), *self.app.executor_pods()]
+            return all(p is not None and p.status.phase == "Running" and p.metadata.deletion_timestamp is None
+                       and all(c.image.endswith(new) for c in p.spec.containers) for p in pods)
+
+        self.wait(all_new, self.s.change_timeout_s, f"every pod on {new}")
+        marks.step("every pod on the new image")
+        self.wait_holds_every_task(marks, time.time() * 1000)
+
+    def fail_if_refused(self) -> None:
+        cond = condition(self.streamapp(), "UpgradeRefused")
+        if cond is not None and cond.get("status") == "True":
+            raise RuntimeError(f"a compatible change was refused: {cond.get('message')}")
+
+
+class ConfigChange(EddyChange):
+    """NEEDS THE UPGRADE FEATURE: spec.triggerInterval changed, rolled out with the state kept."""
+
+    case = "config change"
+
+    def make_change(self, marks: Marks) -> None:
+        old = self.driver_pod()
+        assert old is not None
+        self.patch({"triggerInterval": f"{2 * self.s.commit_interval_ms}ms"})
+        marks.step(f"spec.triggerInterval -> {2 * self.s.commit_interval_ms}ms")
+        since = self.wait_new_driver(marks, old.metadata.uid)
+        self.wait_holds_every_task(marks, since)
+
+
+class RefusedChange(EddyChange):
+    """NEEDS THE UPGRADE FEATURE (and a `counts_store` argument of the example's build function):
+    a store rename, which the upgrade gate refuses; the old version must go on undisturbed."""
+
+    case = "incompatible change refused"
+
+    def make_change(self, marks: Marks) -> None:
+        args = dict(self.body["spec"]["pipeline"]["args"], counts_store="counts-renamed")
+        self.patch({"pipeline": {"args": args}})
+        marks.step("pipeline.args.counts_store -> counts-renamed")
+        cond = self.wait_condition("UpgradeRefused")
+        marks.step(f"UpgradeRefused: {cond.get('reason')}")
+        marks.notes.append(f"UpgradeRefused: {cond.get('message')}")
+        self.wait_holds_every_task(marks, time.time() * 1000)
+
+
+class Rollback(EddyChange):
+    """NEEDS THE UPGRADE FEATURE: a pipeline that crashes at start; rolled back after healthTimeout."""
+
+    case = "rollback"
+
+    def make_change(self, marks: Marks) -> None:
+        self.patch({"pipeline": {"module": "examples.wordcount.no_such_module"}})
+        marks.step("pipeline.module -> examples.wordcount.no_such_module")
+        refused = condition(self.streamapp(), "UpgradeRefused")
+        if refused is not None and refused.get("status") == "True":
+            raise NotRun(f"refused before it ran, not rolled back: {refused.get('message')}")
+        cond = self.wait_condition("RolledBack")
+        marks.step(f"RolledBack: {cond.get('reason')}")
+        self.wait_holds_every_task(marks, time.time() * 1000)
+
+
+CASES: tuple[type[EddyChange], ...] = (DriverPodDeleted, CompatibleImageUpgrade, ConfigChange, RefusedChange,
+                                       Rollback)
+
+
+def cases(c: EddyCluster) -> list[tuple[str, SubjectFactory]]:
+    """(case, factory) for upgrade.py: each factory binds the shared cluster."""
+    def bind(kind: type[EddyChange]) -> SubjectFactory:
+        return lambda s, input_topic, output, app_id: kind(c, s, input_topic, output, app_id)
+
+    return [(kind.case, bind(kind)) for kind in CASES]
