@@ -79,15 +79,24 @@ def _driver(args: argparse.Namespace) -> int:
     for key, value in {**defaults, **dict(spec.spark_conf)}.items():
         builder = builder.config(key, value)
     from eddy_runtime.driver.executor_set import adopt_executor_set, release_executor_set
+    from eddy_runtime.driver.startup import load_pipeline
+    from eddy_runtime.driver.upgrade_gate import gate_new_version
 
-    release_executor_set()  # Kubernetes: the executors of an earlier driver are adopted, not replaced
-    spark = builder.getOrCreate()
-    adopt_executor_set()
     metrics_port = args.metrics_port or int(os.environ.get("EDDY_METRICS_PORT", spec.metrics_port))
     assignment = (ChannelLocation(path=args.assignment_file) if args.assignment_file
                   else ChannelLocation.from_env("EDDY_ASSIGNMENT_CONFIGMAP"))
     runtime_state = (ChannelLocation(path=args.runtime_state_file) if args.runtime_state_file
                      else ChannelLocation.from_env("EDDY_RUNTIME_STATE_CONFIGMAP"))
+    topology, module = load_pipeline(spec)
+    try:
+        # before anything of the running version is touched: its runners go on if this is refused
+        gate_new_version(spec, topology, runtime_state)
+    except DriverError as e:
+        logging.getLogger("eddy.driver").error("the app stopped: %s", e)
+        return 3
+    released = release_executor_set()  # Kubernetes: the executors of an earlier driver are adopted, not replaced
+    spark = builder.getOrCreate()
+    adopt_executor_set(released)
     options = DriverOptions(
         state_dir=args.state_dir or os.environ.get("EDDY_STATE_DIR") or default_state_dir(),
         per_executor_state_dirs=args.per_executor_state_dirs,
@@ -95,7 +104,7 @@ def _driver(args: argparse.Namespace) -> int:
         assignment_source=assignment,
         runtime_state_target=runtime_state,
     )
-    driver = Driver(spark, spec, options)
+    driver = Driver(spark, spec, options, topology, module)
 
     def stop(signum: int, _frame: Any) -> None:
         logging.getLogger("eddy.driver").info("signal %d: stopping after the running batch", signum)
