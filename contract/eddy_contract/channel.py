@@ -44,6 +44,8 @@ ASSIGNMENT_KEY = "assignment.json"
 #: beside the assignment: the spec's settings a running driver takes in place (`LiveSettings`)
 SETTINGS_KEY = "settings.json"
 RUNTIME_STATE_KEY = "state.json"
+#: beside the runtime state: a starting driver's upgrade verdict (eddy_runtime.driver.upgrade_gate)
+UPGRADE_KEY = "upgrade.json"
 LABEL_CHANNEL = "eddy.dev/channel"
 ROLES = ("active", "standby", "warmup")
 

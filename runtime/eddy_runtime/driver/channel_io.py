@@ -29,7 +29,8 @@ from eddy_contract.channel import (
     encode_runtime_state,
 )
 
-__all__ = ["AssignmentWatch", "ChannelLocation", "read_assignment", "read_channel", "write_runtime_state"]
+__all__ = ["AssignmentWatch", "ChannelLocation", "read_assignment", "read_channel", "read_channel_data",
+           "write_channel_data", "write_runtime_state"]
 
 log = logging.getLogger("eddy.driver")
 
@@ -108,6 +109,34 @@ def read_channel(where: ChannelLocation,
                  "for the operator's next", message.assignment.generation, stale)
         return None, settings
     return message.assignment, settings
+
+
+def read_channel_data(where: ChannelLocation, key: str) -> str | None:
+    """One entry of a channel ConfigMap's `data` (or the file at `where.path`); None if absent."""
+    if where.path is not None:
+        path = Path(where.path)
+        return path.read_text() if path.is_file() else None
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        cm = _core_api().read_namespaced_config_map(where.configmap, where.namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    value: str | None = (cm.data or {}).get(key)
+    return value
+
+
+def write_channel_data(where: ChannelLocation, data: Mapping[str, str]) -> None:
+    """Set entries of a channel ConfigMap's `data` (the others stay); a file takes the one value."""
+    if where.path is not None:
+        path = Path(where.path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(data.values()))
+        tmp.replace(path)
+        return
+    _core_api().patch_namespaced_config_map(where.configmap, where.namespace, {"data": dict(data)})
 
 
 def write_runtime_state(where: ChannelLocation, state: RuntimeState) -> None:

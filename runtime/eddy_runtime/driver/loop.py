@@ -57,6 +57,7 @@ from eddy_runtime.driver.spark_plan import (
     slot_layout,
 )
 from eddy_runtime.driver.startup import PreparedApp, load_pipeline, prepare_app, ship_by_value
+from eddy_runtime.driver.upgrade_gate import publish_topology
 from eddy_runtime.dsl.pipeline import Topology
 from eddy_runtime.dsl.subtopology import CompiledApp
 from eddy_runtime.kafka.client import KafkaClientConfig
@@ -160,6 +161,7 @@ class Driver:
         self._prepared = prepare_app(self.spark, lambda: self._offsets.admin, self.kafka, self.topology, self.spec,
                                      create_output_topics=self.options.create_output_topics)
         self.compiled = self._prepared.compiled
+        publish_topology(self.compiled, self.options.runtime_state_target)  # the running version's, from now on
         if self.spec.execution == "continuous":
             self._continuous = frozenset(s.id for s in self.compiled.subtopologies if not s.uses_dataframe)
         exactly_once = self.spec.processing_guarantee == ProcessingGuarantee.EXACTLY_ONCE

@@ -30,7 +30,8 @@ from eddy_runtime.kafka.topics import TopicError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["PreparedApp", "check_dataframe_steps", "load_pipeline", "prepare_app", "ship_by_value", "source_topics"]
+__all__ = ["PreparedApp", "check_dataframe_steps", "compile_app", "load_pipeline", "prepare_app", "ship_by_value",
+           "source_topics"]
 
 log = logging.getLogger("eddy.driver")
 
@@ -110,28 +111,34 @@ def check_dataframe_steps(spark: SparkSession, compiled: CompiledApp) -> None:
             )
 
 
-def prepare_app(spark: SparkSession, admin_client: Callable[[], Any], kafka: KafkaClientConfig, topology: Topology,
-                spec: StreamAppSpec, *, create_output_topics: bool) -> PreparedApp:
-    """Compile the pipeline against the topics and create the topics the app needs.
+def compile_app(admin_client: Callable[[], Any], kafka: KafkaClientConfig, topology: Topology,
+                spec: StreamAppSpec) -> CompiledApp:
+    """The pipeline compiled against its input topics' partitions (no Spark needed).
 
     `admin_client` is called only once the connection check passed: making the client is where
     missing credentials would otherwise surface, unnamed as the app's error."""
-    from pyspark import cloudpickle
-
-    app = spec.application_id
     sources = source_topics(topology)
     try:
         # A wrong password or CA fails here, naming the reason, instead of timing out later.
         kafka_client.check_connection(kafka)
     except (KafkaUnreachable, KafkaCredentialsMissing) as e:
         raise DriverError(str(e)) from e
-    admin = admin_client()
-    meta = admin.list_topics(timeout=30).topics
+    meta = admin_client().list_topics(timeout=30).topics
     partitions = {t: len(meta[t].partitions) for t in sources if t in meta and meta[t].error is None}
     missing = [t for t in sources if t not in partitions]
     if missing:
         raise DriverError(f"input topics do not exist: {missing} (create them, or check spec.kafka)")
-    compiled = compile_topology(topology, app, partitions)
+    return compile_topology(topology, spec.application_id, partitions)
+
+
+def prepare_app(spark: SparkSession, admin_client: Callable[[], Any], kafka: KafkaClientConfig, topology: Topology,
+                spec: StreamAppSpec, *, create_output_topics: bool) -> PreparedApp:
+    """Compile the pipeline against the topics (`compile_app`) and create the topics the app needs."""
+    from pyspark import cloudpickle
+
+    app = spec.application_id
+    compiled = compile_app(admin_client, kafka, topology, spec)
+    admin = admin_client()
     check_dataframe_steps(spark, compiled)
     try:
         ensure_app_topics(admin, compiled, spec, create_outputs=create_output_topics)
