@@ -22,6 +22,8 @@ What a StreamApp `<app>` becomes (all owned by the StreamApp):
   (`streamapp.yaml`, read by the driver with `eddy_contract.spec.load_streamapp_file`).
 - `<app>-executors` headless Service (metrics and interactive queries) and PodDisruptionBudget (one executor at a time).
 - `<app>-assignment` and `<app>-runtime-state` ConfigMaps: the channel (`eddy_contract.channel`).
+- `<app>-versions` ConfigMap: the version the app wants, the last healthy one and the rejected
+  ones (`eddy_operator.upgrades`).
 - `<app>-push-token` Secret: the token the driver's requests to the task runners carry, the same
   for every driver of the app (made once, with a random token, by `eddy_operator.reconcile`).
 """
@@ -85,6 +87,10 @@ def executor_service_account_name(app: str) -> str:
 
 def executors_name(app: str) -> str:
     return f"{app}-executors"
+
+
+def versions_configmap_name(app: str) -> str:
+    return f"{app}-versions"
 
 
 def push_token_secret_name(app: str) -> str:
@@ -273,6 +279,11 @@ def build_push_token_secret(spec: StreamAppSpec, owner: Owner, token: str) -> di
         "type": "Opaque",
         "stringData": {PUSH_TOKEN_KEY: token},
     }
+
+
+def build_versions_configmap(spec: StreamAppSpec, owner: Owner, data: Mapping[str, str]) -> dict[str, Any]:
+    """The app's versions: wanted, healthy, rejected (eddy_operator.upgrades); the operator's only."""
+    return build_channel_configmap(spec, owner, versions_configmap_name(spec.name), "versions", data)
 
 
 def build_runtime_state_configmap(spec: StreamAppSpec, owner: Owner) -> dict[str, Any]:

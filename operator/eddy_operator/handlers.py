@@ -153,6 +153,7 @@ def snapshot(namespace: str | None, app: str, indexes: dict[str, kopf.Index[Any,
         nodes={name: _one(indexes["nodes_idx"], name) or {} for name in indexes["nodes_idx"]},
         runtime_data=_one(indexes["channels_idx"], (namespace, app, "runtime-state")),
         assignment_data=_one(indexes["channels_idx"], (namespace, app, "assignment")),
+        versions_data=_one(indexes["channels_idx"], (namespace, app, "versions")),
     )
 
 

@@ -44,7 +44,9 @@ from eddy_operator.assignment_events import describe_moves
 from eddy_operator.builders import Owner
 from eddy_operator.kube import Kube
 from eddy_operator.pods import LossReason, PodInfo, live_executors
+from eddy_operator.reconcile import reconcile, write_versions
 from eddy_operator.status import Failover, Observed, compute_status, without_times
+from eddy_operator.upgrades import DriverSeen, RejectionKind, VersionBook, judge
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,8 @@ class Snapshot:
     nodes: Mapping[str, Mapping[str, str]]
     runtime_data: Mapping[str, str] | None
     assignment_data: Mapping[str, str] | None
+    #: the `<app>-versions` ConfigMap (eddy_operator.upgrades)
+    versions_data: Mapping[str, str] | None = None
 
 
 class AppKey(NamedTuple):
@@ -127,6 +131,27 @@ def held_by_live_id(runtime: channel.RuntimeState, live: Iterable[Executor]) -> 
         if key not in held or key == e:
             held[key] = inventory.task_offsets()
     return held
+
+
+def driver_seen(pods: Iterable[PodInfo], runtime: channel.RuntimeState | None) -> DriverSeen | None:
+    """The app's driver pod as the upgrade gates judge it (None while there is none)."""
+    drivers = [p for p in pods if p.role == "driver" and not p.deleting]
+    if not drivers:
+        return None
+    d = drivers[0]
+    started = _instant(d.started_at)
+    age = (datetime.now(UTC) - started).total_seconds() if started is not None else 0.0
+    published = _instant(runtime.updated_at) if runtime is not None else None
+    batches = (runtime is not None and runtime.assignment_generation is not None and published is not None
+               and started is not None and published > started)
+    return DriverSeen(d.config_hash, d.phase == "Running" and d.ready, d.restarts, age, batches)
+
+
+def _instant(text: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
 
 
 def lost_executors(
@@ -197,6 +222,7 @@ class Orchestrator:
             if runtime is not None and runtime.changelog_end_offsets and executors:
                 await self._assign(ctl, snap, spec, executors, runtime, cause, started)
             await self._publish_live_settings(ctl, snap, spec)
+            await self._judge_upgrade(snap, spec, runtime)
             await self._update_status(ctl, snap, spec, executors, runtime)
 
     def _runtime_state(self, snap: Snapshot, app: str) -> channel.RuntimeState | None:
@@ -309,6 +335,42 @@ class Orchestrator:
             return
         await self._write_channel(ctl, snap, spec, ctl.message)
         log.info("app %s/%s: live settings published: %s", spec.namespace, spec.name, wanted[channel.SETTINGS_KEY])
+
+    async def _judge_upgrade(self, snap: Snapshot, spec: StreamAppSpec, runtime: channel.RuntimeState | None) -> None:
+        """The wanted version's topology gate and health gate (eddy_operator.upgrades): record it as
+        healthy, or reject it, say so, and roll the driver back to the healthy version."""
+        book = VersionBook.from_data(snap.versions_data)
+        gate_text = (snap.runtime_data or {}).get(channel.UPGRADE_KEY)
+        try:
+            gate = json.loads(gate_text) if gate_text else None
+        except ValueError:
+            gate = None
+        verdict = judge(book, driver_seen(snap.pods, runtime), gate, now=now_iso(),
+                        health_timeout_s=spec.upgrade.health_timeout_s, rollback=spec.upgrade.rollback)
+        wanted = book.wanted
+        if wanted is None or (verdict.healthy is None and verdict.rejection is None):
+            return
+        owner = Owner(spec.name, snap.streamapp["metadata"]["uid"])
+        if verdict.healthy is not None:
+            before = book.healthy
+            await asyncio.to_thread(write_versions, self.kube, spec, owner, replace(book, healthy=verdict.healthy))
+            if before is not None:
+                self._event(snap.streamapp, "Normal", "Upgraded",
+                            f"version {wanted.hash} runs healthily (was {before.hash}); no record waited for it")
+            return
+        rejection = verdict.rejection
+        assert rejection is not None
+        await asyncio.to_thread(write_versions, self.kube, spec, owner,
+                                replace(book, rejected={**book.rejected, wanted.hash: rejection}))
+        reason = "UpgradeRefused" if rejection.kind == RejectionKind.REFUSED else "UpgradeFailed"
+        self._event(snap.streamapp, "Warning", reason, f"version {wanted.hash}: {rejection.reason}")
+        if rejection.rolled_back_to is not None:
+            self._event(snap.streamapp, "Warning", "RolledBack",
+                        f"back to version {rejection.rolled_back_to}, the last that ran healthily; {wanted.hash} is "
+                        "not tried again until the spec changes")
+            await asyncio.to_thread(reconcile, self.kube, snap.streamapp)
+        log.warning("app %s/%s: version %s %s: %s", spec.namespace, spec.name, wanted.hash, rejection.kind,
+                    rejection.reason)
 
     def _announce(
         self,

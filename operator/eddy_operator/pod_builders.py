@@ -202,6 +202,9 @@ def build_driver_statefulset(spec: StreamAppSpec, owner: Owner, conf_hash: str) 
         # the executors outlive a driver restart: the new driver adopts their StatefulSet
         {"name": "EDDY_EXECUTOR_STATEFULSET", "value": executor_statefulset_name(app)},
         {"name": "EDDY_APP_UID", "value": owner.uid},
+        # the version it runs, named in its upgrade gate's verdict (eddy_runtime.driver.upgrade_gate)
+        {"name": "EDDY_CONFIG_HASH",
+         "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{CONFIG_HASH_ANNOTATION}']"}}},
     ]
     mounts = [
         {"name": "conf", "mountPath": CONF_DIR, "readOnly": True},

@@ -40,6 +40,12 @@ class PodInfo:
     ip: str | None = None
     #: every container of the pod is running (ready or not)
     running: bool = False
+    #: the driver's version (its `eddy.dev/config-hash` annotation)
+    config_hash: str | None = None
+    #: restarts of its containers, summed
+    restarts: int = 0
+    #: when the pod started (status.startTime, ISO 8601), if it did
+    started_at: str | None = None
 
     @property
     def live_executor(self) -> bool:
@@ -86,6 +92,9 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         zone_label=labels.get(builders.ZONE_LABEL),
         cores=pod_cores(pod),
         ip=status.get("podIP"),
+        config_hash=(meta.get("annotations") or {}).get(builders.CONFIG_HASH_ANNOTATION),
+        restarts=sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or []),
+        started_at=status.get("startTime"),
         running=bool(status.get("containerStatuses"))
         and all((c.get("state") or {}).get("running") is not None for c in status.get("containerStatuses") or []),
     )

@@ -4,8 +4,11 @@
 Called by the create/update/resume/delete handlers. Every object comes from
 `eddy_operator.builders` and is server-side applied, so running this twice, or after an
 operator restart, changes nothing and creates no duplicates. Executor count changes go straight
-to the executor StatefulSet that Spark created (no driver restart); any other spec change
-changes the driver pod template's config hash and rolls the driver.
+to the executor StatefulSet that Spark created (no driver restart); changes that apply in place
+(eddy_contract.upgrade's IN_PLACE_FIELDS) reach the running driver through the assignment
+ConfigMap; any other spec change changes the driver pod template's config hash and rolls the
+driver, which the executors outlive, unless that version was rejected (eddy_operator.upgrades):
+then the version it was rolled back to is applied.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from eddy_contract.spec import SpecError, StreamAppSpec
 from eddy_operator import builders, spark_builders
 from eddy_operator.builders import Owner
 from eddy_operator.kube import Kube
+from eddy_operator.upgrades import Version, VersionBook
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,23 @@ def resolve_storage_class(kube: Kube, spec: StreamAppSpec) -> str:
     return default
 
 
+def read_versions(kube: Kube, namespace: str, app: str) -> VersionBook:
+    """The app's `<app>-versions` ConfigMap (eddy_operator.upgrades), empty if it is not there."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        cm = kube.core.read_namespaced_config_map(builders.versions_configmap_name(app), namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return VersionBook()
+        raise
+    return VersionBook.from_data(cm.data)
+
+
+def write_versions(kube: Kube, spec: StreamAppSpec, owner: Owner, book: VersionBook) -> None:
+    kube.apply(builders.build_versions_configmap(spec, owner, book.to_data()))
+
+
 def reconcile(kube: Kube, body: Mapping[str, Any]) -> ReconcileResult:
     spec = StreamAppSpec.from_manifest(body)
     owner = Owner(spec.name, body["metadata"]["uid"])
@@ -50,7 +71,18 @@ def reconcile(kube: Kube, body: Mapping[str, Any]) -> ReconcileResult:
     applied: list[str] = []
     if kube.create_if_missing(builders.build_push_token_secret(spec, owner, secrets.token_urlsafe(24))):
         applied.append(f"Secret/{builders.push_token_secret_name(spec.name)}")
-    for obj in spark_builders.build_all(spec, owner, storage_class, body["spec"]):
+    # The version to run: the wanted one, or the healthy one it was rolled back to (eddy_operator.upgrades).
+    wanted = Version(spark_builders.config_hash(spec, storage_class, body["spec"]), dict(body["spec"]))
+    book = read_versions(kube, spec.namespace, spec.name).with_wanted(wanted)
+    write_versions(kube, spec, owner, book)
+    version = book.to_apply() or wanted
+    run_spec, run_manifest = spec, body["spec"]
+    if version.hash != wanted.hash:
+        log.info("%s/%s: version %s was rejected (%s); running %s", spec.namespace, spec.name, wanted.hash,
+                 book.rejected[wanted.hash].reason, version.hash)
+        run_manifest = version.spec
+        run_spec = StreamAppSpec.from_manifest({**body, "spec": run_manifest})
+    for obj in spark_builders.build_all(run_spec, owner, storage_class, run_manifest):
         name = f"{obj['kind']}/{obj['metadata']['name']}"
         if obj["kind"] == "ConfigMap" and obj["metadata"]["name"].endswith("-runtime-state"):
             # The driver owns its content; the operator only makes sure it exists and is owned.
