@@ -424,6 +424,7 @@ class Orchestrator:
             else int(((snap.streamapp.get("spec") or {}).get("executors") or {}).get("replicas") or 0)
         )
         assignment: Assignment | None = ctl.message.assignment if ctl.message is not None else None
+        book = VersionBook.from_data(snap.versions_data)
         observed = Observed(
             now=now_iso(),
             generation=meta.get("generation"),
@@ -437,6 +438,8 @@ class Orchestrator:
             runtime=runtime,
             last_failover=ctl.last_failover,
             spec_error=spec_error,
+            wanted_version=book.wanted.hash if book.wanted is not None else None,
+            rejection=book.rejected.get(book.wanted.hash) if book.wanted is not None else None,
         )
         previous = ctl.last_status if ctl.last_status is not None else snap.streamapp.get("status")
         status = compute_status(observed, previous)

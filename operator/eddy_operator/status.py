@@ -22,6 +22,7 @@ from typing import Any
 
 from eddy_contract.assignor import Assignment
 from eddy_contract.channel import RuntimeState
+from eddy_operator.upgrades import Rejection, RejectionKind
 
 MAX_RESTORING_LISTED = 50
 
@@ -74,6 +75,9 @@ class Observed:
     runtime: RuntimeState | None = None
     last_failover: Failover | None = None
     spec_error: str | None = None
+    #: the wanted version's config hash and, if it was rejected, how (eddy_operator.upgrades)
+    wanted_version: str | None = None
+    rejection: Rejection | None = None
 
 
 @dataclass(frozen=True)
@@ -174,9 +178,22 @@ def compute_status(observed: Observed, previous: Mapping[str, Any] | None = None
     else:
         degraded = _condition("Degraded", False, "AsExpected", "redundancy as asked")
 
+    rejection = o.rejection
+    if rejection is not None and rejection.kind == RejectionKind.REFUSED:
+        refused = _condition("UpgradeRefused", True, "IncompatibleTopology",
+                             f"version {o.wanted_version} refused, {_running_instead(rejection)}: {rejection.reason}")
+    else:
+        refused = _condition("UpgradeRefused", False, "Compatible", "the wanted version's topology keeps the state")
+    if rejection is not None and rejection.kind == RejectionKind.FAILED:
+        back = _condition("RolledBack", rejection.rolled_back_to is not None, "HealthGateFailed",
+                          f"version {o.wanted_version} failed its health gate, {_running_instead(rejection)}: "
+                          f"{rejection.reason}")
+    else:
+        back = _condition("RolledBack", False, "Healthy", "the wanted version was not rolled back")
+
     previous_conditions = {c.get("type"): c for c in (previous or {}).get("conditions", []) or []}
     conditions = []
-    for cond in (ready, progressing, degraded):
+    for cond in (ready, progressing, degraded, refused, back):
         before = previous_conditions.get(cond["type"])
         cond["lastTransitionTime"] = (
             before["lastTransitionTime"]
@@ -223,6 +240,12 @@ def compute_status(observed: Observed, previous: Mapping[str, Any] | None = None
     elif previous and previous.get("lastFailover"):
         status["lastFailover"] = previous["lastFailover"]
     return status
+
+
+def _running_instead(rejection: Rejection) -> str:
+    if rejection.rolled_back_to is None:
+        return "nothing to go back to"
+    return f"version {rejection.rolled_back_to} runs instead until the spec changes"
 
 
 def without_times(status: Mapping[str, Any]) -> dict[str, Any]:

@@ -52,6 +52,8 @@ def test_a_healthy_app_is_running_and_ready():
         "Ready": ("True", "TasksRunning"),
         "Progressing": ("True", "WarmingUp"),
         "Degraded": ("False", "AsExpected"),
+        "UpgradeRefused": ("False", "Compatible"),
+        "RolledBack": ("False", "Healthy"),
     }
     assert s["tasks"] == {"total": 2, "running": 2, "restoring": 0, "standby": 2, "warmup": 1}
     assert s["assignmentGeneration"] == 4
@@ -222,3 +224,16 @@ def test_standbys_and_warmups_catching_up_are_listed_with_their_progress():
     # Standbys behind are not actives restoring: the app stays ready.
     assert s["phase"] == "Running" and s["tasks"]["restoring"] == 0
     assert conditions(s)["Ready"] == ("True", "TasksRunning")
+
+
+def test_a_refused_or_rolled_back_version_shows_in_the_conditions():
+    from eddy_operator.upgrades import Rejection, RejectionKind
+
+    refused = Rejection(RejectionKind.REFUSED, "store 'counts' removed", "t", "aaaa")
+    s = compute_status(observed(wanted_version="bbbb", rejection=refused))
+    cond = next(c for c in s["conditions"] if c["type"] == "UpgradeRefused")
+    assert (cond["status"], cond["reason"]) == ("True", "IncompatibleTopology")
+    assert "bbbb" in cond["message"] and "aaaa" in cond["message"] and "store 'counts' removed" in cond["message"]
+    failed = Rejection(RejectionKind.FAILED, "the driver container restarted 3 times", "t", "aaaa")
+    assert conditions(compute_status(observed(wanted_version="bbbb", rejection=failed)))["RolledBack"] == (
+        "True", "HealthGateFailed")
