@@ -120,8 +120,9 @@ class GenerationHandoff:
         lost = {self.runner_key(e) for e in self._lost} - {self.runner_key(e) for e in assignment.executors()
                                                            if e not in self._lost}
 
+        addresses = self._runner_addresses_by_key()  # not under the fences' lock, which `release` runs under
+
         def release(losing: Mapping[str, Sequence[str]]) -> set[str]:
-            addresses = self._runner_addresses_by_key()
             asked = {k: tasks for k, tasks in losing.items() if k not in lost and k in addresses}
             if not asked:
                 return set()
