@@ -196,6 +196,9 @@ def build_driver_statefulset(spec: StreamAppSpec, owner: Owner, conf_hash: str) 
         {"name": "EDDY_ASSIGNMENT_CONFIGMAP", "value": channel.assignment_configmap_name(app)},
         {"name": "EDDY_RUNTIME_STATE_CONFIGMAP", "value": channel.runtime_state_configmap_name(app)},
         {"name": "EDDY_MODE", "value": "kubernetes"},
+        # Spark's local directory, the driver's and (mounted from an emptyDir) the executors': fixed, so
+        # that each driver's executor pod template is the same (eddy_runtime.driver.executor_set)
+        {"name": "SPARK_LOCAL_DIRS", "value": "/tmp/spark-local"},
         # the same for every driver of the app: a new one asks the runners of the last to let go
         {"name": "EDDY_PUSH_TOKEN",
          "valueFrom": {"secretKeyRef": {"name": push_token_secret_name(app), "key": PUSH_TOKEN_KEY}}},

@@ -112,13 +112,13 @@ def build_spark_conf(spec: StreamAppSpec, storage_class: str) -> dict[str, str]:
         "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
         # The executors outlive a driver restart (docs/operations.md, "Upgrading an app"): a stopping
         # driver deletes neither their pods nor their StatefulSet, and their pod template has no
-        # per-driver ConfigMap, name prefix or local directory (Spark picks each anew per driver),
+        # per-driver ConfigMap, name prefix or local directory (Spark picks each anew per driver;
+        # the local directory is the driver's SPARK_LOCAL_DIRS, eddy_operator.pod_builders),
         # so that the next driver's pod template is the same but for the driver's owner reference,
         # and it adopts the running pods instead of replacing them (eddy_runtime.driver.executor_set).
         "spark.kubernetes.executor.deleteOnTermination": "false",
         "spark.kubernetes.executor.disableConfigMap": "true",
         "spark.kubernetes.executor.podNamePrefix": app,
-        "spark.local.dir": "/var/data/spark-local",
         f"spark.kubernetes.executor.label.{APP_LABEL}": app,
         f"spark.kubernetes.executor.label.{ROLE_LABEL}": "executor",
         # Work items are pinned to executors through preferred locations (docs/DESIGN.md, "Placement facts").
