@@ -37,7 +37,15 @@ from eddy_runtime.executor.task_metadata import RETRY_AFTER_S, TaskExecutionMeta
 from eddy_runtime.kafka.partitions import InputRange, TopicPartition
 from eddy_runtime.kafka.records import RawRecords
 from eddy_runtime.kafka.transactions import TaskCommitter
-from eddy_runtime.protocol.work import BatchSettings, ContinuousWork, ItemResult, ItemStatus, SlotWork, WorkItem
+from eddy_runtime.protocol.work import (
+    BatchSettings,
+    ContinuousWork,
+    ItemResult,
+    ItemStatus,
+    SlotWork,
+    StateReset,
+    WorkItem,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -91,6 +99,9 @@ class TaskHost(Protocol):
         """Let go of a held task, closing it in the background (it is opened again, and restores
         its delta, if it comes back)."""
 
+    def reset_state(self, reset: StateReset | None, settings: BatchSettings | None = None) -> None:
+        """Drop the runner's copies of a state reset's stores, once per reset, before its work runs."""
+
     def run_round(self, subs: dict[int, SubTopology], settings: BatchSettings,
                   entries: Sequence[RoundEntry], committer: TaskCommitter
                   ) -> list[ItemResult]:
@@ -120,7 +131,8 @@ class ContinuousLoop:
 
     def sync(self, subs: dict[int, SubTopology], settings: BatchSettings, work: ContinuousWork) -> list[ItemResult]:
         """Take the driver's current work (unless an older generation's) and hand back what the
-        loop did since the last sync."""
+        loop did since the last sync (a state reset it carries first: `TaskHost.reset_state`)."""
+        self.runner.reset_state(work.reset, settings)
         results = self.assignment.take_synced(subs, settings, work)
         # Exactly-once: a runner with no continuous active yet (a newcomer's first sync) starts
         # anyway and makes its committer, so the first tasks moved to it need not wait for that;
@@ -135,7 +147,12 @@ class ContinuousLoop:
 
     def push(self, work: ContinuousWork) -> bool:
         """Take a newer generation's work pushed by the driver ahead of its sync (protocol/work_push.py);
-        False if it is not newer, or the loop has had no sync yet (no program to run it with)."""
+        False if it is not newer, or the loop has had no sync yet (no program to run it with).
+        A state reset it carries is carried out first (`TaskHost.reset_state`)."""
+        current = self.assignment.current()
+        if current is None or work.generation <= current.work.generation:
+            return False
+        self.runner.reset_state(work.reset)
         if not self.assignment.take_pushed(work):
             return False
         log.info("generation %d pushed: %d tasks here", work.generation, len(work.tasks))

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple
@@ -82,6 +82,8 @@ class ContinuousAssignment:
         self._committing: Counter[str] = Counter()
         self._unclean: set[str] = set()
         self._changed = threading.Condition(self._lock)
+        #: tasks no step or round of any generation runs, while the runner drops their copies (`paused`)
+        self._paused: set[str] = set()
 
     def take_synced(self, subs: dict[int, SubTopology], settings: BatchSettings,
                     work: ContinuousWork) -> list[ItemResult]:
@@ -152,6 +154,27 @@ class ContinuousAssignment:
                 self._changed.wait(left)
             return Release.UNCLEAN if self._unclean.intersection(tasks) else Release.CLEAN
 
+    @contextlib.contextmanager
+    def paused(self, tasks: Collection[str], timeout_s: float) -> Iterator[None]:
+        """No step or round (of any generation) runs `tasks` while the block runs (a state reset
+        drops their copies, executor/task_runner.py); the block starts once the steps and rounds
+        under way that hold one ended. TimeoutError if one still does after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            self._paused.update(tasks)
+            while any(self._committing[t] for t in tasks):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._paused.difference_update(tasks)
+                    raise TimeoutError(f"{sorted(t for t in tasks if self._committing[t])} still committing "
+                                       f"after {timeout_s}s")
+                self._changed.wait(left)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._paused.difference_update(tasks)
+
     def released_from(self, work: ContinuousWork) -> set[str]:
         """The actives of `work` released for a newer generation."""
         with self._lock:
@@ -172,7 +195,8 @@ class ContinuousAssignment:
         generation nor released), marked as committing until the block ends; the block sets
         `clean` once what it did committed cleanly (or had nothing to commit)."""
         with self._lock:
-            allowed = [t for t in tasks if not self._held_back(work, t, role) and not self._taken(work, t, role)]
+            allowed = [t for t in tasks if t not in self._paused and not self._held_back(work, t, role)
+                       and not self._taken(work, t, role)]
             self._committing.update(allowed)
         committing = CommittingTasks(allowed)
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 
 from eddy_contract.tasks import Role
@@ -20,6 +20,7 @@ from eddy_runtime.executor.tasks import StandbyTask, StreamTask, Task
 from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.protocol.work import BatchSettings
 from eddy_runtime.queries.server import LocalCopy
+from eddy_runtime.state import StateDirectory
 
 __all__ = ["TaskManager"]
 
@@ -120,6 +121,32 @@ class TaskManager:
             log.info("closing task %s (%s): %s", task.task_id, task.role, why)
             if not task.closed:
                 task.close(self.metrics)
+
+    def holding(self, stores: Collection[str]) -> list[str]:
+        """The held tasks (actives and standbys) with one of `stores`."""
+        with self._lock:
+            held = list(self._tasks.items())
+        return sorted(t for t, task in held if not task.closed and set(task.state.stores) & set(stores))
+
+    def wipe_stores(self, state_dir: str, app: str, stores: Collection[str], lock_timeout_s: float = 30.0) -> list[str]:
+        """Delete `stores` from every task directory of `app` under `state_dir` (each under its
+        task's lock: a copy open here or in another process is closed first, or this waits for
+        it); the task directories that held one. A task closed in the background (`release`)
+        holds its lock until its close ends."""
+        volume = StateDirectory(state_dir)
+        app_dir = volume.path / app
+        wiped = []
+        for task_id in sorted(p.name for p in app_dir.iterdir() if p.is_dir()) if app_dir.is_dir() else []:
+            directory = volume.task_directory(app, task_id)
+            doomed = [s for s in directory.stores() if s in stores]
+            if not doomed:
+                continue
+            with directory.lock(timeout=lock_timeout_s):
+                for store in doomed:
+                    directory.wipe_store(store)
+            log.info("task %s: dropped its copies of %s (a state reset)", task_id, doomed)
+            wiped.append(task_id)
+        return wiped
 
     def close_failed(self, task: Task) -> None:
         """Close a task that failed or was fenced (its lock held by the caller). Only this copy:

@@ -10,6 +10,7 @@ is executor/active_batch.py; the commit order is executor/commit.py. executor/ru
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -40,6 +41,7 @@ from eddy_runtime.protocol.work import (
     ItemResult,
     ItemStatus,
     SlotWork,
+    StateReset,
     WorkItem,
     volume_inventory,
 )
@@ -55,6 +57,8 @@ _R = TypeVar("_R")
 
 #: an active's result after which what it advanced in memory stands (nothing left uncommitted)
 _KEEPS_PROCESSOR = frozenset({ItemStatus.PROCESSED, ItemStatus.RESTORING})
+#: how long a state reset waits for the steps and rounds holding its tasks, and for their task directories
+RESET_WAIT_S = 30.0
 
 
 class TaskRunner:
@@ -75,6 +79,9 @@ class TaskRunner:
         self.routing: QueryRouting | None = None
         #: a driver's work came at least once (`warm`)
         self._served = False
+        #: the state resets carried out here (`reset_state`), one at a time
+        self._resets: set[str] = set()
+        self._reset_lock = threading.Lock()
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -106,6 +113,7 @@ class TaskRunner:
         if settings.routing is not None and (self.routing is None
                                              or settings.routing.generation >= self.routing.generation):
             self.routing = settings.routing
+        self.reset_state(settings.state_reset, settings)  # before any task of this work opens
         continuous = self.continuous.sync(subs, settings, slot.continuous) if slot.continuous is not None else []
         if slot.held is not None:
             self.tasks.release_unheld(dict(slot.held))
@@ -135,6 +143,32 @@ class TaskRunner:
             out = [ItemResult("", self.executor_id, Role.ACTIVE, ItemStatus.PROCESSED,
                               query_address=self.query_address)]
         return out
+
+    def reset_state(self, reset: StateReset | None, settings: BatchSettings | None = None) -> None:
+        """Drop this runner's copies of a state reset's stores, once per reset (protocol/work.py's
+        `StateReset`), before the work that carries it runs: no step or round runs the reset's
+        tasks or the held tasks with one of its stores meanwhile; those held (actives and
+        standbys, kept across the generation change or not) are closed, and the stores are
+        deleted from every task directory of the app on the volume. Each is opened again by the
+        work that names it, empty, and rebuilt from its new changelog. Raises when it could not
+        be done (the work is not taken; the driver's next sync or batch brings the reset again)."""
+        if reset is None or reset.id in self._resets:
+            return
+        settings = settings or self.continuous.settings()
+        if settings is None:
+            raise RuntimeError(f"state reset {reset.id}: no settings from a driver yet")
+        with self._reset_lock:
+            if reset.id in self._resets:
+                return
+            held = self.tasks.holding(reset.stores)
+            with self.continuous.assignment.paused({*reset.tasks, *held}, RESET_WAIT_S):
+                for task_id in held:
+                    self.tasks.close_now(task_id, f"state reset {reset.id}: its stores start empty")
+                wiped = self.tasks.wipe_stores(settings.state_dir_for(self.executor_id), settings.app, reset.stores,
+                                               RESET_WAIT_S)
+            self._resets.add(reset.id)
+        log.info("state reset %s: stores %s dropped here (closed %s, wiped in %s)", reset.id, list(reset.stores),
+                 held, wiped)
 
     # -- what the continuous loop and the queries ask of the tasks ------------------------------
 

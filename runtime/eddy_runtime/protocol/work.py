@@ -27,6 +27,7 @@ __all__ = [
     "ItemResult",
     "ItemStatus",
     "SlotWork",
+    "StateReset",
     "WorkItem",
     "volume_inventory",
     "LATENCY_BUCKETS_S",
@@ -48,6 +49,23 @@ class ItemStatus(StrEnum):
 
 #: end-to-end latency buckets (seconds) for the histogram items report and the driver exports
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True)
+class StateReset:
+    """An upgrade's state reset (driver/upgrade_gate.py): the driver that carried it out deleted the
+    changelogs of `stores` and made them anew, empty, before its first generation. Every work it
+    hands out carries it; a runner drops its copies once per reset (`id`), before it runs anything
+    of that work: it closes the tasks it holds with one of `stores` (standbys too) and deletes
+    `stores` from every task directory of the app on its volume, so that each is rebuilt from the
+    new changelog (executor/task_runner.py's `TaskRunner.reset_state`)."""
+
+    #: one per driver that carried out a reset: a runner does each once
+    id: str
+    #: the stores whose state starts empty (the reset sub-topologies' and those the new version dropped)
+    stores: tuple[str, ...]
+    #: the new version's tasks that hold one of them: no step runs them while the runner drops its copies
+    tasks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +98,8 @@ class BatchSettings:
     #: spec.state.acceptableRecoveryLag: a runner is warm (its pod ready, executor/task_runner.py's
     #: `TaskRunner.warm`) once each copy it holds is at most this far behind
     acceptable_recovery_lag: int = 0
+    #: the state reset of this driver's upgrade, if it carried one out (None: nothing reset)
+    state_reset: StateReset | None = None
 
     def state_dir_for(self, executor: str) -> str:
         return f"{self.state_dir}/executor-{executor}" if self.per_executor_state_dirs else self.state_dir
@@ -112,6 +132,8 @@ class ContinuousWork:
     #: the runner's key: what its transactional id and fence epoch are kept under (protocol/fences.py's
     #: `runner_key`); "" for the executor's id
     runner: str = ""
+    #: the state reset of this driver's upgrade, if it carried one out (None: nothing reset)
+    reset: StateReset | None = None
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from eddy_contract.tasks import Role
-from eddy_runtime.protocol.work import ContinuousWork, ItemResult
+from eddy_runtime.protocol.work import ContinuousWork, ItemResult, StateReset
 
 __all__ = [
     "PUSH_PATH",
@@ -117,8 +117,11 @@ def _object(body: bytes, what: str) -> dict[str, Any]:
 
 
 def _work_fields(app: str, work: ContinuousWork) -> dict[str, Any]:
-    return {"app": app, "generation": work.generation, "tasks": [list(t) for t in work.tasks],
-            "commitIntervalS": work.commit_interval_s, "fenceEpoch": work.fence_epoch, "runner": work.runner}
+    fields = {"app": app, "generation": work.generation, "tasks": [list(t) for t in work.tasks],
+              "commitIntervalS": work.commit_interval_s, "fenceEpoch": work.fence_epoch, "runner": work.runner}
+    if work.reset is not None:
+        fields["reset"] = _to_json(work.reset)
+    return fields
 
 
 def _work_of(doc: Mapping[str, Any]) -> tuple[str, ContinuousWork]:
@@ -137,7 +140,8 @@ def _work_of(doc: Mapping[str, Any]) -> tuple[str, ContinuousWork]:
     runner = doc.get("runner", "")
     if not isinstance(runner, str):
         raise ValueError("runner must be a string")
-    return str(doc["app"]), ContinuousWork(generation, tuple(tasks), float(interval), epoch, runner)
+    reset = _from_json(StateReset | None, doc.get("reset"))
+    return str(doc["app"]), ContinuousWork(generation, tuple(tasks), float(interval), epoch, runner, reset)
 
 
 def encode_release(app: str, generation: int, tasks: Sequence[str], timeout_s: float) -> bytes:
