@@ -89,8 +89,10 @@ def _driver(args: argparse.Namespace) -> int:
                      else ChannelLocation.from_env("EDDY_RUNTIME_STATE_CONFIGMAP"))
     topology, module = load_pipeline(spec)
     try:
-        # before anything of the running version is touched: its runners go on if this is refused
-        gate_new_version(spec, topology, runtime_state)
+        # before anything of the running version is touched: its runners go on if this is refused;
+        # a state reset it allows is carried out by the driver before its first generation
+        # (operator mode: the runners outlive the driver)
+        upgrade = gate_new_version(spec, topology, runtime_state, runners_outlive=assignment is not None)
     except DriverError as e:
         logging.getLogger("eddy.driver").error("the app stopped: %s", e)
         return 3
@@ -104,7 +106,7 @@ def _driver(args: argparse.Namespace) -> int:
         assignment_source=assignment,
         runtime_state_target=runtime_state,
     )
-    driver = Driver(spark, spec, options, topology, module)
+    driver = Driver(spark, spec, options, topology, module, upgrade=upgrade)
 
     def stop(signum: int, _frame: Any) -> None:
         logging.getLogger("eddy.driver").info("signal %d: stopping after the running batch", signum)

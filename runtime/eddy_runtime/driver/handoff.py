@@ -23,7 +23,7 @@ from eddy_runtime.dsl.subtopology import CompiledApp
 from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.protocol.fences import FenceBook, runner_key
 from eddy_runtime.protocol.placement import ExecutorRef
-from eddy_runtime.protocol.work import ContinuousWork
+from eddy_runtime.protocol.work import ContinuousWork, StateReset
 from eddy_runtime.protocol.work_push import push_work, release_tasks
 
 __all__ = ["PUSH_TOKEN_ENV", "RELEASE_TIMEOUT_S", "GenerationHandoff"]
@@ -67,6 +67,8 @@ class GenerationHandoff:
         self._continuous: frozenset[int] = frozenset()
         #: exactly-once continuous: the runners' fences
         self._fences: FenceBook | None = None
+        #: the state reset this driver carried out (driver/upgrade_gate.py), carried by all its work
+        self.state_reset: StateReset | None = None
 
     def start(self, compiled: CompiledApp, continuous: frozenset[int], exactly_once: bool) -> None:
         """Know the app (`continuous`: the sub-topologies the runners run by themselves); under
@@ -76,6 +78,16 @@ class GenerationHandoff:
         if continuous and exactly_once and self._fences is None:
             self._fences = FenceBook(self.kafka, self.app)
             self._fences.start()
+
+    def fence_earlier_runners(self) -> list[str]:
+        """A state reset: fence every runner the fence topic names (an earlier driver's) now, before
+        any state is dropped, instead of asking them to let go before the first generation
+        (protocol/fences.py's `FenceBook.fence_earlier`); the runner keys fenced. The caller knows
+        the fence topic exists."""
+        if self._fences is None:
+            self._fences = FenceBook(self.kafka, self.app)
+            self._fences.start()
+        return self._fences.fence_earlier()
 
     def push(self, assignment: Assignment, live: Set[str]) -> None:
         """Push `assignment`'s continuous work to the runners of `live` (once per generation)."""
@@ -106,7 +118,7 @@ class GenerationHandoff:
         key and fence epoch."""
         key = self.runner_key(executor)
         epoch = self._fences.epochs().get(key, 0) if self._fences is not None else 0
-        return ContinuousWork(generation, tuple(tasks), self.commit_interval_s, epoch, key)
+        return ContinuousWork(generation, tuple(tasks), self.commit_interval_s, epoch, key, self.state_reset)
 
     def fence(self, assignment: Assignment) -> None:
         """Exactly-once continuous: before any runner hears of `assignment`, the executors that

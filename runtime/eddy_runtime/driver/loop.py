@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from eddy_contract.assignor import Assignment, diff
 from eddy_contract.channel import LiveSettings
 from eddy_contract.spec import ProcessingGuarantee, StreamAppSpec
+from eddy_contract.upgrade import UpgradeDecision
 from eddy_runtime.driver.accounting import BatchAccounting
 from eddy_runtime.driver.app_topics import ensure_app_topics
 from eddy_runtime.driver.assignment_source import AssignmentSource
@@ -57,14 +58,23 @@ from eddy_runtime.driver.spark_plan import (
     slot_layout,
 )
 from eddy_runtime.driver.startup import PreparedApp, load_pipeline, prepare_app, ship_by_value
-from eddy_runtime.driver.upgrade_gate import publish_topology
+from eddy_runtime.driver.upgrade_gate import (
+    drop_changelogs,
+    move_positions,
+    needs_reset,
+    publish_topology,
+    record_reset,
+    reset_changelogs,
+    reset_plan,
+)
 from eddy_runtime.dsl.pipeline import Topology
 from eddy_runtime.dsl.subtopology import CompiledApp
 from eddy_runtime.kafka.client import KafkaClientConfig
+from eddy_runtime.protocol.fences import fence_topic
 from eddy_runtime.protocol.health import BatchProgress, HealthAndMetricsServer
 from eddy_runtime.protocol.placement import BatchWatch, ExecutorRef, executor_hosts, live_executors
 from eddy_runtime.protocol.runner_messages import Program
-from eddy_runtime.protocol.work import BatchSettings, ItemResult, WorkItem
+from eddy_runtime.protocol.work import BatchSettings, ItemResult, StateReset, WorkItem
 from eddy_runtime.protocol.work_push import sync_runners
 from eddy_runtime.queries.routing import QueryRouting, query_routing
 from eddy_runtime.queries.server import StoreQueries
@@ -113,7 +123,10 @@ class Driver:
     """Runs one stream app's micro-batches on a SparkSession: puts each batch's phases in order."""
 
     def __init__(self, spark: SparkSession, spec: StreamAppSpec, options: DriverOptions,
-                 topology: Topology | None = None, pipeline_module: ModuleType | None = None) -> None:
+                 topology: Topology | None = None, pipeline_module: ModuleType | None = None,
+                 upgrade: UpgradeDecision | None = None) -> None:
+        """`upgrade`: the upgrade gate's decision on this version (driver/upgrade_gate.py), whose
+        state reset, if any, `prepare` carries out before the first generation."""
         self.spark = spark
         self.sc = spark.sparkContext
         self.spec = spec
@@ -155,12 +168,35 @@ class Driver:
         self._last_batch_end = time.monotonic()
         #: the sub-topologies whose tasks the executors run continuously (executor/continuous.py)
         self._continuous: frozenset[int] = frozenset()
+        self._upgrade = upgrade
+        #: the state reset this driver carried out, which all its work carries (protocol/work.py)
+        self.state_reset: StateReset | None = None
 
     def prepare(self) -> CompiledApp:
-        """Compile the pipeline against the topics and create the topics the app needs."""
+        """Compile the pipeline against the topics and create the topics the app needs; carry out
+        the upgrade's state reset first, if it has one (driver/upgrade_gate.py: fence every
+        earlier runner, drop the reset changelogs, which the topic setup makes again empty; then
+        move the committed positions), and only then publish this version's topology."""
+        resetting = needs_reset(self._upgrade)
+        fenced: list[str] = []
+        if resetting:
+            assert self._upgrade is not None
+            log.info("state reset of upgrade mode %s: stores %s", self._upgrade.mode, list(self._upgrade.reset_stores))
+            if fence_topic(self.app) in self._offsets.admin.list_topics(timeout=30).topics:
+                fenced = self._handoff.fence_earlier_runners()  # none of them commits again
+            drop_changelogs(self._offsets.admin, reset_changelogs(self.app, self._upgrade))
         self._prepared = prepare_app(self.spark, lambda: self._offsets.admin, self.kafka, self.topology, self.spec,
                                      create_output_topics=self.options.create_output_topics)
         self.compiled = self._prepared.compiled
+        if resetting:
+            assert self._upgrade is not None
+            plan = reset_plan(self._upgrade, self.compiled)
+            moved = move_positions(self._offsets.admin, self._offsets, self.compiled, plan.positions)
+            self.state_reset = StateReset(f"{self.app}-{time.time_ns():x}", self._upgrade.reset_stores, plan.tasks)
+            self._handoff.state_reset = self.state_reset
+            record_reset(self.options.runtime_state_target, plan, fenced, moved)
+            log.info("state reset %s carried out: changelogs %s made again empty, runners %s fenced, positions %s",
+                     self.state_reset.id, list(plan.changelogs), fenced, dict(plan.positions))
         publish_topology(self.compiled, self.options.runtime_state_target)  # the running version's, from now on
         if self.spec.execution == "continuous":
             self._continuous = frozenset(s.id for s in self.compiled.subtopologies if not s.uses_dataframe)
@@ -209,6 +245,7 @@ class Driver:
             routing=self._query_routing(live),
             push_token=self._handoff.token,
             acceptable_recovery_lag=self.spec.state.acceptable_recovery_lag,
+            state_reset=self.state_reset,
         )
 
     def _query_routing(self, live: Sequence[ExecutorRef]) -> QueryRouting | None:

@@ -29,6 +29,9 @@ owns the assignment instead of a consumer group, so it fences with a topic of it
   to let go of every active the generation gives to another runner, and fenced if it does not
   answer so in time. A runner that the generation leaves its tasks goes on without a pause; one
   that died is fenced, as before, so that none keeps a transaction open or commits again.
+- A driver that carries out a state reset of an upgrade (driver/upgrade_gate.py) fences every
+  runner of an earlier driver at once instead (`fence_earlier`), before it deletes a changelog or
+  moves a committed position: none of them commits again, whatever the first generation gives it.
 """
 
 from __future__ import annotations
@@ -124,6 +127,18 @@ class FenceBook:
             if found:
                 log.info("runners of an earlier driver: %s (asked to let go, or fenced, before the first "
                          "generation)", sorted(found))
+
+    def fence_earlier(self) -> list[str]:
+        """Fence every runner of an earlier driver now (`start` read them), instead of asking them
+        to let go before the first generation: a state reset must know that none of them commits
+        again before it drops state. The runners fenced."""
+        with self._lock:
+            earlier = sorted(self._earlier)
+            if earlier:
+                log.info("fencing the runner transactions of every runner of an earlier driver: %s", earlier)
+                self._fence(earlier)
+            self._earlier.clear()
+            return earlier
 
     def epochs(self) -> dict[str, int]:
         with self._lock:
