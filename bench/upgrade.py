@@ -346,6 +346,9 @@ def run_case(s: Settings, system: str, case: str, factory: SubjectFactory, words
             time.sleep(1)
         lines = subject.stop()
         result.notes += [f"{n}: {json.dumps(x)}" for n, x in lines.items() if "error" in x]
+    except NotRun as e:  # found out before the change (e.g. a field the cluster does not know)
+        result.not_run = str(e)
+        subject.kill_all()
     except Exception as e:  # noqa: BLE001 - one case's failure is reported in its row
         result.error = f"{type(e).__name__}: {e}"
         tp.say(f"{system} / {case}: failed: {result.error}")
@@ -357,7 +360,7 @@ def run_case(s: Settings, system: str, case: str, factory: SubjectFactory, words
         stop.set()
         observer.join(120)
     result.load = (result.load[0], tp.loadavg())
-    if result.error is None:
+    if result.error is None and seen_path.exists():
         with seen_path.open("rb") as f:
             seen: list[tuple[bytes, int, float]] = pickle.load(f)
         analyse(result, s, sent, seen, marks, subject.repeats_allowed)

@@ -132,6 +132,7 @@ class EddyChange:
     # -- the app --------------------------------------------------------------------------------
 
     def start(self) -> None:
+        self.require_upgrade_feature()  # before anything is deployed
         self.c.node.kubectl("create", "namespace", self.namespace)
         apply(self.c.node, self.body)
         self.app = WordCount(self.c.node, self.c.kafka, self.namespace, self.body["spec"]["applicationId"],
@@ -228,7 +229,6 @@ class EddyChange:
             raise NotRun("spec.upgrade is not in the installed StreamApp CRD: the upgrade feature has not landed")
 
     def change(self, marks: Marks) -> None:
-        self.require_upgrade_feature()
         self.note_volumes()
         marks.start()
         try:
@@ -266,7 +266,12 @@ class EddyChange:
 
     def kill_all(self) -> None:
         with contextlib.suppress(Exception):
-            self.stop()
+            if self.app is not None or self.namespace_exists():
+                self.stop()
+
+    def namespace_exists(self) -> bool:
+        return self.c.node.kubectl("get", "namespace", self.namespace, "--ignore-not-found", "-o", "name",
+                                   check=False).stdout.strip() != ""
 
 
 def _epoch_ms(iso: str) -> float:
