@@ -16,8 +16,9 @@ and changes it while upgrade.py's producer runs:
   runs the new image, then as above.
 - ``config change``: ``spec.triggerInterval`` doubled. Done when a driver pod started after the
   patch, then as above.
-- ``incompatible change refused``: ``spec.pipeline.args.counts_store`` renames the store. Done
-  when the condition ``UpgradeRefused`` is True and the old version still holds every task.
+- ``incompatible change refused``: ``spec.pipeline.args.store`` renames the store (``counts`` ->
+  ``counts2``). Done when the condition ``UpgradeRefused`` is True and the old version still holds
+  every task.
 - ``rollback``: ``spec.pipeline.module`` that does not exist (crashes at start). Done when the
   condition ``RolledBack`` is True, then as in the first case.
 
@@ -281,8 +282,9 @@ def _epoch_ms(iso: str) -> float:
 
 
 class DriverPodDeleted(EddyChange):
-    """Runs today: the driver StatefulSet brings the pod back; the executors (owned by the driver
-    pod) are replaced and reopen their stores from their volumes."""
+    """Runs today: the driver StatefulSet brings the pod back, and the new driver takes the app over
+    (its executor pods, and their stores on their volumes, either outlive the old driver or are
+    replaced; what is measured is the same)."""
 
     case = "driver pod deleted"
     needs_upgrade_feature = False
@@ -339,15 +341,15 @@ class ConfigChange(EddyChange):
 
 
 class RefusedChange(EddyChange):
-    """NEEDS THE UPGRADE FEATURE (and a `counts_store` argument of the example's build function):
+    """NEEDS THE UPGRADE FEATURE (and the `store` argument of the example's `build_own_steps`):
     a store rename, which the upgrade gate refuses; the old version must go on undisturbed."""
 
     case = "incompatible change refused"
 
     def make_change(self, marks: Marks) -> None:
-        args = dict(self.body["spec"]["pipeline"]["args"], counts_store="counts-renamed")
+        args = dict(self.body["spec"]["pipeline"]["args"], store="counts2")
         self.patch({"pipeline": {"args": args}})
-        marks.step("pipeline.args.counts_store -> counts-renamed")
+        marks.step("pipeline.args.store -> counts2")
         cond = self.wait_condition("UpgradeRefused")
         marks.step(f"UpgradeRefused: {cond.get('reason')}")
         marks.notes.append(f"UpgradeRefused: {cond.get('message')}")
