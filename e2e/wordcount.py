@@ -299,6 +299,65 @@ class WordCount:
         return samples_at(f"http://{pod.status.pod_ip}:{port}/metrics")
 
 
+class Flow:
+    """Input all through a change, and how late each record was: a line every `period` seconds,
+    each with a word of its own (`tick<n>`), and when that word's count first became visible in
+    the output topic (read_committed). A record's lateness is that moment less when it was sent."""
+
+    def __init__(self, app: WordCount, period: float = 0.1) -> None:
+        from confluent_kafka import Consumer, Producer
+
+        self.app, self.period = app, period
+        self.sent: dict[str, float] = {}
+        self.seen: dict[str, float] = {}
+        self._producer = Producer({"bootstrap.servers": app.kafka.bootstrap, "linger.ms": 0})
+        self._consumer = Consumer({"bootstrap.servers": app.kafka.bootstrap, "group.id": f"{app.app_id}-flow",
+                                   "isolation.level": "read_committed", "auto.offset.reset": "latest",
+                                   "enable.auto.commit": False})
+        self._consumer.subscribe([app.output])
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._feed, daemon=True),
+                         threading.Thread(target=self._read, daemon=True)]
+
+    def start(self) -> Flow:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def _feed(self) -> None:
+        n = 0
+        while not self._stop.wait(self.period):
+            n += 1
+            word = f"tick{self.app.seed:03d}x{n:07d}"
+            self._producer.produce(self.app.source, word.encode())
+            self._producer.poll(0)
+            self.sent[word] = time.monotonic()
+            self.app.fed.append(word)
+        assert self._producer.flush(30) == 0
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            for m in self._consumer.consume(500, 0.1):
+                if m.error() is None and m.key() is not None:
+                    self.seen.setdefault(m.key().decode(), time.monotonic())
+
+    def stop(self) -> None:
+        """Stop feeding; read on until every line sent was counted (or a minute passed)."""
+        feeder, reader = self._threads
+        self._stop.set()
+        feeder.join(30)
+        self._stop.clear()
+        until(lambda: set(self.sent) <= set(self.seen), 120, "every line of the flow counted", interval=0.2)
+        self._stop.set()
+        reader.join(10)
+        self._consumer.close()
+
+    def lateness(self, since: float, until_: float | None = None) -> list[float]:
+        """The lateness of each line sent in [since, until_)."""
+        return sorted(self.seen[w] - t for w, t in self.sent.items()
+                      if t >= since and (until_ is None or t < until_) and w in self.seen)
+
+
 def create_kafka_secrets(node: NodeCluster, kafka: KafkaBroker, namespace: str) -> None:
     """The Secrets `KafkaBroker.security_spec` names: the SCRAM user and the broker's CA."""
     creds = kafka.credentials
