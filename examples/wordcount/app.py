@@ -40,14 +40,16 @@ def words_of(line: str | None) -> list[str]:
 
 
 def build_own_steps(topology: Topology, input_topic: str = "wordcount-input",
-                    output_topic: str = "wordcount-output") -> None:
+                    output_topic: str = "wordcount-output", store: str = "counts") -> None:
     """The same word count with Eddy's own record steps: no DataFrame, so no Spark in the batch.
 
     Same repartition topic, store and output as `build`; pipeline.function: build_own_steps.
+    `store` names the count's store: another name is another store, which the upgrade check
+    refuses for a running app (docs/operations.md, "Upgrading an app").
     """
     lines = topology.stream(input_topic, value_serde="string")
     words = lines.flat_map_values(words_of)
-    words.group_by(lambda key, word: word, name="words").count(name="counts").to(output_topic)
+    words.group_by(lambda key, word: word, name="words").count(name=store).to(output_topic)
 
 
 def build_words(topology: Topology, input_topic: str = "wordcount-input",
