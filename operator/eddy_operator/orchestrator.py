@@ -369,6 +369,11 @@ class Orchestrator:
                         f"back to version {rejection.rolled_back_to}, the last that ran healthily; {wanted.hash} is "
                         "not tried again until the spec changes")
             await asyncio.to_thread(reconcile, self.kube, snap.streamapp)
+            # A StatefulSet does not replace a pod that never became ready with its reverted
+            # template by itself (Kubernetes' "forced rollback"): the rejected driver pod goes.
+            for pod in snap.pods:
+                if pod.role == "driver" and pod.config_hash == wanted.hash and not pod.deleting:
+                    await asyncio.to_thread(self.kube.core.delete_namespaced_pod, pod.name, spec.namespace)
         log.warning("app %s/%s: version %s %s: %s", spec.namespace, spec.name, wanted.hash, rejection.kind,
                     rejection.reason)
 
