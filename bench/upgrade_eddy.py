@@ -207,9 +207,20 @@ class EddyChange:
             if time.monotonic() > deadline:
                 if self.needs_upgrade_feature:
                     raise NotRun(f"timed out after {timeout_s:g} s waiting for {what} (the upgrade feature has not "
-                                 "landed, or not all of it?)")
+                                 f"landed, or not all of it?); {self.describe()}")
                 raise RuntimeError(f"{what}: not within {timeout_s:g} s")
             time.sleep(0.1)
+
+    def describe(self) -> str:
+        """The StreamApp's conditions and each pod's image and phase, for a "not run" reason."""
+        assert self.app is not None
+        with contextlib.suppress(Exception):
+            conditions = [(c.get("type"), c.get("status"), c.get("reason"), c.get("message")) for c in
+                          (self.streamapp().get("status") or {}).get("conditions") or []]
+            pods = [self.driver_pod(), *self.app.executor_pods()]
+            images = [(p.metadata.name, p.status.phase, [c.image for c in p.spec.containers]) for p in pods if p]
+            return f"conditions {conditions}; pods {images}"
+        return "(no status)"
 
     def wait_condition(self, type_: str, timeout_s: float = CONDITION_TIMEOUT_S) -> dict[str, Any]:
         """The StreamApp's condition `type_` once True; NotRun if it never appears (feature not landed)."""
