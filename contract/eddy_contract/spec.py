@@ -232,7 +232,7 @@ class UpgradeSpec:
     #: go back to the previous version when the new one fails its health gate
     rollback: bool = True
     #: a new version that has not committed within this time is unhealthy
-    health_timeout_s: float = 120.0
+    health_timeout_s: float = 300.0
 
 
 @dataclass(frozen=True)

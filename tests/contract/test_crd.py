@@ -98,4 +98,4 @@ def test_kubernetes_schema_extensions_become_json_schema():
 def test_spec_upgrade_has_no_default_of_its_own_and_its_fields_are_defaulted_when_it_is_given():
     assert "upgrade" not in crd.with_defaults(minimal())["spec"]  # a full manifest stays a fixed point
     assert crd.with_defaults(minimal(upgrade={}))["spec"]["upgrade"] == {
-        "mode": "keepState", "resetOffsets": "earliest", "rollback": True, "healthTimeout": "120s"}
+        "mode": "keepState", "resetOffsets": "earliest", "rollback": True, "healthTimeout": "300s"}

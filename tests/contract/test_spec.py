@@ -32,14 +32,14 @@ def test_the_upgrade_defaults_are_the_crds_whether_spec_upgrade_is_absent_or_emp
     assert StreamAppSpec.from_manifest(minimal()).upgrade == UpgradeSpec()
     assert StreamAppSpec.from_manifest(minimal(upgrade={})).upgrade == UpgradeSpec()
     assert UpgradeSpec() == UpgradeSpec(UpgradeMode.KEEP_STATE, ResetOffsets.EARLIEST, rollback=True,
-                                        health_timeout_s=120.0)
+                                        health_timeout_s=300.0)
 
 
 def test_upgrade_settings_are_read():
     spec = StreamAppSpec.from_manifest(minimal(upgrade={
-        "mode": "resetChangedState", "resetOffsets": "latest", "rollback": False, "healthTimeout": "5m"}))
+        "mode": "resetChangedState", "resetOffsets": "latest", "rollback": False, "healthTimeout": "90s"}))
     assert spec.upgrade == UpgradeSpec(UpgradeMode.RESET_CHANGED_STATE, ResetOffsets.LATEST, rollback=False,
-                                       health_timeout_s=300.0)
+                                       health_timeout_s=90.0)
 
 
 def test_manifest_defaulted_by_the_crd_parses_to_the_same_spec_as_the_bare_manifest():
