@@ -14,8 +14,8 @@ and changes it while upgrade.py's producer runs:
   node's containerd) and ``spec.pipeline.function`` ``build_own_steps`` -> ``build_words`` (no
   store, topic or partition changes: compatible by eddy_contract.topology). Done when every pod
   runs the new image, then as above.
-- ``config change``: ``spec.triggerInterval`` doubled. Done when a driver pod started after the
-  patch, then as above.
+- ``config change``: ``spec.triggerInterval`` doubled. Done when the driver took it (in place,
+  as its log says, or as a driver pod started after the patch), then as above.
 - ``incompatible change refused``: ``spec.pipeline.args.store`` renames the store (``counts`` ->
   ``counts2``). Done when the condition ``UpgradeRefused`` is True and the old version still holds
   every task.
@@ -338,17 +338,34 @@ class CompatibleImageUpgrade(EddyChange):
 
 
 class ConfigChange(EddyChange):
-    """NEEDS THE UPGRADE FEATURE: spec.triggerInterval changed, rolled out with the state kept."""
+    """NEEDS THE UPGRADE FEATURE: spec.triggerInterval changed with the state kept. The driver
+    either takes it in place (its log says "settings changed in place") or is restarted with it;
+    done once a runtime state after that shows the app holding every task."""
 
     case = "config change"
+    IN_PLACE = "settings changed in place"
 
     def make_change(self, marks: Marks) -> None:
         old = self.driver_pod()
         assert old is not None
+        interval_s = 2 * self.s.commit_interval_ms / 1000
         self.patch({"triggerInterval": f"{2 * self.s.commit_interval_ms}ms"})
         marks.step(f"spec.triggerInterval -> {2 * self.s.commit_interval_ms}ms")
-        since = self.wait_new_driver(marks, old.metadata.uid)
-        self.wait_holds_every_task(marks, since)
+        taken: list[str] = []
+
+        def applied() -> bool:
+            assert self.app is not None
+            pod = self.driver_pod()
+            if pod is not None and pod.metadata.uid != old.metadata.uid and pod.status.phase == "Running":
+                taken.append("new driver pod running")
+            elif any(self.IN_PLACE in line and f"trigger_interval_s={interval_s:g}" in line
+                     for line in self.app.driver_log(tail=300).splitlines()):
+                taken.append("the driver took it in place")
+            return bool(taken)
+
+        self.wait(applied, self.s.change_timeout_s, "the new triggerInterval taken (in place or by a new driver)")
+        marks.step(taken[0])
+        self.wait_holds_every_task(marks, time.time() * 1000)
 
 
 class RefusedChange(EddyChange):
