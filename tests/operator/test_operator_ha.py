@@ -129,7 +129,8 @@ EXPECTED_OWNED = {
     "role": ["wordcount-driver"],
     "rolebinding": ["wordcount-driver"],
     "poddisruptionbudget": ["wordcount-executors"],
-    "configmap": sorted(["wordcount-spark-conf", "wordcount-runtime-state", channel.assignment_configmap_name(APP)]),
+    "configmap": sorted(["wordcount-spark-conf", "wordcount-runtime-state", channel.assignment_configmap_name(APP),
+                         "wordcount-versions"]),
     "driver pods": ["wordcount-driver-0"],
 }
 

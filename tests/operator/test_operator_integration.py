@@ -423,7 +423,8 @@ def test_restarting_the_operator_creates_no_duplicates_and_keeps_the_assignment(
         ("role", 1),
         ("rolebinding", 1),
         ("poddisruptionbudget", 1),
-        ("configmap", 3),
+        ("configmap", 4),  # spark conf, assignment, runtime state, versions
+        ("secret", 1),  # the push token
     ]:
         items = json.loads(kube.kubectl("get", kind, "-n", namespace, "-l", selector, "-o", "json").stdout)["items"]
         assert len(items) == expected, (kind, [i["metadata"]["name"] for i in items])
