@@ -42,6 +42,8 @@ OWNED = [
     ("poddisruptionbudget", "wordcount-executors"),
     ("configmap", "wordcount-spark-conf"),
     ("configmap", "wordcount-runtime-state"),
+    ("configmap", "wordcount-versions"),
+    ("secret", "wordcount-push-token"),
     ("statefulset", "wordcount-driver"),
 ]
 TASKS = {f"0_{p}": 1000 + p for p in range(8)}
@@ -438,7 +440,8 @@ def test_restarting_the_operator_creates_no_duplicates_and_keeps_the_assignment(
             "items"
         ]
     }
-    assert cms == {"wordcount-spark-conf", "wordcount-runtime-state", channel.assignment_configmap_name(APP)}
+    assert cms == {"wordcount-spark-conf", "wordcount-runtime-state", channel.assignment_configmap_name(APP),
+                   "wordcount-versions"}
 
 
 def test_the_eddy_operator_command_serves_liveness_and_metrics(kube, crd, namespace):
