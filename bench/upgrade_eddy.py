@@ -323,6 +323,10 @@ class CompatibleImageUpgrade(EddyChange):
 
         def all_new() -> bool:
             assert self.app is not None
+            back = condition(self.streamapp(), "RolledBack")
+            if back is not None and back.get("status") == "True":
+                # The feature is there and said no: a result, not a missing feature; the figures stand.
+                raise NotRun(f"the operator rolled the compatible upgrade back: {back.get('message')}")
             pods = [self.driver_pod(), *self.app.executor_pods()]
             return all(p is not None and p.status.phase == "Running" and p.metadata.deletion_timestamp is None
                        and all(c.image.endswith(new) for c in p.spec.containers) for p in pods)
