@@ -39,13 +39,17 @@ case "${1:-}" in
       while kill -0 "$jvm" 2>/dev/null; do wait "$jvm" || true; done
       status=0
       wait "$jvm" || status=$?
-      if [ "$stopping" = 1 ] || [ "${EDDY_RUNNER_OUTLIVES_EXECUTOR:-}" != 1 ] || ! pgrep -f "$runner" >/dev/null; then
+      # SIGKILLed (status 137: killed by hand, or by the kernel out of memory): not a driver that
+      # left, so the pod is not trusted either; the runner closes its stores and the container
+      # restarts, as it does without EDDY_RUNNER_OUTLIVES_EXECUTOR.
+      if [ "$stopping" = 1 ] || [ "$status" = 137 ] || [ "${EDDY_RUNNER_OUTLIVES_EXECUTOR:-}" != 1 ] ||
+          ! pgrep -f "$runner" >/dev/null; then
         break
       fi
       echo "executor JVM ended ($status); the task runner goes on, and a new JVM registers with the driver" >&2
       sleep 2
     done
-    if [ "$stopping" = 1 ] && [ "${EDDY_RUNNER_OUTLIVES_EXECUTOR:-}" = 1 ]; then
+    if [ "${EDDY_RUNNER_OUTLIVES_EXECUTOR:-}" = 1 ]; then  # it does not watch the JVM: told to close
       pkill -TERM -f "$runner" 2>/dev/null || true
     fi
     for _ in $(seq 200); do  # at most 20 s, within the pod's 30 s grace period
