@@ -400,6 +400,7 @@ def test_a_version_that_fails_its_health_gate_is_rolled_back(wordcount: WordCoun
            f"meanwhile: max {late[-1]:.2f}s over {len(late)} records ({back['message'][:160]})")
 
 
+@pytest.mark.timeout(1200)  # a new driver, then each executor pod replaced and warm in turn
 def test_a_compatible_image_upgrade_replaces_the_executors_one_warm_pod_at_a_time(wordcount: WordCount):
     app = wordcount
     app.steady()
