@@ -103,7 +103,10 @@ def read_channel(where: ChannelLocation,
     if not data or ASSIGNMENT_KEY not in data:
         return None, settings
     message = decode_assignment(data)
-    stale = sorted(e for e, host in message.hosts.items() if hosts and e in hosts and hosts[e] != host)
+    # stale: it names a live executor on another host, or a host of a live executor under another id
+    by_host = {host: e for e, host in (hosts or {}).items()}
+    stale = sorted(e for e, host in message.hosts.items()
+                   if hosts and ((e in hosts and hosts[e] != host) or (e not in hosts and host in by_host)))
     if stale:
         log.info("assignment generation %d names executors %s on other hosts (an earlier driver's ids); waiting "
                  "for the operator's next", message.assignment.generation, stale)
