@@ -7,6 +7,12 @@
 2. an incompatible change (another store name) refused while the old version keeps running: the
    condition and the Event name the store;
 3. a version whose driver crash-loops fails its health gate and is rolled back.
+
+On an app of its own: in two full runs (2026-11-27) a driver restart on test_real_pods.py's app,
+after its executor pods had been deleted and its JVM killed, left records of the flow uncounted
+for over two minutes (the cause is not found yet; a fresh app passed each time). The compatible
+image upgrade (executor pods replaced one warm pod at a time) is not tested here yet: on this
+machine it has not passed end to end (the 120 s health gate, since 300 s, rolled it back).
 """
 
 from __future__ import annotations
