@@ -2,17 +2,16 @@
 "Upgrading an app"): each record's lateness is measured from its send to its count being visible
 (`e2e.wordcount.Flow`), and the counts are checked exactly after each change.
 
-1. the driver pod deleted: the executor pods and their task runners go on processing (no record
-   later than `DRIVER_RESTART_LATENESS_S`), and the new driver adopts them;
-2. an incompatible change (another store name) refused while the old version keeps running: the
+1. an incompatible change (another store name) refused while the old version keeps running: the
    condition and the Event name the store;
-3. a version whose driver crash-loops fails its health gate and is rolled back.
+2. a version whose driver crash-loops fails its health gate and is rolled back.
 
-On an app of its own: in two full runs (2026-11-27) a driver restart on test_real_pods.py's app,
-after its executor pods had been deleted and its JVM killed, left records of the flow uncounted
-for over two minutes (the cause is not found yet; a fresh app passed each time). The compatible
-image upgrade (executor pods replaced one warm pod at a time) is not tested here yet: on this
-machine it has not passed end to end (the 120 s health gate, since 300 s, rolled it back).
+A driver pod deleted is e2e/test_driver_restart.py's, on an app of its own: in the runs of
+2026-11-27, a refused change after a driver deletion on the same app (and a driver deletion after
+executor losses on test_real_pods.py's app) left records of the flow uncounted for over two
+minutes; the cause is not found yet (each change on a fresh app passed). The compatible image
+upgrade (executor pods replaced one warm pod at a time) is not tested end to end yet: on this
+machine it has not passed (the 120 s health gate, since 300 s, rolled it back).
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -50,46 +48,6 @@ def wordcount(operator: NodeCluster, kafka: KafkaBroker, tmp_path_factory: pytes
     finally:
         app.close(tmp_path_factory.mktemp("wordcount-changes"))
         delete_namespace(operator, app.namespace)
-
-
-def test_deleted_driver_pod_costs_no_outage_its_executors_and_their_runners_go_on(wordcount: WordCount):
-    app = wordcount
-    app.steady()
-    old = app.pod(builders.driver_pod_name(APP))
-    executors = {p.metadata.name: p.metadata.uid for p in app.executor_pods()}
-    claims = {p.metadata.name: app.claim_of(p).metadata.uid for p in app.executor_pods()}
-    before = app.channel.assignment()
-    assert before is not None
-    flow = Flow(app).start()
-    time.sleep(5)
-    steady = flow.lateness(0.0)
-    t0 = time.monotonic()
-    app.core.delete_namespaced_pod(old.metadata.name, app.namespace)
-    until(lambda: (p := app.pod(builders.driver_pod_name(APP))) and p.metadata.uid != old.metadata.uid
-          and p.status.phase == "Running" and p, 300, "a new driver pod", interval=1)
-
-    deleted_at = datetime.now(UTC)
-
-    def taken_over() -> bool:
-        running, message, state = app.running_executors(), app.channel.assignment(), app.channel.runtime_state()
-        # the new driver may keep the earlier generation: it hands out the same ids to the same pods
-        return bool(running and message and state and set(message.assignment.executors()) <= set(running)
-                    and state.assignment_generation == message.assignment.generation
-                    and datetime.fromisoformat(state.updated_at) > deleted_at)
-
-    until(taken_over, 300, "the new driver running a generation of its executors' new ids", alive=app.check_driver)
-    took = time.monotonic() - t0
-    time.sleep(5)
-    flow.stop()
-    late = flow.lateness(t0)
-    # The same pods (and volumes) all along: they outlived the driver, under new executor ids.
-    assert {p.metadata.name: p.metadata.uid for p in app.executor_pods()} == executors
-    assert {p.metadata.name: app.claim_of(p).metadata.uid for p in app.executor_pods()} == claims
-    app.counted_everything(400, "input counted by the new driver")
-    report(f"driver pod replaced; new driver took over {took:.0f}s after the delete; lateness of "
-           f"{len(late)} records sent meanwhile: p50 {late[len(late) // 2]:.2f}s, max {late[-1]:.2f}s "
-           f"(steady before: max {max(steady):.2f}s of {len(steady)})")
-    assert late[-1] <= DRIVER_RESTART_LATENESS_S, f"a record was {late[-1]:.2f}s late across the driver restart"
 
 
 def _patch(app: WordCount, spec: dict[str, Any]) -> None:
