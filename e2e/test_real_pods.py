@@ -16,8 +16,7 @@ on one app, each step feeding more input and checking the counts exactly:
    comes back as the standby, and nothing is created twice;
 6. `kubectl get sapp` and `kubectl describe sapp` tell the story.
 
-Changes of the running app (a driver restart, a refused change, a rollback) are
-e2e/test_changes.py's, on an app of their own.
+A driver pod deleted is e2e/test_driver_restart.py's, on an app of its own.
 """
 
 from __future__ import annotations
