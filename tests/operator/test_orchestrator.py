@@ -9,7 +9,8 @@ import pytest
 
 from eddy_contract.assignor import Assignment, Executor, TaskAssignment
 from eddy_contract.channel import AssignmentMessage, ExecutorInventory, RuntimeState
-from eddy_operator.orchestrator import LostExecutor, executor_renames, held_by_live_id, lost_executors, renamed
+from eddy_operator.executor_ids import executor_renames, held_by_live_id, renamed
+from eddy_operator.orchestrator import LostExecutor, lost_executors
 from eddy_operator.pods import LossReason, PodInfo
 
 pytestmark = pytest.mark.unit
