@@ -4,6 +4,7 @@ that lived for one batch is not missed."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import threading
@@ -301,25 +302,37 @@ class WordCount:
 
 class Flow:
     """Input all through a change, and how late each record was: a line every `period` seconds,
-    each with a word of its own (`tick<n>`), and when that word's count first became visible in
-    the output topic (read_committed). A record's lateness is that moment less when it was sent."""
+    each with a word of its own (`tick<seed>x<flow>x<n>`), and when that word's count first became
+    visible in the output topic (read_committed). A record's lateness is that moment less when it
+    was sent. The reader is assigned every output partition at the offset where it ended before the
+    first line was sent (a subscription's "latest" is decided only once the group is joined, which
+    may be after the first lines were counted: such a line was never seen)."""
+
+    _flows = itertools.count(1)
 
     def __init__(self, app: WordCount, period: float = 0.1) -> None:
         from confluent_kafka import Consumer, Producer
 
         self.app, self.period = app, period
+        self.id = next(Flow._flows)
         self.sent: dict[str, float] = {}
         self.seen: dict[str, float] = {}
         self._producer = Producer({"bootstrap.servers": app.kafka.bootstrap, "linger.ms": 0})
         self._consumer = Consumer({"bootstrap.servers": app.kafka.bootstrap, "group.id": f"{app.app_id}-flow",
-                                   "isolation.level": "read_committed", "auto.offset.reset": "latest",
-                                   "enable.auto.commit": False})
-        self._consumer.subscribe([app.output])
+                                   "isolation.level": "read_committed", "enable.auto.commit": False})
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._feed, daemon=True),
                          threading.Thread(target=self._read, daemon=True)]
 
     def start(self) -> Flow:
+        """Take the output's partitions at their ends as of now (every line is sent after), then
+        feed and read."""
+        from confluent_kafka import TopicPartition
+
+        topic = self.app.output
+        partitions = self._consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        ends = {p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
+        self._consumer.assign([TopicPartition(topic, p, end) for p, end in ends.items()])
         for t in self._threads:
             t.start()
         return self
@@ -328,7 +341,7 @@ class Flow:
         n = 0
         while not self._stop.wait(self.period):
             n += 1
-            word = f"tick{self.app.seed:03d}x{n:07d}"
+            word = f"tick{self.app.seed:03d}x{self.id:02d}x{n:07d}"
             self._producer.produce(self.app.source, word.encode())
             self._producer.poll(0)
             self.sent[word] = time.monotonic()
@@ -342,7 +355,7 @@ class Flow:
                     self.seen.setdefault(m.key().decode(), time.monotonic())
 
     def stop(self) -> None:
-        """Stop feeding; read on until every line sent was counted (or a minute passed)."""
+        """Stop feeding; read on until every line sent was counted (or two minutes passed)."""
         feeder, reader = self._threads
         self._stop.set()
         feeder.join(30)
