@@ -226,7 +226,7 @@ def test_operator_driver_and_executor_serve_the_run_s_figures_over_the_pod_netwo
         assert metric_sum(figures, "eddy_operator_failovers_total") == 0
     assert metric_sum(operator, "eddy_operator_failovers_total", namespace=app.namespace, app=APP) >= 2, operator
     generation = app.channel.assignment().assignment.generation
-    assert metric_sum(operator, "eddy_operator_assignment_generation", app=APP) == generation
+    assert metric_sum(operator, "eddy_operator_assignment_generation", namespace=app.namespace, app=APP) == generation
 
     # The runtime labels its figures with the app's Kafka application id.
     app_id = app.app_id
@@ -284,7 +284,8 @@ def test_operator_driver_and_executor_serve_the_run_s_figures_over_the_pod_netwo
         if standbys:
             assert metric_sum(figures, "eddy_executor_restored_records_total", app=app_id) > 0, figures
     assert processed > 0
-    report(f"scraped: operator failovers {metric_sum(operator, 'eddy_operator_failovers_total', app=APP):.0f}, "
+    failovers = metric_sum(operator, "eddy_operator_failovers_total", namespace=app.namespace, app=APP)
+    report(f"scraped: operator failovers {failovers:.0f}, "
            f"driver executor losses {metric_sum(driver, 'eddy_driver_executor_losses_total', app=app_id):.0f}, "
            f"records processed by the executors since they started {processed:.0f}")
 

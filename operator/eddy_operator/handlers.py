@@ -209,7 +209,7 @@ async def delete_volumes(body: kopf.Body, namespace: str | None, name: str, memo
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
 async def forget_streamapp(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
-    memo.orchestrator.forget(namespace, name)
+    await memo.orchestrator.forget(namespace, name)
 
 
 # --- executor and driver pods, runtime state ------------------------------------------------

@@ -152,9 +152,12 @@ class Orchestrator:
             del self.apps[key]
         return self.apps.setdefault(AppKey(namespace, app, uid), AppController())
 
-    def forget(self, namespace: str, app: str) -> None:
+    async def forget(self, namespace: str, app: str) -> None:
+        """A deleted app: its controllers and series go, once any sync of it in flight has ended
+        (one that ended after would set its gauges again: a ghost app on the dashboards)."""
         for key in [k for k in self.apps if (k.namespace, k.app) == (namespace, app)]:
-            del self.apps[key]
+            async with self.apps[key].lock:
+                self.apps.pop(key, None)
         metrics.forget_app(namespace, app)
 
     def _event(self, body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
@@ -172,6 +175,8 @@ class Orchestrator:
         namespace, app = meta["namespace"], meta["name"]
         ctl = self.controller(namespace, app, meta["uid"])
         async with ctl.lock:
+            if self.apps.get(AppKey(namespace, app, meta["uid"])) is not ctl:
+                return  # forgotten (deleted) while this sync waited
             try:
                 spec = StreamAppSpec.from_manifest(snap.streamapp)
             except SpecError as err:
