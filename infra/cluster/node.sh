@@ -1,63 +1,107 @@
 #!/usr/bin/env bash
-# A real one-node Kubernetes cluster (kubelet + containerd + runc, CNI
-# bridge, kube-proxy, CoreDNS, static local PersistentVolumes), run inside the
-# network namespace that netns.sh makes: pod and Service addresses never
-# leave it.
+# A real Kubernetes cluster of one or more nodes (kubelet + containerd + runc
+# per node, a CNI bridge per node, kube-proxy, CoreDNS, static local
+# PersistentVolumes per node), run inside the network namespace that netns.sh
+# makes: node, pod and Service addresses never leave it.
 #
 #   node.sh build          build CoreDNS (infra/coredns/go.mod) into
 #                          $EDDY_CACHE/k8s/bin (skipped when up to date); the
 #                          Kubernetes binaries come from ../k8s/k8s.sh build
 #   node.sh start <dir>    start everything (run inside netns.sh), wait until
-#                          the node is Ready and CoreDNS answers, create the
+#                          every node is Ready and CoreDNS answers, create the
 #                          StorageClass and the PersistentVolumes
-#   node.sh stop <dir>     stop pods, node and control plane (etcd last),
-#                          unmount what they mounted under <dir> and remove
-#                          the node's cgroups; logs are kept
+#   node.sh kill-node <dir> <node>
+#                          make one node fail for real, without warning: SIGKILL
+#                          its kubelet, its containerd, their children, its
+#                          shims and every container process under its cgroup
+#                          root (by PID), then cut its pod network (its bridge
+#                          down, its pod CIDR a blackhole route: its pods' IPs
+#                          stop answering, as a dead machine's do); <node> is
+#                          a name or a 1-based index. Its mounts stay until stop.
+#   node.sh stop <dir>     stop pods, nodes and control plane (etcd last),
+#                          unmount what they mounted under <dir>, remove the
+#                          nodes' cgroups, bridges, extra addresses and routes,
+#                          and their image stores (containerd's root and
+#                          state); logs are kept
 #   node.sh dns <name>     the A records CoreDNS ($EDDY_NODE_IP:53) serves for
 #                          <name>, one per line (fails without an answer)
 #
 #   infra/cluster/netns.sh sh -c 'infra/cluster/node.sh start /tmp/n && ... ;
 #                                 infra/cluster/node.sh stop /tmp/n'
+#   EDDY_NODES=3 infra/cluster/netns.sh sh -c '...'      three nodes
+#
+# Nodes (EDDY_NODES, default 1): node i (1-based) has
+#   name      $EDDY_NODE_NAME (one node) or $EDDY_NODE_NAME-<i> (several)
+#   address   $EDDY_NODE_IP + i - 1 (10.200.0.1, .2, .3 ...), on eddy0; node 1's
+#             address also carries the control plane, CoreDNS and kube-proxy
+#   zone      topology.kubernetes.io/zone: word i of EDDY_NODE_ZONES, else
+#             zone-a for the first half (rounded up), zone-b for the rest
+#             (1 node: zone-a; 3 nodes: zone-a, zone-a, zone-b)
+#   pods      10.244.<i-1>.0/24 on bridge cni<i-1> (gateway 10.244.<i-1>.1);
+#             all bridges are in the run's namespace, so routes between them
+#             are local and pods on different nodes reach each other directly
+#   directory <dir> for node 1, <dir>/node-<i> for the others, each with its
+#             own containerd (root, state, socket), kubelet root, CNI config
+#             and IPAM leases, pod logs, volumes, and a cgroup root of its own
+#             (eddy-node-<hash of that directory>)
+# Shared by all nodes: etcd, apiserver, controller-manager, scheduler, one
+# kube-proxy (the iptables rules are the namespace's; it runs as node 1's) and
+# CoreDNS on $EDDY_NODE_IP. kill-node leaves those running, whichever node dies.
+# With several nodes the control plane notices a silent node quickly: kubelets
+# renew their Lease every 5 s (nodeLeaseDurationSeconds 20), the
+# controller-manager checks every 2 s and marks a node NotReady (Ready
+# Unknown) after EDDY_NODE_MONITOR_GRACE (20s) without one. One node keeps
+# Kubernetes' defaults (40 s lease, 50 s grace).
 #
 # Layout of <dir>:
 #   kubeconfig        admin kubeconfig, server https://$EDDY_NODE_IP:$EDDY_NODE_API_PORT
-#   cluster.env       NODE_IP, NODE_NAME, DNS_IP, API_URL, STORAGE_CLASS,
-#                     KUBECONFIG, CLUSTER_DOMAIN, POD_CIDR, SERVICE_CIDR, PVS
-#   images.log        the image import
+#   cluster.env       NODE_IP, NODE_NAME (node 1), DNS_IP, API_URL, STORAGE_CLASS,
+#                     KUBECONFIG, CLUSTER_DOMAIN, POD_CIDR (all nodes'), SERVICE_CIDR,
+#                     PVS (per node), NODES
+#   nodes             one line per node: index name address zone pod-cidr
+#                     bridge directory cgroup
 #   <name>.log/.pid   per component: etcd kube-apiserver kube-controller-manager
-#                     kube-scheduler containerd kubelet kube-proxy coredns
-#   pki/              CA, apiserver cert (SANs: 127.0.0.1, node IP, 10.0.0.1,
+#                     kube-scheduler kube-proxy coredns (and node 1's containerd,
+#                     kubelet)
+#   pki/              CA, apiserver cert (SANs: 127.0.0.1, node IPs, 10.0.0.1,
 #                     kubernetes.default.svc...), admin client cert
+# and in each node's directory:
+#   images.log        the image import
+#   containerd.log/.pid, kubelet.log/.pid, killed (after kill-node)
 #   containerd/       config.toml, root, state, containerd.sock
 #   cni/              the bridge conflist; cni-ipam/ host-local's leases
 #   kubelet/          kubelet root dir and config; pod-logs/ container logs
-#   volumes/pv-NN     backing directories of the local PersistentVolumes
+#   volumes/pv-NN     backing directories of the node's local PersistentVolumes
 #
 # Storage: StorageClass "eddy-local" (kubernetes.io/no-provisioner,
 # WaitForFirstConsumer, the default class) and EDDY_NODE_PVS (12) static
-# `local` PersistentVolumes eddy-pv-NN of EDDY_NODE_PV_SIZE (2Gi), ReadWriteOncePod
+# `local` PersistentVolumes per node of EDDY_NODE_PV_SIZE (2Gi), ReadWriteOncePod
 # (what Spark 4 asks for its on-demand claims: one pod at a time writes a store),
-# reclaim policy Retain, with node affinity to the node, on <dir>/volumes/pv-NN
-# (owner 185:185, mode 2775: pods run as uid 185 with fsGroup 185). A claim
-# binds when its first pod is scheduled; a deleted claim leaves its volume
-# Released (Retain), so each run of a cluster has EDDY_NODE_PVS bindings.
+# reclaim policy Retain, with node affinity to their node, on
+# <node dir>/volumes/pv-NN (owner 185:185, mode 2775: pods run as uid 185 with
+# fsGroup 185); named eddy-pv-NN (one node) or eddy-pv-<i>-NN, labelled
+# eddy.local/node=<node name>. A claim binds when its first pod is scheduled; a
+# deleted claim leaves its volume Released (Retain), so each run of a cluster
+# has EDDY_NODE_PVS bindings per node.
 #
-# Addresses: node $EDDY_NODE_IP (10.200.0.1; netns.sh puts it on eddy0),
-# pods 10.244.0.0/24 (bridge cni0, gateway 10.244.0.1), Services 10.0.0.0/24
-# (kubernetes = 10.0.0.1, endpoint the node IP), cluster DNS = CoreDNS as a
-# process on $EDDY_NODE_IP:53 (zones cluster.local, in-addr.arpa, ip6.arpa;
-# nothing forwarded: there is no upstream). Ports in the namespace: etcd
-# 127.0.0.1:2379/2380, apiserver 0.0.0.0:6443, kubelet 10250 (healthz
-# 127.0.0.1:10248), kube-proxy 127.0.0.1:10249/10256, CoreDNS ready 127.0.0.1:8181.
+# Addresses: Services 10.0.0.0/24 (kubernetes = 10.0.0.1, endpoint
+# $EDDY_NODE_IP), cluster DNS = CoreDNS as a process on $EDDY_NODE_IP:53 (zones
+# cluster.local, in-addr.arpa, ip6.arpa; nothing forwarded: there is no
+# upstream). Ports in the namespace: etcd 127.0.0.1:2379/2380, apiserver
+# 0.0.0.0:6443, kubelet 10250 (one node: on 0.0.0.0, healthz 127.0.0.1:10248;
+# several: each on its own address, healthz there too), kube-proxy
+# 127.0.0.1:10249/10256, CoreDNS ready 127.0.0.1:8181. One cluster per
+# namespace: start refuses when etcd's or the apiserver's port is taken.
 #
 # Images: every *_ARCHIVE in $EDDY_CACHE/images/images.env (written by
-# infra/image/image.sh build) is imported into containerd's k8s.io namespace;
-# PAUSE_IMAGE is the sandbox image. Pods must use imagePullPolicy Never or
-# IfNotPresent (there is no registry).
+# infra/image/image.sh build) is imported into each node's containerd (k8s.io
+# namespace), all nodes at once; PAUSE_IMAGE is the sandbox image. Pods must
+# use imagePullPolicy Never or IfNotPresent (there is no registry).
 #
-# Environment: EDDY_CACHE (<repo>/.cache), EDDY_NODE_IP (10.200.0.1),
-# EDDY_NODE_API_PORT (6443), EDDY_NODE_NAME (eddy-node), EDDY_NODE_PVS (12),
-# EDDY_NODE_PV_SIZE (2Gi), EDDY_K8S_READY_TIMEOUT (s, 90),
+# Environment: EDDY_CACHE (<repo>/.cache), EDDY_NODES (1), EDDY_NODE_ZONES,
+# EDDY_NODE_IP (10.200.0.1), EDDY_NODE_API_PORT (6443), EDDY_NODE_NAME
+# (eddy-node), EDDY_NODE_PVS (12), EDDY_NODE_PV_SIZE (2Gi),
+# EDDY_NODE_MONITOR_GRACE (s, several nodes: 20), EDDY_K8S_READY_TIMEOUT (s, 90),
 # EDDY_K8S_STOP_TIMEOUT (s before SIGKILL, 10), EDDY_K8S_APISERVER_ARGS.
 set -euo pipefail
 
@@ -70,18 +114,23 @@ COREDNS_MODULE_DIR="$REPO/infra/coredns"
 NODE_IP="${EDDY_NODE_IP:-10.200.0.1}"
 API_PORT="${EDDY_NODE_API_PORT:-6443}"
 NODE_NAME="${EDDY_NODE_NAME:-eddy-node}"
+NODES="${EDDY_NODES:-1}"
+ZONES="${EDDY_NODE_ZONES:-}"
 PVS="${EDDY_NODE_PVS:-12}"
 PV_SIZE="${EDDY_NODE_PV_SIZE:-2Gi}"
-POD_CIDR=10.244.0.0/24
 SERVICE_CIDR=10.0.0.0/24
 CLUSTER_DOMAIN=cluster.local
 STORAGE_CLASS=eddy-local
-ZONE=zone-a
 POD_UID=185
+ETCD_PORT=2379
+ETCD_PEER_PORT=2380
 
-# Started in this order; wait_until watches them all.
-IMPORT_PID=
+# Started in this order; wait_nodes watches them all (containerd and kubelet
+# once per node, in that node's directory).
+IMPORT_PIDS=()
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy coredns)
+# The cluster's directory while start runs (fail stops the whole cluster).
+CLUSTER_DIR=
 
 log() { echo "node.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -106,17 +155,82 @@ cmd_build() {
     echo "  coredns                  $("$BIN/coredns" -version | head -1)"
 }
 
+# ---------------------------------------------------------------- nodes ----
+
+# The attributes of node <i> (1-based); see the header.
+node_name_of() { if ((NODES == 1)); then echo "$NODE_NAME"; else echo "$NODE_NAME-$1"; fi; }
+node_ip_of() { echo "${NODE_IP%.*}.$((${NODE_IP##*.} + $1 - 1))"; }
+node_cidr_of() { echo "10.244.$(($1 - 1)).0/24"; }
+node_bridge_of() { echo "cni$(($1 - 1))"; }
+# node_dir_of <cluster dir> <i>
+node_dir_of() { if (($2 == 1)); then echo "$1"; else echo "$1/node-$2"; fi; }
+node_zone_of() {
+    local zones
+    if [[ -n "$ZONES" ]]; then
+        read -ra zones <<<"$ZONES"
+        ((${#zones[@]} >= NODES)) || die "EDDY_NODE_ZONES names ${#zones[@]} zone(s) for $NODES nodes"
+        echo "${zones[$1 - 1]}"
+    elif (($1 <= (NODES + 1) / 2)); then
+        echo zone-a
+    else
+        echo zone-b
+    fi
+}
+# The pod range of the whole cluster (kube-proxy's clusterCIDR).
+cluster_cidr() { if ((NODES == 1)); then node_cidr_of 1; else echo 10.244.0.0/16; fi; }
+
+# cgroup_name <dir>: the node's cgroup root, one per node directory, so that
+# two nodes on one host never clean up each other's pod cgroups.
+cgroup_name() {
+    echo "eddy-node-$(echo "$1" | sha256sum | cut -c1-10)"
+}
+
+# Per node (index 1..NODES), filled by load_nodes from <dir>/nodes.
+N_NAME=() N_IP=() N_ZONE=() N_CIDR=() N_BRIDGE=() N_DIR=() N_CG=()
+
+write_nodes_file() {
+    local dir="$1" i nd
+    : >"$dir/nodes"
+    for ((i = 1; i <= NODES; i++)); do
+        nd="$(node_dir_of "$dir" "$i")"
+        echo "$i $(node_name_of "$i") $(node_ip_of "$i") $(node_zone_of "$i") $(node_cidr_of "$i")" \
+            "$(node_bridge_of "$i") $nd $(cgroup_name "$nd")" >>"$dir/nodes"
+    done
+}
+
+# load_nodes <dir>: fill N_* and NODES from <dir>/nodes; a directory started
+# before that file existed holds one node.
+load_nodes() {
+    local dir="$1" i name ip zone cidr bridge nd cg
+    N_NAME=() N_IP=() N_ZONE=() N_CIDR=() N_BRIDGE=() N_DIR=() N_CG=()
+    if [[ ! -f "$dir/nodes" ]]; then
+        NODES=1
+        N_NAME[1]="$NODE_NAME" N_IP[1]="$NODE_IP" N_ZONE[1]=zone-a N_CIDR[1]="$(node_cidr_of 1)"
+        N_BRIDGE[1]=cni0 N_DIR[1]="$dir" N_CG[1]="$(cgroup_name "$dir")"
+        return 0
+    fi
+    NODES=0
+    while read -r i name ip zone cidr bridge nd cg; do
+        N_NAME[i]="$name" N_IP[i]="$ip" N_ZONE[i]="$zone" N_CIDR[i]="$cidr"
+        N_BRIDGE[i]="$bridge" N_DIR[i]="$nd" N_CG[i]="$cg"
+        NODES=$i
+    done <"$dir/nodes"
+}
+
+# node_index <name or index>: that node's index in N_* (fails if none).
+node_index() {
+    local i
+    for ((i = 1; i <= NODES; i++)); do
+        if [[ "$1" == "$i" || "$1" == "${N_NAME[i]}" ]]; then echo "$i"; return 0; fi
+    done
+    return 1
+}
+
 # ---------------------------------------------------------------- start ----
 
 # images_env <key>: a value from images.env (empty when absent).
 images_env() {
     sed -n "s/^$1=//p" "$EDDY_CACHE/images/images.env" | tail -1
-}
-
-# cgroup_name <dir>: the node's cgroup root, one per <dir>, so that two nodes
-# on one host never clean up each other's pod cgroups.
-cgroup_name() {
-    echo "eddy-node-$(echo "$1" | sha256sum | cut -c1-10)"
 }
 
 make_cgroups() {
@@ -132,24 +246,35 @@ make_cgroups() {
     done
 }
 
-write_configs() {
-    local dir="$1" pki="$1/pki" cg="$2" pause="$3"
-    mkdir -p "$dir/containerd" "$dir/cni" "$dir/cni-ipam" "$dir/kubelet" "$dir/pod-logs"
+# write_node_configs <i> <pki dir> <pause image>: containerd's, the CNI's and
+# kubelet's configuration of node i, in its own directory.
+write_node_configs() {
+    local i="$1" pki="$2" pause="$3" nd cg ip bind healthz lease=""
+    nd="${N_DIR[i]}" cg="${N_CG[i]}" ip="${N_IP[i]}"
+    mkdir -p "$nd/containerd" "$nd/cni" "$nd/cni-ipam" "$nd/kubelet" "$nd/pod-logs"
+    # One node keeps kubelet's ports where they always were; several bind
+    # each kubelet to its own address.
+    if ((NODES == 1)); then
+        bind=0.0.0.0 healthz=127.0.0.1
+    else
+        bind="$ip" healthz="$ip"
+        lease="nodeLeaseDurationSeconds: 20"
+    fi
 
-    cat >"$dir/containerd/config.toml" <<EOF
+    cat >"$nd/containerd/config.toml" <<EOF
 version = 2
-root = "$dir/containerd/root"
-state = "$dir/containerd/state"
+root = "$nd/containerd/root"
+state = "$nd/containerd/state"
 oom_score = 0
 
 [grpc]
-  address = "$dir/containerd/containerd.sock"
+  address = "$nd/containerd/containerd.sock"
 
 [ttrpc]
-  address = "$dir/containerd/containerd.sock.ttrpc"
+  address = "$nd/containerd/containerd.sock.ttrpc"
 
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$dir/containerd/opt"
+  path = "$nd/containerd/opt"
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$pause"
@@ -168,27 +293,27 @@ oom_score = 0
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$dir/cni"
+    conf_dir = "$nd/cni"
     max_conf_num = 1
 EOF
 
     # containerd brings up each pod's loopback itself (with /usr/lib/cni/loopback).
-    cat >"$dir/cni/10-eddy.conflist" <<EOF
+    cat >"$nd/cni/10-eddy.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
   "name": "eddy",
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "cni0",
+      "bridge": "${N_BRIDGE[i]}",
       "isGateway": true,
       "ipMasq": false,
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
-        "ranges": [[{"subnet": "$POD_CIDR"}]],
+        "ranges": [[{"subnet": "${N_CIDR[i]}"}]],
         "routes": [{"dst": "0.0.0.0/0"}],
-        "dataDir": "$dir/cni-ipam"
+        "dataDir": "$nd/cni-ipam"
       }
     },
     {"type": "portmap", "capabilities": {"portMappings": true}}
@@ -196,22 +321,22 @@ EOF
 }
 EOF
 
-    echo "nameserver $NODE_IP" >"$dir/resolv.conf"
+    echo "nameserver $NODE_IP" >"$nd/resolv.conf"
 
-    cat >"$dir/kubelet/config.yaml" <<EOF
+    cat >"$nd/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 0.0.0.0
+address: $bind
 port: 10250
 readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
+healthzBindAddress: $healthz
 healthzPort: 10248
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: false}
   x509: {clientCAFile: "$pki/ca.crt"}
 authorization: {mode: AlwaysAllow}
-containerRuntimeEndpoint: "unix://$dir/containerd/containerd.sock"
+containerRuntimeEndpoint: "unix://$nd/containerd/containerd.sock"
 cgroupDriver: cgroupfs
 cgroupRoot: "/$cg"
 cgroupsPerQOS: true
@@ -222,8 +347,8 @@ failSwapOn: false
 oomScoreAdj: 0
 clusterDNS: ["$NODE_IP"]
 clusterDomain: "$CLUSTER_DOMAIN"
-resolvConf: "$dir/resolv.conf"
-podLogsDir: "$dir/pod-logs"
+resolvConf: "$nd/resolv.conf"
+podLogsDir: "$nd/pod-logs"
 hairpinMode: hairpin-veth
 maxPods: 110
 serializeImagePulls: false
@@ -237,18 +362,23 @@ evictionHard:
   imagefs.inodesFree: "1%"
 evictionPressureTransitionPeriod: 10s
 nodeStatusUpdateFrequency: 5s
+$lease
 syncFrequency: 10s
 shutdownGracePeriod: 0s
 EOF
+}
 
+# write_cluster_configs <dir>: kube-proxy's and CoreDNS's (one each, shared by the nodes).
+write_cluster_configs() {
+    local dir="$1"
     cat >"$dir/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:
   kubeconfig: "$dir/kubeconfig"
-hostnameOverride: "$NODE_NAME"
+hostnameOverride: "${N_NAME[1]}"
 mode: iptables
-clusterCIDR: "$POD_CIDR"
+clusterCIDR: "$(cluster_cidr)"
 bindAddress: "$NODE_IP"
 healthzBindAddress: "127.0.0.1:10256"
 metricsBindAddress: "127.0.0.1:10249"
@@ -322,8 +452,7 @@ EOF
 }
 
 create_storage() {
-    local dir="$1" i name
-    mkdir -p "$dir/volumes"
+    local dir="$1" i n name pv nd
     {
         cat <<EOF
 apiVersion: storage.k8s.io/v1
@@ -336,19 +465,24 @@ provisioner: kubernetes.io/no-provisioner
 volumeBindingMode: WaitForFirstConsumer
 reclaimPolicy: Retain
 EOF
-        for ((i = 0; i < PVS; i++)); do
-            name="$(printf 'pv-%02d' "$i")"
-            mkdir -p "$dir/volumes/$name"
-            chown "$POD_UID:$POD_UID" "$dir/volumes/$name"
-            chmod 2775 "$dir/volumes/$name"
-            cat <<EOF
+        for ((n = 1; n <= NODES; n++)); do
+            nd="${N_DIR[n]}"
+            mkdir -p "$nd/volumes"
+            for ((i = 0; i < PVS; i++)); do
+                name="$(printf 'pv-%02d' "$i")"
+                if ((NODES == 1)); then pv="eddy-$name"; else pv="$(printf 'eddy-pv-%d-%02d' "$n" "$i")"; fi
+                mkdir -p "$nd/volumes/$name"
+                chown "$POD_UID:$POD_UID" "$nd/volumes/$name"
+                chmod 2775 "$nd/volumes/$name"
+                cat <<EOF
 ---
 apiVersion: v1
 kind: PersistentVolume
 metadata:
-  name: eddy-$name
+  name: $pv
   labels:
     eddy.local/volume: "true"
+    eddy.local/node: ${N_NAME[n]}
 spec:
   capacity:
     storage: $PV_SIZE
@@ -357,15 +491,16 @@ spec:
   storageClassName: $STORAGE_CLASS
   volumeMode: Filesystem
   local:
-    path: $dir/volumes/$name
+    path: $nd/volumes/$name
   nodeAffinity:
     required:
       nodeSelectorTerms:
       - matchExpressions:
         - key: kubernetes.io/hostname
           operator: In
-          values: [$NODE_NAME]
+          values: [${N_NAME[n]}]
 EOF
+            done
         done
     } | kubectl_in "$dir" apply -f - >/dev/null || fail "$dir" kube-apiserver "could not create the StorageClass and PersistentVolumes"
 }
@@ -379,10 +514,42 @@ write_node_kubeconfig() {
 elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 stage() { log "$(printf '%5ss' "$(elapsed)") $*"; }
 
+# wait_nodes <what> <timeout> <command...>: k8s.sh's wait_until, watching the
+# processes of every node (and of the control plane) rather than one directory's.
+wait_nodes() {
+    local what="$1" timeout="$2" deadline i name
+    shift 2
+    deadline=$((SECONDS + timeout))
+    until "$@" >/dev/null 2>&1; do
+        for ((i = 1; i <= NODES; i++)); do
+            for name in "${COMPONENTS[@]}"; do
+                if [[ -f "${N_DIR[i]}/$name.pid" ]] && ! pid_of "${N_DIR[i]}" "$name" >/dev/null; then
+                    fail "${N_DIR[i]}" "$name" "$name exited while waiting for $what"
+                fi
+            done
+        done
+        ((SECONDS < deadline)) || fail "$CLUSTER_DIR" kube-apiserver "timed out after ${timeout}s waiting for $what"
+        sleep 0.2
+    done
+}
+
+# import_images <node dir>: every *_ARCHIVE of images.env into that node's containerd.
+import_images() {
+    local nd="$1" key archive start=$SECONDS
+    for key in $(sed -n 's/^\([A-Z_]*_ARCHIVE\)=.*/\1/p' "$EDDY_CACHE/images/images.env"); do
+        archive="$(images_env "$key")"
+        [[ -f "$archive" ]] || { echo "$key=$archive: no such file"; return 1; }
+        ctr --address "$nd/containerd/containerd.sock" -n k8s.io images import "$archive" ||
+            { echo "could not import $archive"; return 1; }
+    done
+    echo "imported in $((SECONDS - start)) s"
+}
+
 cmd_start() {
     (($# == 1)) || die "usage: $0 start <dir>"
-    local dir name cg pause archive key etcd_port=2379 peer_port=2380
+    local dir name pause i nd ip pki sans="" node_flags=()
     T0="$(date +%s.%N)"
+    [[ "$NODES" =~ ^[1-9][0-9]?$ ]] || die "EDDY_NODES must be a number from 1 to 99: $NODES"
     mkdir -p "$1"
     dir="$(cd "$1" && pwd)"
     [[ "$(ip -o -4 addr show to "$NODE_IP/32")" == *"$NODE_IP"* ]] ||
@@ -397,22 +564,43 @@ cmd_start() {
     for name in "${COMPONENTS[@]}"; do
         pid_of "$dir" "$name" >/dev/null && die "$name is already running from $dir; stop it first"
     done
-    for name in "${COMPONENTS[@]}"; do rm -f "$dir/$name.pid"; done
+    port_is_free "$ETCD_PORT" && port_is_free "$API_PORT" ||
+        die "port $ETCD_PORT or $API_PORT is taken: another cluster runs in this network namespace (one at a time)"
+    node_zone_of "$NODES" >/dev/null
+    write_nodes_file "$dir"
+    load_nodes "$dir"
+    for ((i = 1; i <= NODES; i++)); do
+        for name in "${COMPONENTS[@]}"; do rm -f "${N_DIR[i]}/$name.pid"; done
+        rm -f "${N_DIR[i]}/killed"
+    done
+    CLUSTER_DIR="$dir"
     STOP_ON_FAIL=1
 
-    make_pki "$dir/pki" "IP:$NODE_IP,DNS:$NODE_NAME"
+    for ((i = 1; i <= NODES; i++)); do sans+=",IP:${N_IP[i]},DNS:${N_NAME[i]}"; done
+    make_pki "$dir/pki" "${sans#,}"
+    pki="$dir/pki"
     write_node_kubeconfig "$dir"
-    cg="$(cgroup_name "$dir")"
-    make_cgroups "$cg"
-    # netns.sh removes them if the command ends without node.sh stop.
-    if [[ -d /run/eddy-netns ]]; then echo "$cg" >>/run/eddy-netns/cgroups; fi
-    write_configs "$dir" "$cg" "$pause"
-    local pki="$dir/pki"
+    write_cluster_configs "$dir"
+    for ((i = 1; i <= NODES; i++)); do
+        nd="${N_DIR[i]}" ip="${N_IP[i]}"
+        mkdir -p "$nd"
+        # Node 1's address is netns.sh's; the others' are added here, /32 so
+        # that none of them is a secondary of another.
+        if [[ "$(ip -o -4 addr show to "$ip/32")" != *"$ip"* ]]; then
+            ip addr add "$ip/32" dev eddy0 || die "could not add the address $ip of node $i to eddy0"
+        fi
+        make_cgroups "${N_CG[i]}"
+        # netns.sh removes them if the command ends without node.sh stop.
+        if [[ -d /run/eddy-netns ]]; then echo "${N_CG[i]}" >>/run/eddy-netns/cgroups; fi
+        write_node_configs "$i" "$pki" "$pause"
+    done
 
-    launch_etcd "$dir" "$etcd_port" "$peer_port" --listen-metrics-urls=""
-    # containerd starts meanwhile; it needs nothing from the control plane.
-    launch "$dir" containerd /usr/bin/containerd --config "$dir/containerd/config.toml"
-    wait_until "$dir" "etcd on port $etcd_port" "$READY_TIMEOUT" bash -c "exec 3<>/dev/tcp/127.0.0.1/$etcd_port"
+    launch_etcd "$dir" "$ETCD_PORT" "$ETCD_PEER_PORT" --listen-metrics-urls=""
+    # The containerds start meanwhile; they need nothing from the control plane.
+    for ((i = 1; i <= NODES; i++)); do
+        launch "${N_DIR[i]}" containerd /usr/bin/containerd --config "${N_DIR[i]}/containerd/config.toml"
+    done
+    wait_nodes "etcd on port $ETCD_PORT" "$READY_TIMEOUT" bash -c "exec 3<>/dev/tcp/127.0.0.1/$ETCD_PORT"
     stage "etcd listening"
 
     # shellcheck disable=SC2086 # extra args are meant to be split
@@ -420,7 +608,7 @@ cmd_start() {
         --bind-address=0.0.0.0 \
         --advertise-address="$NODE_IP" \
         --secure-port="$API_PORT" \
-        --etcd-servers="http://127.0.0.1:$etcd_port" \
+        --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
         --tls-cert-file="$pki/apiserver.crt" \
         --tls-private-key-file="$pki/apiserver.key" \
         --client-ca-file="$pki/ca.crt" \
@@ -436,73 +624,93 @@ cmd_start() {
         --profiling=false \
         ${EDDY_K8S_APISERVER_ARGS:-}
 
-    wait_until "$dir" "containerd's socket" "$READY_TIMEOUT" \
-        ctr --address "$dir/containerd/containerd.sock" version
-    stage "containerd serving; importing images in the background"
-    # The import (~30 s for a 0.5 GB image) overlaps the rest of the start-up;
-    # start waits for it before it reports the node ready.
-    (
-        for key in $(sed -n 's/^\([A-Z_]*_ARCHIVE\)=.*/\1/p' "$EDDY_CACHE/images/images.env"); do
-            archive="$(images_env "$key")"
-            [[ -f "$archive" ]] || { echo "$key=$archive: no such file"; exit 1; }
-            ctr --address "$dir/containerd/containerd.sock" -n k8s.io images import "$archive" ||
-                { echo "could not import $archive"; exit 1; }
-        done
-    ) </dev/null >>"$dir/images.log" 2>&1 &
-    IMPORT_PID=$!
+    # The imports (~30 s for a 0.5 GB image, all nodes at once) overlap the
+    # rest of the start-up; start waits for them before it reports ready.
+    IMPORT_PIDS=()
+    for ((i = 1; i <= NODES; i++)); do
+        nd="${N_DIR[i]}"
+        wait_nodes "containerd's socket of node $i" "$READY_TIMEOUT" \
+            ctr --address "$nd/containerd/containerd.sock" version
+        import_images "$nd" </dev/null >>"$nd/images.log" 2>&1 &
+        IMPORT_PIDS[i]=$!
+    done
+    stage "containerd serving on $NODES node(s); importing images in the background"
 
-    wait_until "$dir" "the apiserver's /readyz" "$READY_TIMEOUT" kubectl_in "$dir" get --raw /readyz
+    wait_nodes "the apiserver's /readyz" "$READY_TIMEOUT" kubectl_in "$dir" get --raw /readyz
     stage "apiserver ready"
 
-    launch_controllers "$dir" \
-        --allocate-node-cidrs=true \
-        --cluster-cidr="$POD_CIDR" \
-        --node-cidr-mask-size=24 \
+    if ((NODES == 1)); then
+        node_flags=(--allocate-node-cidrs=true --cluster-cidr="$(cluster_cidr)" --node-cidr-mask-size=24)
+    else
+        # Each node's pod range is its bridge's (set below), not the allocator's pick.
+        node_flags=(--allocate-node-cidrs=false --node-monitor-period=2s
+            --node-monitor-grace-period="${EDDY_NODE_MONITOR_GRACE:-20}s")
+    fi
+    launch_controllers "$dir" "${node_flags[@]}" \
         --service-cluster-ip-range="$SERVICE_CIDR" \
         --use-service-account-credentials=true
-    launch "$dir" kubelet "$BIN/kubelet" \
-        --config="$dir/kubelet/config.yaml" \
-        --kubeconfig="$dir/kubeconfig" \
-        --root-dir="$dir/kubelet" \
-        --cert-dir="$dir/kubelet/pki" \
-        --hostname-override="$NODE_NAME" \
-        --node-ip="$NODE_IP" \
-        --node-labels="topology.kubernetes.io/zone=$ZONE"
+    for ((i = 1; i <= NODES; i++)); do
+        nd="${N_DIR[i]}"
+        launch "$nd" kubelet "$BIN/kubelet" \
+            --config="$nd/kubelet/config.yaml" \
+            --kubeconfig="$dir/kubeconfig" \
+            --root-dir="$nd/kubelet" \
+            --cert-dir="$nd/kubelet/pki" \
+            --hostname-override="${N_NAME[i]}" \
+            --node-ip="${N_IP[i]}" \
+            --node-labels="topology.kubernetes.io/zone=${N_ZONE[i]}"
+    done
     launch "$dir" kube-proxy "$BIN/kube-proxy" --config="$dir/kube-proxy.yaml"
     launch "$dir" coredns "$BIN/coredns" -conf "$dir/Corefile"
 
-    wait_until "$dir" "node $NODE_NAME Ready" "$READY_TIMEOUT" \
-        kubectl_in "$dir" wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
-    stage "node $NODE_NAME Ready"
-    wait_until "$dir" "CoreDNS to answer kubernetes.default.svc.$CLUSTER_DOMAIN" "$READY_TIMEOUT" \
+    for ((i = 1; i <= NODES; i++)); do
+        if ((NODES > 1)); then
+            wait_nodes "node ${N_NAME[i]} registered" "$READY_TIMEOUT" kubectl_in "$dir" get "node/${N_NAME[i]}"
+            kubectl_in "$dir" patch "node/${N_NAME[i]}" --type=merge \
+                -p "{\"spec\":{\"podCIDR\":\"${N_CIDR[i]}\",\"podCIDRs\":[\"${N_CIDR[i]}\"]}}" >/dev/null ||
+                fail "${N_DIR[i]}" kubelet "could not set the pod range of node ${N_NAME[i]}"
+        fi
+        wait_nodes "node ${N_NAME[i]} Ready" "$READY_TIMEOUT" \
+            kubectl_in "$dir" wait --for=condition=Ready "node/${N_NAME[i]}" --timeout=1s
+        stage "node ${N_NAME[i]} Ready"
+    done
+    wait_nodes "CoreDNS to answer kubernetes.default.svc.$CLUSTER_DOMAIN" "$READY_TIMEOUT" \
         dns_a "kubernetes.default.svc.$CLUSTER_DOMAIN"
     stage "CoreDNS answers"
-    wait "$IMPORT_PID" || fail "$dir" images "the image import failed"
-    # Not `ctr ... | grep -q`: grep stops at the match, ctr dies of SIGPIPE and pipefail fails it.
-    grep -qxF "$pause" < <(ctr --address "$dir/containerd/containerd.sock" -n k8s.io images ls -q) ||
-        fail "$dir" images "the pause image $pause is not in containerd after the import"
+    for ((i = 1; i <= NODES; i++)); do
+        nd="${N_DIR[i]}"
+        wait "${IMPORT_PIDS[i]}" || fail "$nd" images "the image import into node ${N_NAME[i]} failed"
+        # Not `ctr ... | grep -q`: grep stops at the match, ctr dies of SIGPIPE and pipefail fails it.
+        grep -qxF "$pause" < <(ctr --address "$nd/containerd/containerd.sock" -n k8s.io images ls -q) ||
+            fail "$nd" images "the pause image $pause is not in node ${N_NAME[i]}'s containerd after the import"
+    done
+    IMPORT_PIDS=()
     stage "images imported"
-    wait_until "$dir" "the default ServiceAccount (controller-manager)" "$READY_TIMEOUT" \
+    wait_nodes "the default ServiceAccount (controller-manager)" "$READY_TIMEOUT" \
         kubectl_in "$dir" -n default get serviceaccount default
     create_storage "$dir"
 
-    for name in "${COMPONENTS[@]}"; do
-        pid_of "$dir" "$name" >/dev/null || fail "$dir" "$name" "$name exited during start-up"
+    for ((i = 1; i <= NODES; i++)); do
+        for name in "${COMPONENTS[@]}"; do
+            [[ -f "${N_DIR[i]}/$name.pid" ]] || continue
+            pid_of "${N_DIR[i]}" "$name" >/dev/null || fail "${N_DIR[i]}" "$name" "$name exited during start-up"
+        done
     done
     cat >"$dir/cluster.env" <<EOF
 NODE_IP=$NODE_IP
-NODE_NAME=$NODE_NAME
+NODE_NAME=${N_NAME[1]}
 DNS_IP=$NODE_IP
 API_URL=https://$NODE_IP:$API_PORT
 STORAGE_CLASS=$STORAGE_CLASS
 KUBECONFIG=$dir/kubeconfig
 CLUSTER_DOMAIN=$CLUSTER_DOMAIN
-POD_CIDR=$POD_CIDR
+POD_CIDR=$(cluster_cidr)
 SERVICE_CIDR=$SERVICE_CIDR
 PVS=$PVS
+NODES=$NODES
 EOF
     stage "storage created"
-    echo "node ready in $(elapsed) s: KUBECONFIG=$dir/kubeconfig (apiserver https://$NODE_IP:$API_PORT, DNS $NODE_IP, StorageClass $STORAGE_CLASS, $PVS PVs); see $dir/cluster.env"
+    echo "$NODES node(s) ready in $(elapsed) s: KUBECONFIG=$dir/kubeconfig (apiserver https://$NODE_IP:$API_PORT, DNS $NODE_IP, StorageClass $STORAGE_CLASS, $PVS PVs per node); see $dir/cluster.env and $dir/nodes"
 }
 
 # ----------------------------------------------------------------- stop ----
@@ -522,23 +730,27 @@ stop_pids() {
     done
 }
 
-# stop_components <dir> <names...>
+# stop_components <dir>... -- <names...>: those components of each directory, all at once.
 stop_components() {
-    local dir="$1" name pid pids=()
+    local dirs=() d name pid pids=()
+    while [[ "$1" != -- ]]; do dirs+=("$1"); shift; done
     shift
-    for name in "$@"; do
-        if pid="$(pid_of "$dir" "$name")"; then pids+=("$pid"); fi
-        rm -f "$dir/$name.pid"
+    for d in "${dirs[@]}"; do
+        for name in "$@"; do
+            if pid="$(pid_of "$d" "$name")"; then pids+=("$pid"); fi
+            rm -f "$d/$name.pid"
+        done
     done
     stop_pids "${pids[@]}"
 }
 
-# The PIDs of the containers under the node's cgroup root, and of the shims
-# of this containerd.
+# container_pids <cgroup root> <containerd socket>: the processes under the
+# node's cgroup root (every hierarchy), and the shims of that containerd.
 container_pids() {
-    local cg="$1" sock="$2" p
-    [[ -d /sys/fs/cgroup/pids/$cg ]] &&
-        find "/sys/fs/cgroup/pids/$cg" -name cgroup.procs -exec cat {} + 2>/dev/null
+    local cg="$1" sock="$2" p h
+    for h in /sys/fs/cgroup/*/"$cg"; do
+        [[ -d "$h" ]] && find "$h" -name cgroup.procs -exec cat {} + 2>/dev/null
+    done
     for p in /proc/[0-9]*; do
         [[ "$(readlink "$p/exe" 2>/dev/null)" == */containerd-shim-runc-v2 ]] || continue
         tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "-address $sock " && echo "${p#/proc/}"
@@ -546,40 +758,132 @@ container_pids() {
     return 0
 }
 
+# descendants <pid...>: the live descendants of those processes.
+descendants() {
+    local p stat rest ppid changed=1
+    local -A parent=() found=()
+    for p in "$@"; do found[$p]=1; done
+    for p in /proc/[0-9]*; do
+        p="${p#/proc/}"
+        { read -r stat <"/proc/$p/stat"; } 2>/dev/null || continue
+        rest="${stat##*) }"
+        [[ "${rest:0:1}" == Z ]] && continue
+        rest="${rest#* }"
+        parent[$p]="${rest%% *}"
+    done
+    while ((changed)); do
+        changed=0
+        for p in "${!parent[@]}"; do
+            [[ -n "${found[$p]:-}" ]] && continue
+            if [[ -n "${found[${parent[$p]}]:-}" ]]; then found[$p]=1; changed=1; echo "$p"; fi
+        done
+    done
+}
+
+# node_pids <i>: every live process of node i: its kubelet and containerd,
+# their children (CNI plugins, mount helpers), its shims and its containers.
+node_pids() {
+    local i="$1" nd="${N_DIR[$1]}" own=() pid name
+    for name in kubelet containerd; do
+        if pid="$(pid_of "$nd" "$name")"; then own+=("$pid"); fi
+    done
+    {
+        printf '%s\n' "${own[@]}"
+        ((${#own[@]})) && descendants "${own[@]}"
+        container_pids "${N_CG[i]}" "$nd/containerd/containerd.sock"
+    } | { grep -x '[0-9][0-9]*' || true; } | while read -r pid; do
+        if alive "$pid"; then echo "$pid"; fi
+    done | sort -un
+}
+
+cmd_kill_node() {
+    (($# == 2)) || die "usage: $0 kill-node <dir> <node name or index>"
+    local dir i pids round killed=0
+    [[ -d "$1" ]] || die "no cluster in $1"
+    dir="$(cd "$1" && pwd)"
+    load_nodes "$dir"
+    i="$(node_index "$2")" || die "no node $2 in $dir/nodes"
+    # Several rounds: a process may fork between listing and killing.
+    for ((round = 0; round < 20; round++)); do
+        pids="$(node_pids "$i" | xargs)"
+        [[ -z "$pids" ]] && break
+        # shellcheck disable=SC2086
+        kill -KILL $pids 2>/dev/null || true
+        killed=$((killed + $(wc -w <<<"$pids")))
+        sleep 0.2
+    done
+    pids="$(node_pids "$i" | xargs)"
+    [[ -z "$pids" ]] || die "node ${N_NAME[i]}: still alive after SIGKILL: $pids"
+    date +%s.%N >"${N_DIR[i]}/killed"
+    # Its pod network goes with it: connections to its pods' addresses now
+    # time out (dropped), as they do when a machine dies, instead of being
+    # refused by the kernel of their still-mounted network namespaces.
+    ip link set "${N_BRIDGE[i]}" down 2>/dev/null || true
+    ip route replace blackhole "${N_CIDR[i]}"
+    echo "node ${N_NAME[i]} killed: $killed process(es) SIGKILLed; its pod range ${N_CIDR[i]} is a blackhole"
+}
+
 cmd_stop() {
     (($# == 1)) || die "usage: $0 stop <dir>"
-    local dir="$1" cg pids mnt h
+    # During a failed start, fail passes the failing node's directory.
+    local dir="${CLUSTER_DIR:-$1}" pids mnt h i cg nds=() pid
     [[ -d "$dir" ]] || return 0
     dir="$(cd "$dir" && pwd)"
-    cg="$(cgroup_name "$dir")"
-    # A start that failed: its image import (a subshell and its ctr), by PID.
-    if [[ -n "${IMPORT_PID:-}" ]] && alive "$IMPORT_PID"; then
-        # shellcheck disable=SC2046
-        kill $(ps -o pid= --ppid "$IMPORT_PID") "$IMPORT_PID" 2>/dev/null || true
-    fi
-    stop_components "$dir" coredns kube-proxy kubelet kube-controller-manager kube-scheduler
+    load_nodes "$dir"
+    for ((i = 1; i <= NODES; i++)); do nds+=("${N_DIR[i]}"); done
+    # A start that failed: its image imports (subshells and their ctr), by PID.
+    for pid in "${IMPORT_PIDS[@]}"; do
+        if alive "$pid"; then
+            # shellcheck disable=SC2046
+            kill $(ps -o pid= --ppid "$pid") "$pid" 2>/dev/null || true
+        fi
+    done
+    stop_components "$dir" -- coredns kube-proxy kube-controller-manager kube-scheduler
+    stop_components "${nds[@]}" -- kubelet
     # The pods: their processes by PID (SIGKILL: kubelet is gone, nobody
     # waits for a graceful end), then the shims, then containerd.
-    # shellcheck disable=SC2046
-    pids="$(container_pids "$cg" "$dir/containerd/containerd.sock" | sort -u | xargs)"
+    pids=""
+    for ((i = 1; i <= NODES; i++)); do
+        pids+=" $(container_pids "${N_CG[i]}" "${N_DIR[i]}/containerd/containerd.sock" | sort -u | xargs)"
+    done
     # shellcheck disable=SC2086
-    [[ -z "$pids" ]] || kill -KILL $pids 2>/dev/null || true
-    stop_components "$dir" containerd
+    [[ -z "${pids// /}" ]] || kill -KILL $pids 2>/dev/null || true
+    stop_components "${nds[@]}" -- containerd
     sleep 0.2
-    pids="$(container_pids "$cg" "$dir/containerd/containerd.sock" | sort -u | xargs)"
+    pids=""
+    for ((i = 1; i <= NODES; i++)); do
+        pids+=" $(container_pids "${N_CG[i]}" "${N_DIR[i]}/containerd/containerd.sock" | sort -u | xargs)"
+    done
     # shellcheck disable=SC2086
-    [[ -z "$pids" ]] || { kill -KILL $pids 2>/dev/null || true; sleep 0.5; }
-    stop_components "$dir" kube-apiserver
-    stop_components "$dir" etcd
+    [[ -z "${pids// /}" ]] || { kill -KILL $pids 2>/dev/null || true; sleep 0.5; }
+    stop_components "$dir" -- kube-apiserver
+    stop_components "$dir" -- etcd
     # What containerd and kubelet mounted under <dir> (rootfs overlays, shm,
     # pod network namespaces, secret tmpfs), deepest first.
     while read -r mnt; do
         umount "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || log "could not unmount $mnt"
     done < <(awk -v d="$dir/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
-    # The node's cgroups, deepest first (only empty ones can go).
-    for h in /sys/fs/cgroup/*/"$cg"; do
-        [[ -d "$h" ]] && find "$h" -depth -type d -exec rmdir {} + 2>/dev/null
-        [[ -d "$h" ]] && log "could not remove cgroup $h"
+    # The nodes' cgroups, deepest first (only empty ones can go).
+    for ((i = 1; i <= NODES; i++)); do
+        cg="${N_CG[i]}"
+        for h in /sys/fs/cgroup/*/"$cg"; do
+            [[ -d "$h" ]] && find "$h" -depth -type d -exec rmdir {} + 2>/dev/null
+            [[ -d "$h" ]] && log "could not remove cgroup $h"
+        done
+    done
+    # The nodes' image stores (the imported images, unpacked: ~2.4 GB a node),
+    # which the next start imports afresh; never across a mount left behind.
+    for ((i = 1; i <= NODES; i++)); do
+        if ! awk -v d="${N_DIR[i]}/containerd/" 'index($5, d) == 1 { f = 1 } END { exit !f }' /proc/self/mountinfo; then
+            rm -rf --one-file-system "${N_DIR[i]}/containerd/root" "${N_DIR[i]}/containerd/state"
+        fi
+    done
+    # The network the nodes added to the namespace: bridges, blackhole routes
+    # (kill-node), the addresses of nodes 2.. (node 1's is netns.sh's).
+    for ((i = 1; i <= NODES; i++)); do
+        ip link del "${N_BRIDGE[i]}" 2>/dev/null || true
+        ip route del blackhole "${N_CIDR[i]}" 2>/dev/null || true
+        if ((i > 1)); then ip addr del "${N_IP[i]}/32" dev eddy0 2>/dev/null || true; fi
     done
     return 0
 }
@@ -593,8 +897,9 @@ node_main() {
         build) cmd_build "$@" ;;
         start) cmd_start "$@" ;;
         stop) cmd_stop "$@" ;;
+        kill-node) cmd_kill_node "$@" ;;
         dns) (($# == 1)) || die "usage: $0 dns <name>"; dns_a "$1" ;;
-        *) die "usage: $0 build | start <dir> | stop <dir> | dns <name>" ;;
+        *) die "usage: $0 build | start <dir> | kill-node <dir> <node> | stop <dir> | dns <name>" ;;
     esac
 }
 
