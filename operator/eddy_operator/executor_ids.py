@@ -1,7 +1,9 @@
 """A restarted driver hands executor ids out anew, to the pods that outlived the last one (their
 task runners went on processing: docs/operations.md, "A driver restart without an outage"). The
 same pod is the same executor: the operator renames the last published assignment's ids and what
-each volume holds by pod, so that the assignor keeps every task where it is. Pure.
+each volume holds by pod, so that the assignor keeps every task where it is. While those pods
+register with the new driver one by one, the operator waits for all of them (`reregistering`)
+instead of failing the others' tasks over. Pure.
 """
 
 from __future__ import annotations
@@ -11,8 +13,28 @@ from dataclasses import replace
 
 from eddy_contract import channel
 from eddy_contract.assignor import Assignment, Executor, TaskAssignment
+from eddy_operator.pods import PodInfo
 
-__all__ = ["executor_renames", "held_by_live_id", "renamed"]
+__all__ = ["REREGISTRATION_GRACE_S", "executor_renames", "held_by_live_id", "renamed", "reregistering"]
+
+#: how long after a driver pod started the operator waits for the executor pods that outlived the
+#: last driver to register with it before it takes them for lost (their JVMs start, then register,
+#: once the new driver's SparkContext is up: 30-100 s on the loaded 2-core test machine)
+REREGISTRATION_GRACE_S = 180.0
+
+
+def reregistering(previous: channel.AssignmentMessage | None, pods: Iterable[PodInfo]) -> list[str]:
+    """The pods of `previous`'s executors that outlived its driver and have not registered with a
+    new one yet: running, ready (their runner is warm: it holds tasks and goes on processing them),
+    without an executor id (a starting driver labels the pods it adopts `EXECID`, as Spark labels a
+    pod until its executor registers: driver/executor_set.py). Until they register, an assignment
+    would take them for lost and move their tasks to the pods that registered first."""
+    if previous is None:
+        return []
+    named = {e.pod for e in previous.executors if e.pod}
+    return sorted(p.name for p in pods
+                  if p.name in named and p.role == "executor" and p.phase == "Running" and p.ready
+                  and not p.deleting and (p.exec_id is None or not p.exec_id.isdigit()))
 
 
 def executor_renames(previous: channel.AssignmentMessage | None, live: Iterable[Executor]) -> dict[str, str]:

@@ -41,7 +41,13 @@ from eddy_contract.spec import SpecError, StreamAppSpec
 from eddy_operator import builders, metrics
 from eddy_operator.assignment_events import describe_moves
 from eddy_operator.builders import Owner
-from eddy_operator.executor_ids import executor_renames, held_by_live_id, renamed
+from eddy_operator.executor_ids import (
+    REREGISTRATION_GRACE_S,
+    executor_renames,
+    held_by_live_id,
+    renamed,
+    reregistering,
+)
 from eddy_operator.kube import Kube
 from eddy_operator.pods import LossReason, PodInfo, live_executors
 from eddy_operator.reconcile import reconcile, write_versions
@@ -188,11 +194,25 @@ class Orchestrator:
                 ctl.message = self._decode_previous(snap, app)
                 ctl.last_failover = self._decode_failover(snap, app)
                 ctl.loaded = True
-            if runtime is not None and runtime.changelog_end_offsets and executors:
+            if runtime is not None and runtime.changelog_end_offsets and executors \
+                    and not self._awaiting_registrations(ctl, snap, runtime, app):
                 await self._assign(ctl, snap, spec, executors, runtime, cause, started)
             await self._publish_live_settings(ctl, snap, spec)
             await self._judge_upgrade(snap, spec, runtime)
             await self._update_status(ctl, snap, spec, executors, runtime)
+
+    @staticmethod
+    def _awaiting_registrations(ctl: AppController, snap: Snapshot, runtime: channel.RuntimeState, app: str) -> bool:
+        """A new driver is up and some executor pods that outlived the last one have not registered
+        with it yet (executor_ids.py's `reregistering`): no assignment until they have, or until
+        `REREGISTRATION_GRACE_S` after the driver pod started."""
+        waiting = reregistering(ctl.message, snap.pods)
+        driver = driver_seen(snap.pods, runtime)
+        if not waiting or driver is None or driver.age_s >= REREGISTRATION_GRACE_S:
+            return False
+        log.info("app %s: executor pods %s outlived the last driver and are registering with the new one "
+                 "(%.0f s after its start): no assignment until they have", app, waiting, driver.age_s)
+        return True
 
     def _runtime_state(self, snap: Snapshot, app: str) -> channel.RuntimeState | None:
         if not snap.runtime_data or channel.RUNTIME_STATE_KEY not in snap.runtime_data:

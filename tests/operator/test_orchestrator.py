@@ -9,7 +9,7 @@ import pytest
 
 from eddy_contract.assignor import Assignment, Executor, TaskAssignment
 from eddy_contract.channel import AssignmentMessage, ExecutorInventory, RuntimeState
-from eddy_operator.executor_ids import executor_renames, held_by_live_id, renamed
+from eddy_operator.executor_ids import executor_renames, held_by_live_id, renamed, reregistering
 from eddy_operator.orchestrator import LostExecutor, lost_executors
 from eddy_operator.pods import LossReason, PodInfo
 
@@ -64,6 +64,23 @@ def test_a_restarted_driver_s_new_ids_on_the_same_pods_are_the_same_executors_ev
     assert moved.assignment.generation == 3
     assert [(e.id, e.pod) for e in moved.executors] == [("2", "wc-exec-1"), ("1", "wc-exec-2"), ("4", "wc-exec-3")]
     assert lost_executors(moved, live, []) == []
+
+
+def test_pods_that_outlived_the_driver_and_have_no_new_id_yet_are_awaited() -> None:
+    def pod(name: str, exec_id: str | None, *, ready: bool = True, phase: str = "Running",
+            deleting: bool = False) -> PodInfo:
+        return PodInfo(name, "executor", exec_id, "node-a", phase, ready, deleting, None, None)
+
+    # a new driver handed id 1 to wc-exec-2 first; wc-exec-1 (the earlier 1) has not registered yet
+    pods = [pod("wc-exec-1", "EXECID"), pod("wc-exec-2", "1"), pod("wc-exec-3", None)]
+    assert reregistering(PUBLISHED, pods) == ["wc-exec-1", "wc-exec-3"]
+    # a new pod under a known name is not ready (its runner holds nothing yet): lost, not awaited
+    assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", ready=False)]) == []
+    assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", deleting=True)]) == []
+    assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", phase="Pending")]) == []
+    assert reregistering(PUBLISHED, [pod("wc-exec-9", "EXECID")]) == []  # not one of the assignment's
+    assert reregistering(PUBLISHED, [pod("wc-exec-1", "4")]) == []  # registered
+    assert reregistering(None, pods) == []
 
 
 def test_nothing_is_renamed_while_the_ids_are_the_same() -> None:

@@ -11,7 +11,10 @@ roll out by replacing every pod. So the driver, in its pod (the operator sets
 1. before its SparkContext starts (`release_executor_set`), takes the running executor pods out
    of the earlier driver's StatefulSet (their resource-profile label moved aside, so that no
    StatefulSet selects them; they keep running), deletes that StatefulSet, and keeps its pod
-   template;
+   template; their executor-id label says `EXECID` again, as Spark labels a pod until its
+   executor registered: each gets its id from this driver when its new JVM registers, and until
+   then the operator knows it for a pod re-registering, not for its earlier executor (whose id
+   this driver may hand to another pod first: operator/executor_ids.py's `reregistering`);
 2. Spark creates the StatefulSet anew: same name, selector and claim templates; it cannot create
    pods under the names the running ones hold;
 3. once the SparkContext is up (`adopt_executor_set`), gives the running pods their label back
@@ -36,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eddy_contract.spec import API_VERSION, KIND
+from eddy_runtime.protocol.placement import GENERATED_ID
 
 __all__ = ["ReleasedExecutors", "adopt_executor_set", "release_executor_set", "same_template"]
 
@@ -45,6 +49,8 @@ log = logging.getLogger("eddy.driver")
 RELEASE_TIMEOUT_S = 60.0
 #: Spark's label that the StatefulSet selects its pods by, besides the app's and the role's
 PROFILE_LABEL = "spark-exec-resourceprofile-id"
+#: Spark's label of an executor pod's executor id (`GENERATED_ID` until its executor registered)
+EXEC_ID_LABEL = "spark-exec-id"
 #: the StatefulSet controller's label of a pod's revision
 REVISION_LABEL = "controller-revision-hash"
 #: the profile label's value while a pod belongs to no StatefulSet
@@ -110,7 +116,8 @@ def release_executor_set() -> ReleasedExecutors:
         if pod.metadata.deletion_timestamp is not None:
             continue
         released.pods[pod.metadata.name] = pod.metadata.labels[PROFILE_LABEL]
-        core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {"labels": {PROFILE_LABEL: RELEASED}}})
+        core.patch_namespaced_pod(pod.metadata.name, namespace,
+                                  {"metadata": {"labels": {PROFILE_LABEL: RELEASED, EXEC_ID_LABEL: GENERATED_ID}}})
     apps.delete_namespaced_stateful_set(name, namespace, body=client.V1DeleteOptions(propagation_policy="Orphan"))
     deadline = time.monotonic() + RELEASE_TIMEOUT_S
     while time.monotonic() < deadline:
