@@ -1,5 +1,5 @@
 """Start and stop the real servers the tests run against: a Kafka broker, a Kubernetes
-control plane (or, for e2e/, a one-node cluster whose pods really run) and a Spark
+control plane (or, for e2e/, a cluster of one or more nodes whose pods really run) and a Spark
 `local-cluster`. The pytest fixtures in conftest.py call these once per test session; a server
 that cannot start fails the run with its log tail, never skips."""
 
@@ -295,14 +295,68 @@ def control_plane(base_dir: Path, fake_nodes: int = 2) -> Iterator[ControlPlane]
         run_script(script, "stop", d, timeout=120)
 
 
+@dataclass(frozen=True)
+class ClusterNode:
+    """One real node of a `NodeCluster`, as ``node.sh start`` wrote it in ``<dir>/nodes``: its
+    own kubelet and containerd (state in `dir`, processes in the cgroup root `cgroup`), its
+    address on eddy0, its zone label and its pod range on bridge `bridge`."""
+
+    index: int
+    name: str
+    address: str
+    zone: str
+    pod_cidr: str
+    bridge: str
+    dir: Path
+    cgroup: str
+
+
 @dataclass
 class NodeCluster(ControlPlane):
-    """A one-node cluster whose pods really run (infra/cluster/node.sh), inside the network
-    namespace of this test process (infra/cluster/netns.sh); `node_ip` is the node's address,
-    reachable from pods and from this process, and nowhere else."""
+    """A cluster whose pods really run (infra/cluster/node.sh), inside the network namespace of
+    this test process (infra/cluster/netns.sh); `node_ip` is the address of node 1 and of the
+    control plane, CoreDNS and kube-proxy, reachable from pods and from this process, and nowhere
+    else. `nodes` lists the nodes (one, unless started with more)."""
 
     node_ip: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    nodes: tuple[ClusterNode, ...] = ()
+
+    def node(self, name: str) -> ClusterNode:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"no node {name} in {[n.name for n in self.nodes]}")
+
+    def kill_node(self, node: ClusterNode) -> str:
+        """Make `node` fail for real, without warning (``node.sh kill-node``): its kubelet, its
+        containerd, their children, its shims and every container process are SIGKILLed by PID,
+        and its pod range becomes a blackhole route. The control plane, CoreDNS and kube-proxy
+        (shared by the nodes) go on. Returns node.sh's line saying what it killed."""
+        return run_script(REPO / "infra/cluster/node.sh", "kill-node", self.dir, node.name, timeout=120).strip()
+
+    def processes_of(self, node: ClusterNode) -> dict[int, str]:
+        """The live processes of `node` (PID: command line), found from /proc independently of
+        node.sh: those in its cgroup root (any hierarchy: the containers) and those whose command
+        line names its kubelet configuration, its containerd configuration or its containerd
+        socket (the shims)."""
+        marks = (f"{node.dir}/kubelet/config.yaml", f"{node.dir}/containerd/config.toml",
+                 f"-address {node.dir}/containerd/containerd.sock ")
+        root = f"/{node.cgroup}"
+        found: dict[int, str] = {}
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                cgroups = [line.split(":", 2)[2] for line in (proc / "cgroup").read_text().splitlines()]
+            except (OSError, IndexError):
+                continue  # gone meanwhile
+            if any(c == root or c.startswith(root + "/") for c in cgroups) or any(m in cmdline for m in marks):
+                found[int(proc.name)] = cmdline.strip()
+        return found
 
 
 def _read_env_file(path: Path) -> dict[str, str]:
@@ -324,16 +378,27 @@ def in_cluster_namespace() -> str:
     return node_ip
 
 
+def _read_nodes(path: Path) -> tuple[ClusterNode, ...]:
+    """node.sh's ``<dir>/nodes``: index name address zone pod-cidr bridge directory cgroup."""
+    nodes = []
+    for line in path.read_text().splitlines():
+        index, name, address, zone, pod_cidr, bridge, directory, cgroup = line.split()
+        nodes.append(ClusterNode(int(index), name, address, zone, pod_cidr, bridge, Path(directory), cgroup))
+    return tuple(nodes)
+
+
 @contextmanager
-def node_cluster(base_dir: Path) -> Iterator[NodeCluster]:
+def node_cluster(base_dir: Path, nodes: int = 1, name: str = "node") -> Iterator[NodeCluster]:
+    """A cluster of `nodes` real nodes in ``<base_dir>/<name>``. One cluster at a time runs in a
+    network namespace (they would share addresses and ports): node.sh refuses a second."""
     node_ip = in_cluster_namespace()
     script = REPO / "infra/cluster/node.sh"
-    d = base_dir / "node"
+    d = base_dir / name
     d.mkdir(parents=True, exist_ok=True)
     try:
-        run_script(script, "start", d, timeout=600)
+        run_script(script, "start", d, timeout=600, env={"EDDY_NODES": str(nodes)})
         yield NodeCluster(dir=d, kubeconfig=d / "kubeconfig", bin_dir=CACHE / "k8s" / "bin", node_ip=node_ip,
-                          env=_read_env_file(d / "cluster.env"))
+                          env=_read_env_file(d / "cluster.env"), nodes=_read_nodes(d / "nodes"))
     finally:
         run_script(script, "stop", d, timeout=300)
 
