@@ -4,10 +4,16 @@ Dockerfile, a Kafka broker on the node's address, and the operator installed wit
 
 Everything lives in the network namespace that `infra/cluster/netns.sh` made for this test
 process (`make test-e2e`); pod and Service addresses never leave it.
+
+`three_nodes` is a second cluster, of three real nodes (zone-a, zone-a, zone-b), for the tests
+that need several nodes. Both clusters use the namespace's addresses and ports, so one runs at a
+time: the tests that use `three_nodes` run first, and it stops after the last of them, before
+any test starts the one-node cluster.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,3 +48,36 @@ def operator(node: NodeCluster) -> Iterator[NodeCluster]:
     install_operator(node)
     # No uninstall: the cluster goes with the session.
     yield node
+
+
+# Closed by pytest_runtest_teardown after the last test that uses three_nodes (and again, to no
+# effect, when the session ends).
+_three_nodes_stop = contextlib.ExitStack()
+THREE_NODES = "three_nodes"
+
+
+@pytest.fixture(scope="session")
+def three_nodes(servers_dir: Path) -> Iterator[NodeCluster]:  # noqa: F811
+    """Three real nodes (node.sh with EDDY_NODES=3): each its own kubelet, containerd, cgroup
+    root, address (10.200.0.1-3) and pod range (10.244.0-2.0/24), zones zone-a, zone-a, zone-b;
+    the control plane, CoreDNS and kube-proxy shared. Nodes go NotReady 20 s after their kubelet
+    stops renewing its Lease. ``.kill_node(node)`` kills one for real."""
+    with _three_nodes_stop:
+        yield _three_nodes_stop.enter_context(node_cluster(servers_dir, nodes=3, name="nodes"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests on three nodes first (a stable sort), so that their cluster has stopped before
+    the one-node cluster starts."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if THREE_NODES in names and "node" in names:
+            raise pytest.UsageError(f"{item.nodeid}: uses both clusters; only one can run at a time")
+    items.sort(key=lambda item: THREE_NODES not in getattr(item, "fixturenames", ()))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if THREE_NODES in getattr(item, "fixturenames", ()) and (
+            nextitem is None or THREE_NODES not in getattr(nextitem, "fixturenames", ())):
+        _three_nodes_stop.close()
