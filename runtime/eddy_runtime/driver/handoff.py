@@ -95,6 +95,13 @@ class GenerationHandoff:
             if (not self._continuous or self._compiled is None
                     or (self.pushed is not None and assignment.generation <= self.pushed.generation)):
                 return
+            if unknown := sorted(e for e in assignment.executors() if e not in self._keys and not self._per_executor):
+                # The operator's assignment may come before this driver's first batch learnt the
+                # executors' hosts: without them each runner of an earlier driver would be taken to
+                # lose every task (it is known by its host) and let them all go. The batch brings it.
+                log.info("generation %d not pushed ahead of its batch: the hosts of executors %s not known yet",
+                         assignment.generation, unknown)
+                return
             try:
                 self.fence(assignment)
             except Exception:  # noqa: BLE001 - nothing pushed; the next batch fences and sends it

@@ -175,9 +175,14 @@ class ContinuousLoop:
         if released == Release.TIMED_OUT:
             return False
         clean = released == Release.CLEAN
-        for task in tasks:
+        # Only its actives: a standby commits nothing, and the driver of a new generation names
+        # every task it gives another runner's active (it may not know what this one holds).
+        current = self.assignment.current()
+        standbys = {t for t, role in current.work.tasks if role != Role.ACTIVE} if current is not None else set()
+        let_go = sorted(t for t in tasks if t not in standbys)
+        for task in let_go:
             self.runner.release_task(task, f"released for generation {generation}")
-        log.info("generation %d: released %s%s", generation, sorted(tasks),
+        log.info("generation %d: released %s%s", generation, let_go,
                  "" if clean else " (a round holding them did not commit cleanly)")
         return clean
 
