@@ -11,8 +11,12 @@
 # `kubectl exec` work; a ClusterIP Service answers from the namespace and
 # by name from a pod; a claim on eddy-local binds when pod A uses it, and
 # pod B with the same claim reads the file pod A wrote (both as uid 185 with
-# fsGroup 185). Then stops everything and checks that nothing of the node is
-# left mounted under <dir>.
+# fsGroup 185). Then stops everything and checks that the namespace is as it
+# was before the start: nothing mounted under <dir>, no process of the nodes,
+# no cgroup of theirs, the same links, addresses and routes.
+#
+# EDDY_NODES=3 infra/cluster/netns.sh infra/cluster/smoke.sh runs the same
+# checks on three nodes (pods land where the scheduler puts them).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,17 +33,46 @@ ok() { echo "smoke: ok   [$((SECONDS - T0))s] $*"; }
 bad() { echo "smoke: FAIL $*" >&2; exit 1; }
 k() { "$KUBECTL" --kubeconfig "$DIR/kubeconfig" --request-timeout=20s "$@"; }
 
+# The namespace's network, to compare before the start and after the stop.
+net_state() {
+    ip -o link | awk '{ print "link", $2 }'
+    ip -o addr | awk '{ print "addr", $2, $4 }'
+    ip route | sed 's/^/route /'
+}
+NET_BEFORE="$(net_state)"
+
+# leftovers: what node.sh stop should have removed, one line each.
+leftovers() {
+    local p cg h
+    awk -v d="$DIR/" 'index($5, d) == 1 { print "mount", $5 }' /proc/self/mountinfo
+    for p in /proc/[0-9]*; do
+        [[ "${p#/proc/}" == "$$" || "${p#/proc/}" == "$BASHPID" ]] && continue
+        tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF "$DIR/" && echo "process ${p#/proc/}: $(tr '\0' ' ' <"$p/cmdline" | cut -c1-100)"
+    done
+    if [[ -f "$DIR/nodes" ]]; then
+        for cg in $(awk '{ print $8 }' "$DIR/nodes"); do
+            for h in /sys/fs/cgroup/*/"$cg"; do [[ -d "$h" ]] && echo "cgroup $h"; done
+        done
+    fi
+    diff <(echo "$NET_BEFORE") <(net_state) | sed -n 's/^[<>] /network changed: &/p'
+    return 0
+}
+
 finish() {
-    local rc=$?
+    local rc=$? left
     if ((rc)); then
         echo "smoke: pods, events and log tails follow" >&2
         k get pods,pvc,pv -o wide >&2 || true
         k get events --sort-by=.lastTimestamp 2>/dev/null | tail -20 >&2 || true
     fi
     "$NODE" stop "$DIR" || rc=1
-    if awk -v d="$DIR/" 'index($5, d) == 1 { f = 1 } END { exit !f }' /proc/self/mountinfo; then
-        echo "smoke: FAIL mounts left under $DIR" >&2
+    left="$(leftovers)"
+    if [[ -n "$left" ]]; then
+        echo "smoke: FAIL node.sh stop left these behind:" >&2
+        echo "$left" >&2
         rc=1
+    else
+        echo "smoke: ok   node.sh stop left the namespace as it found it (mounts, processes, cgroups, network)"
     fi
     if ((rc == 0 && !KEEP)); then rm -rf "$DIR"; fi
     ((rc == 0)) && echo "smoke: PASSED in $((SECONDS - T0)) s" || echo "smoke: FAILED (logs in $DIR)" >&2
