@@ -17,7 +17,9 @@
 #                          root (by PID), then cut its pod network (its bridge
 #                          down, its pod CIDR a blackhole route: its pods' IPs
 #                          stop answering, as a dead machine's do); <node> is
-#                          a name or a 1-based index. Its mounts stay until stop.
+#                          a name or a 1-based index. Its mounts stay until
+#                          stop; its address stays (node 1's carries the
+#                          control plane): nothing listens there any more.
 #   node.sh stop <dir>     stop pods, nodes and control plane (etcd last),
 #                          unmount what they mounted under <dir>, remove the
 #                          nodes' cgroups, bridges, extra addresses and routes,
@@ -624,8 +626,9 @@ cmd_start() {
         --profiling=false \
         ${EDDY_K8S_APISERVER_ARGS:-}
 
-    # The imports (~30 s for a 0.5 GB image, all nodes at once) overlap the
-    # rest of the start-up; start waits for them before it reports ready.
+    # The imports (~35 s for the 0.9 GB eddy image into one node, 50-70 s into
+    # three at once: docs/testing.md) overlap the rest of the start-up; start
+    # waits for them before it reports ready.
     IMPORT_PIDS=()
     for ((i = 1; i <= NODES; i++)); do
         nd="${N_DIR[i]}"
@@ -781,17 +784,17 @@ descendants() {
 }
 
 # node_pids <i>: every live process of node i: its kubelet and containerd,
-# their children (CNI plugins, mount helpers), its shims and its containers.
+# its shims and its containers, and all their descendants (CNI plugins,
+# mount helpers, a runc not yet in the container's cgroup).
 node_pids() {
-    local i="$1" nd="${N_DIR[$1]}" own=() pid name
+    local i="$1" nd="${N_DIR[$1]}" pids=() pid name
     for name in kubelet containerd; do
-        if pid="$(pid_of "$nd" "$name")"; then own+=("$pid"); fi
+        if pid="$(pid_of "$nd" "$name")"; then pids+=("$pid"); fi
     done
-    {
-        printf '%s\n' "${own[@]}"
-        ((${#own[@]})) && descendants "${own[@]}"
-        container_pids "${N_CG[i]}" "$nd/containerd/containerd.sock"
-    } | { grep -x '[0-9][0-9]*' || true; } | while read -r pid; do
+    mapfile -t -O "${#pids[@]}" pids < <(container_pids "${N_CG[i]}" "$nd/containerd/containerd.sock" |
+        { grep -x '[0-9][0-9]*' || true; })
+    ((${#pids[@]})) || return 0
+    { printf '%s\n' "${pids[@]}"; descendants "${pids[@]}"; } | while read -r pid; do
         if alive "$pid"; then echo "$pid"; fi
     done | sort -un
 }
@@ -826,8 +829,9 @@ cmd_kill_node() {
 cmd_stop() {
     (($# == 1)) || die "usage: $0 stop <dir>"
     # During a failed start, fail passes the failing node's directory.
-    local dir="${CLUSTER_DIR:-$1}" pids mnt h i cg nds=() pid
+    local dir="${CLUSTER_DIR:-$1}" pids mnt h i cg nds=() pid rms=()
     [[ -d "$dir" ]] || return 0
+    T0="$(date +%s.%N)"
     dir="$(cd "$dir" && pwd)"
     load_nodes "$dir"
     for ((i = 1; i <= NODES; i++)); do nds+=("${N_DIR[i]}"); done
@@ -856,8 +860,10 @@ cmd_stop() {
     done
     # shellcheck disable=SC2086
     [[ -z "${pids// /}" ]] || { kill -KILL $pids 2>/dev/null || true; sleep 0.5; }
+    stage "pods, nodes and containerd stopped"
     stop_components "$dir" -- kube-apiserver
     stop_components "$dir" -- etcd
+    stage "apiserver and etcd stopped"
     # What containerd and kubelet mounted under <dir> (rootfs overlays, shm,
     # pod network namespaces, secret tmpfs), deepest first.
     while read -r mnt; do
@@ -873,13 +879,21 @@ cmd_stop() {
     done
     # The nodes' image stores (the imported images, unpacked: ~2.4 GB a node),
     # which the next start imports afresh; never across a mount left behind.
+    # All nodes at once (~9 s a node alone).
+    rms=()
     for ((i = 1; i <= NODES; i++)); do
         if ! awk -v d="${N_DIR[i]}/containerd/" 'index($5, d) == 1 { f = 1 } END { exit !f }' /proc/self/mountinfo; then
-            rm -rf --one-file-system "${N_DIR[i]}/containerd/root" "${N_DIR[i]}/containerd/state"
+            rm -rf --one-file-system "${N_DIR[i]}/containerd/root" "${N_DIR[i]}/containerd/state" &
+            rms+=($!)
         fi
     done
+    for pid in "${rms[@]}"; do wait "$pid" || log "could not remove all of an image store"; done
+    stage "unmounted; image stores removed"
     # The network the nodes added to the namespace: bridges, blackhole routes
-    # (kill-node), the addresses of nodes 2.. (node 1's is netns.sh's).
+    # (kill-node), the addresses of nodes 2.. (node 1's is netns.sh's). Not
+    # for a directory whose start never wrote its nodes file: the bridges
+    # then are another cluster's, if anyone's.
+    [[ -f "$dir/nodes" ]] || return 0
     for ((i = 1; i <= NODES; i++)); do
         ip link del "${N_BRIDGE[i]}" 2>/dev/null || true
         ip route del blackhole "${N_CIDR[i]}" 2>/dev/null || true
@@ -903,4 +917,6 @@ node_main() {
     esac
 }
 
-node_main "$@"
+# One line, parsed whole before it runs: a bash reading this file while it is
+# rewritten (a checkout, an edit) stops here rather than read on.
+node_main "$@"; exit
