@@ -365,6 +365,16 @@ class Flow:
         reader.join(10)
         self._consumer.close()
 
+    def describe_lateness(self, since: float, over: float = 2.0) -> str:
+        """When the records sent from `since` on that were over `over` s late were sent (seconds
+        after `since`), and how late: for a failure message."""
+        late = sorted((t - since, self.seen[w] - t) for w, t in self.sent.items() if t >= since and w in self.seen
+                      and self.seen[w] - t > over)
+        if not late:
+            return f"none over {over:.0f}s"
+        return (f"{len(late)} records over {over:.0f}s late, sent {late[0][0]:.1f}-{late[-1][0]:.1f}s after the "
+                f"change; the worst sent at {max(late, key=lambda x: x[1])[0]:.1f}s")
+
     def lateness(self, since: float, until_: float | None = None) -> list[float]:
         """The lateness of each line sent in [since, until_)."""
         return sorted(self.seen[w] - t for w, t in self.sent.items()
