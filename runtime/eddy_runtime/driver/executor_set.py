@@ -14,7 +14,9 @@ roll out by replacing every pod. So the driver, in its pod (the operator sets
    template; their executor-id label says `EXECID` again, as Spark labels a pod until its
    executor registered: each gets its id from this driver when its new JVM registers, and until
    then the operator knows it for a pod re-registering, not for its earlier executor (whose id
-   this driver may hand to another pod first: operator/executor_ids.py's `reregistering`);
+   this driver may hand to another pod first: operator/executor_ids.py's `reregistering`); pods
+   an earlier driver released and died before adopting are taken too (their template unknown,
+   they are replaced one at a time);
 2. Spark creates the StatefulSet anew: same name, selector and claim templates; it cannot create
    pods under the names the running ones hold;
 3. once the SparkContext is up (`adopt_executor_set`), gives the running pods their label back
@@ -55,6 +57,8 @@ EXEC_ID_LABEL = "spark-exec-id"
 REVISION_LABEL = "controller-revision-hash"
 #: the profile label's value while a pod belongs to no StatefulSet
 RELEASED = "released"
+#: a released pod's profile label, kept for the driver that adopts it
+PROFILE_ANNOTATION = "eddy.dev/released-profile"
 
 
 @dataclass
@@ -104,10 +108,18 @@ def release_executor_set() -> ReleasedExecutors:
 
     api_client = _api_client()
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    # A driver that died between its release and its adoption left its pods released: adopted now
+    # (their template is unknown, so the new StatefulSet replaces them one at a time).
+    for pod in core.list_namespaced_pod(namespace, label_selector=f"{PROFILE_LABEL}={RELEASED}").items:
+        if pod.metadata.name.startswith(f"{name}-") and pod.metadata.deletion_timestamp is None:
+            released.pods[pod.metadata.name] = (pod.metadata.annotations or {}).get(PROFILE_ANNOTATION, "0")
     try:
         old = apps.read_namespaced_stateful_set(name, namespace)
     except ApiException as e:
         if e.status == 404:
+            if released.pods:
+                log.info("executor pods %s were released by an earlier driver that did not adopt them: this "
+                         "driver does", sorted(released.pods))
             return released
         raise
     released.template = api_client.sanitize_for_serialization(old.spec.template)
@@ -115,9 +127,11 @@ def release_executor_set() -> ReleasedExecutors:
     for pod in core.list_namespaced_pod(namespace, label_selector=selector).items:
         if pod.metadata.deletion_timestamp is not None:
             continue
-        released.pods[pod.metadata.name] = pod.metadata.labels[PROFILE_LABEL]
-        core.patch_namespaced_pod(pod.metadata.name, namespace,
-                                  {"metadata": {"labels": {PROFILE_LABEL: RELEASED, EXEC_ID_LABEL: GENERATED_ID}}})
+        profile = pod.metadata.labels[PROFILE_LABEL]
+        released.pods[pod.metadata.name] = profile
+        core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {
+            "labels": {PROFILE_LABEL: RELEASED, EXEC_ID_LABEL: GENERATED_ID},
+            "annotations": {PROFILE_ANNOTATION: profile}}})
     apps.delete_namespaced_stateful_set(name, namespace, body=client.V1DeleteOptions(propagation_policy="Orphan"))
     deadline = time.monotonic() + RELEASE_TIMEOUT_S
     while time.monotonic() < deadline:
