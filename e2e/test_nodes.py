@@ -99,7 +99,7 @@ def get(cluster: NodeCluster, pod: str, url: str, timeout_s: float = 5) -> str:
 
 def daemons_of(cluster: NodeCluster, node: ClusterNode) -> dict[int, str]:
     """The node's kubelet and containerd: PID -> program name."""
-    programs = {pid: Path(cmd.split()[0]).name for pid, cmd in cluster.processes_of(node).items()}
+    programs = {pid: Path(cmd.split()[0]).name for pid, cmd in cluster.processes_of(node).items() if cmd}
     return {pid: name for pid, name in programs.items() if name in ("kubelet", "containerd")}
 
 
