@@ -10,6 +10,8 @@ message `channel_io.write_runtime_state` publishes.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -18,7 +20,7 @@ from eddy_contract.channel import ExecutorInventory, RestoreProgress, RuntimeSta
 from eddy_contract.tasks import Role, TaskId
 from eddy_runtime.driver.progress import CopyProgress
 from eddy_runtime.kafka.partitions import TopicPartition
-from eddy_runtime.protocol.placement import ExecutorRef, PinnedSlots, current_executor_id
+from eddy_runtime.protocol.placement import BatchWatch, ExecutorRef, PinnedSlots, current_executor_id
 from eddy_runtime.protocol.work import BatchSettings, ItemResult, ItemStatus
 from eddy_runtime.state import TaskInventory, changelog_topic_name
 
@@ -30,6 +32,10 @@ if TYPE_CHECKING:
 __all__ = ["Volumes", "held_offsets", "probe_inventories", "runtime_state"]
 
 log = logging.getLogger("eddy.driver")
+
+#: how long reading the executors' state inventories may take before it is given up (placement
+#: works without them, only less sticky)
+PROBE_TIMEOUT_S = 30.0
 
 
 def held_offsets(inventory: Iterable[TaskInventory]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
@@ -99,7 +105,17 @@ def probe_inventories(sc: SparkContext, executors: Sequence[ExecutorRef],
         me = current_executor_id(settings.executor_hosts) or ""
         yield me, tuple(StateDirectory(settings.state_dir_for(me)).inventory(app))
 
-    return PinnedSlots(sc, executors).run(inventory)
+    slots = PinnedSlots(sc, executors)
+    with BatchWatch(sc, f"eddy-inventories-{time.monotonic_ns()}", [e.id for e in executors],
+                    description="reading the executors' state inventories") as watch:
+        # An executor that Spark still counts as alive may be gone (its pod replaced by a rolling
+        # upgrade): its pinned task would wait for it until Spark's heartbeat timeout.
+        timer = threading.Timer(PROBE_TIMEOUT_S, watch.cancel, [f"not done within {PROBE_TIMEOUT_S:.0f}s"])
+        timer.start()
+        try:
+            return slots.run(inventory)
+        finally:
+            timer.cancel()
 
 
 def runtime_state(compiled: CompiledApp, changelog_ends: Mapping[TopicPartition, int], volumes: Volumes,
