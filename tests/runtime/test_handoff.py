@@ -1,0 +1,52 @@
+"""A new generation pushed to the runners ahead of its batch (eddy_runtime.driver.handoff): on
+Kubernetes runners are known by their hosts, so nothing is pushed (or asked to let go) before the
+driver knows the host of every executor the generation names (pure: no runner is reached)."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import pytest
+
+from eddy_contract.assignor import Assignment, TaskAssignment
+from eddy_runtime.driver.handoff import GenerationHandoff
+from eddy_runtime.dsl.compiler import compile_topology
+from eddy_runtime.dsl.pipeline import Topology
+from eddy_runtime.kafka.client import KafkaClientConfig
+from eddy_runtime.protocol.placement import ExecutorRef
+
+pytestmark = pytest.mark.unit
+
+
+def handoff(per_executor_state_dirs: bool) -> GenerationHandoff:
+    t = Topology()
+    t.stream("lines").group_by("word", name="words").count(name="counts").to("counts-out")
+    compiled = compile_topology(t, "wc", {"lines": 2})
+    h = GenerationHandoff("wc", KafkaClientConfig("127.0.0.1:9"), 0.1, set(),
+                          per_executor_state_dirs=per_executor_state_dirs, runner_port=9108)
+    h.start(compiled, frozenset(s.id for s in compiled.subtopologies), exactly_once=False)
+    return h
+
+
+ASSIGNMENT = Assignment(4, MappingProxyType({
+    "0_0": TaskAssignment("1"), "0_1": TaskAssignment("2"),
+    "1_0": TaskAssignment("1", ("2",)), "1_1": TaskAssignment("2", ("1",)),
+}))
+
+
+def test_no_generation_is_pushed_before_the_hosts_of_its_executors_are_known() -> None:
+    h = handoff(per_executor_state_dirs=False)
+    h.know_executors([ExecutorRef("1", "10.244.0.5")])
+    h.push(ASSIGNMENT, {"1", "2"})
+    assert h.pushed is None  # executor 2's runner cannot be told from an earlier driver's yet
+    h.know_executors([ExecutorRef("1", "10.244.0.5"), ExecutorRef("2", "10.244.0.6")])
+    h.push(ASSIGNMENT, {"1", "2"})
+    assert h.pushed is ASSIGNMENT
+    assert h.runner_key("2") == "10.244.0.6"
+
+
+def test_where_runners_are_known_by_executor_id_nothing_waits_for_hosts() -> None:
+    h = handoff(per_executor_state_dirs=True)
+    h.push(ASSIGNMENT, {"1", "2"})
+    assert h.pushed is ASSIGNMENT
+    assert h.runner_key("2") == "2"
