@@ -16,7 +16,8 @@ on one app, each step feeding more input and checking the counts exactly:
    comes back as the standby, and nothing is created twice;
 6. `kubectl get sapp` and `kubectl describe sapp` tell the story.
 
-A driver pod deleted is e2e/test_driver_restart.py's, on an app of its own.
+A driver pod deleted (and the other changes of a running app) are e2e/test_changes.py's, on an app
+of its own.
 """
 
 from __future__ import annotations
