@@ -52,7 +52,7 @@ case "${1:-}" in
     if [ "${EDDY_RUNNER_OUTLIVES_EXECUTOR:-}" = 1 ]; then  # it does not watch the JVM: told to close
       pkill -TERM -f "$runner" 2>/dev/null || true
     fi
-    for _ in $(seq 200); do  # at most 20 s, within the pod's 30 s grace period
+    for _ in $(seq 200); do  # at most 20 s, within the pod's grace period (after its preStop hand-over)
       pgrep -f "$runner" >/dev/null || break
       sleep 0.1
     done

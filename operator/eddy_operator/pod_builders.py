@@ -114,6 +114,10 @@ def _memory_with_overhead_mib(memory_mib: int) -> int:
     return memory_mib + max(384, memory_mib // 10)
 
 
+#: how long a stopping executor pod waits for its runner to hand its actives over (preStop)
+HANDOVER_TIMEOUT_S = 20
+
+
 def build_executor_pod_template(spec: StreamAppSpec) -> dict[str, Any]:
     """The executor pod template Spark starts from (it adds image, resources, env, the state
     claim's mount and its own labels): placement, security, metrics, the app's environment."""
@@ -124,7 +128,8 @@ def build_executor_pod_template(spec: StreamAppSpec) -> dict[str, Any]:
         "serviceAccountName": executor_service_account_name(app),
         "automountServiceAccountToken": False,
         "securityContext": _pod_security_context(),
-        "terminationGracePeriodSeconds": 30,
+        # the hand-over before the stop (HANDOVER_TIMEOUT_S), then the JVM and the runner's close (20 s)
+        "terminationGracePeriodSeconds": HANDOVER_TIMEOUT_S + 30,
         "affinity": {
             "podAntiAffinity": {
                 "preferredDuringSchedulingIgnoredDuringExecution": [
@@ -161,6 +166,11 @@ def build_executor_pod_template(spec: StreamAppSpec) -> dict[str, Any]:
                     "periodSeconds": 2,
                     "failureThreshold": 1,
                 },
+                # A pod going away (a rolling upgrade, an eviction, a drain) is no live executor for
+                # the operator, which moves its actives to caught-up copies at once; the container
+                # stops only once its runner let them go (eddy_runtime.executor.handover).
+                "lifecycle": {"preStop": {"exec": {"command": [
+                    "python", "-m", "eddy_runtime.executor.handover", "--timeout", str(HANDOVER_TIMEOUT_S)]}}},
                 "securityContext": _container_security_context(),
                 "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *_kafka_tls_mounts(spec)],
             }

@@ -66,7 +66,7 @@ from eddy_runtime.protocol.work_push import (
 )
 from eddy_runtime.queries.server import StoreQueries
 
-__all__ = ["METRICS_ADDRESS_FILE", "READY_PATH", "RequestDispatch", "main", "serve"]
+__all__ = ["HOLDING_PATH", "METRICS_ADDRESS_FILE", "READY_PATH", "RequestDispatch", "main", "serve"]
 
 log = logging.getLogger("eddy.runner")
 
@@ -239,7 +239,8 @@ def _serve_endpoint(state_dir: str, runner: TaskRunner) -> HealthAndMetricsServe
                                          RELEASE_PATH: release_endpoint(runner.continuous.app_token,
                                                                         runner.continuous.release),
                                          SYNC_PATH: sync_endpoint(runner.continuous.app_token, runner.collect),
-                                         READY_PATH: _readiness(runner)})
+                                         READY_PATH: _readiness(runner),
+                                         HOLDING_PATH: _holding(runner)})
     except (OSError, ValueError) as e:
         log.warning("cannot serve executor metrics and queries on %s:%s: %s", addr, port, e)
         return None
@@ -257,6 +258,8 @@ def _serve_endpoint(state_dir: str, runner: TaskRunner) -> HealthAndMetricsServe
 
 #: the executor pod's readiness probe (the operator's pod template): 200 once the runner is warm
 READY_PATH = "/ready"
+#: the actives the runner holds (executor/handover.py, the executor pod's preStop hook)
+HOLDING_PATH = "/holding"
 
 
 def _readiness(runner: TaskRunner) -> Callable[..., Iterable[bytes]]:
@@ -266,6 +269,16 @@ def _readiness(runner: TaskRunner) -> Callable[..., Iterable[bytes]]:
         body = (problem or "warm").encode() + b"\n"
         start_response("200 OK" if problem is None else "503 Service Unavailable",
                        [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
+        return [body]
+    return app
+
+
+def _holding(runner: TaskRunner) -> Callable[..., Iterable[bytes]]:
+    """`HOLDING_PATH`: the actives this runner holds, one per line (executor/handover.py waits for
+    none before the pod stops)."""
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        body = "".join(f"{t}\n" for t in runner.tasks.actives()).encode()
+        start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
         return [body]
     return app
 

@@ -42,6 +42,11 @@ class TaskManager:
         with self._lock:
             return self._tasks.get(task_id)
 
+    def actives(self) -> list[str]:
+        """The tasks held as actives."""
+        with self._lock:
+            return sorted(t for t, task in self._tasks.items() if isinstance(task, StreamTask))
+
     def active(self, task_id: str) -> StreamTask | None:
         """The held active of `task_id`, if any."""
         task = self.get(task_id)
