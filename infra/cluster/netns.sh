@@ -24,8 +24,10 @@
 # namespace, and every descendant of those (containers in their own
 # namespaces), is sent SIGTERM, then SIGKILL after EDDY_NETNS_KILL_TIMEOUT
 # seconds (default 10), by PID; the namespaces then vanish with the last one.
-# Then the cgroups that node.sh start listed in /run/eddy-netns/cgroups are
-# removed (node.sh stop does it too).
+# Then whatever is still in the cgroups that node.sh start listed in
+# /run/eddy-netns/cgroups (containers re-parented away when their shim went
+# first) is SIGKILLed by PID, and those cgroups are removed (node.sh stop
+# does both too).
 # SIGTERM, SIGINT or SIGHUP to netns.sh: the command gets SIGTERM, then the
 # same clean-up runs, and the exit status is the command's.
 set -euo pipefail
@@ -142,6 +144,7 @@ cleanup() {
     # are gone, deepest first: they live in the host's cgroup tree.
     local cg h
     [[ -f "$PRIV/cgroups" ]] || return 0
+    kill_in_cgroups $(sort -u "$PRIV/cgroups")
     for cg in $(sort -u "$PRIV/cgroups"); do
         for h in /sys/fs/cgroup/*/"$cg"; do
             [[ -d "$h" ]] || continue
@@ -150,6 +153,30 @@ cleanup() {
         done
     done
     return 0
+}
+
+# kill_in_cgroups <cgroup...>: SIGKILL, by PID, what is left in the nodes'
+# cgroups. A container whose shim exited first (on kill_leftovers' SIGTERM)
+# was re-parented to init, out of the namespace's process tree, and would
+# outlive the run if it ignores or takes its time over SIGTERM; its cgroup
+# still holds it.
+kill_in_cgroups() {
+    local cg h pids try
+    for ((try = 0; try < 5; try++)); do
+        pids=""
+        for cg in "$@"; do
+            for h in /sys/fs/cgroup/*/"$cg"; do
+                [[ -d "$h" ]] || continue
+                pids+=" $({ find "$h" -name cgroup.procs -exec cat {} + 2>/dev/null || true; } | xargs)"
+            done
+        done
+        pids="$(echo $pids | tr ' ' '\n' | sort -un | xargs)"
+        [[ -z "$pids" ]] && return 0
+        log "SIGKILL to what is left in the nodes' cgroups: $pids"
+        # shellcheck disable=SC2086
+        kill -KILL $pids 2>/dev/null || true
+        sleep 0.5
+    done
 }
 
 kill_leftovers() {
