@@ -69,6 +69,9 @@ class ReleasedExecutors:
     template: Mapping[str, Any] | None = None
     #: pod name -> its resource-profile label's value
     pods: dict[str, str] = field(default_factory=dict)
+    #: the pods that ran that StatefulSet's template (its update revision): the others were not
+    #: replaced yet by a rolling upgrade under way, and keep their revision, to be replaced still
+    current: set[str] = field(default_factory=set)
 
 
 def same_template(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
@@ -123,12 +126,15 @@ def release_executor_set() -> ReleasedExecutors:
             return released
         raise
     released.template = api_client.sanitize_for_serialization(old.spec.template)
+    update_revision = old.status.update_revision if old.status else None
     selector = ",".join(f"{k}={v}" for k, v in sorted(old.spec.selector.match_labels.items()))
     for pod in core.list_namespaced_pod(namespace, label_selector=selector).items:
         if pod.metadata.deletion_timestamp is not None:
             continue
         profile = pod.metadata.labels[PROFILE_LABEL]
         released.pods[pod.metadata.name] = profile
+        if update_revision and pod.metadata.labels.get(REVISION_LABEL) == update_revision:
+            released.current.add(pod.metadata.name)
         core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {
             "labels": {PROFILE_LABEL: RELEASED, EXEC_ID_LABEL: GENERATED_ID},
             "annotations": {PROFILE_ANNOTATION: profile}}})
@@ -174,13 +180,15 @@ def adopt_executor_set(released: ReleasedExecutors) -> None:
     same = same_template(released.template, api_client.sanitize_for_serialization(current.spec.template))
     revision = current.status.update_revision if current.status else None
     for pod, profile in sorted(released.pods.items()):
-        labels = {PROFILE_LABEL: profile, **({REVISION_LABEL: revision} if same and revision else {})}
+        adopted = bool(same and revision and pod in released.current)
+        labels = {PROFILE_LABEL: profile, **({REVISION_LABEL: revision} if adopted else {})}
         try:
             core.patch_namespaced_pod(pod, namespace, {"metadata": {"labels": labels}})
         except client.exceptions.ApiException as e:
             if e.status != 404:
                 raise
+    behind = sorted(p for p in released.pods if not (same and p in released.current))
     log.info("executor pods %s adopted by StatefulSet %s %s", sorted(released.pods), name,
-             f"as its revision {revision}: none is replaced" if same else
-             "at their old revision: the pod template changed, and they are replaced one at a time, each "
-             "once the one before is warm (a rolling upgrade)")
+             f"as its revision {revision}: none is replaced" if not behind else
+             f"; {behind} at their old revision: the pod template changed (or a rolling upgrade was under way), "
+             "and they are replaced one at a time, each once the one before is warm")

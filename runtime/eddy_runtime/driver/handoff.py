@@ -95,7 +95,7 @@ class GenerationHandoff:
             if (not self._continuous or self._compiled is None
                     or (self.pushed is not None and assignment.generation <= self.pushed.generation)):
                 return
-            if unknown := self._unknown_hosts(assignment):
+            if unknown := self.unknown_hosts(assignment):
                 # The operator's assignment may come before this driver's first batch learnt the
                 # executors' hosts: without them each runner of an earlier driver would be taken to
                 # lose every task (it is known by its host) and let them all go. The batch brings it.
@@ -117,7 +117,7 @@ class GenerationHandoff:
         for e in live:
             self._keys[e.id] = runner_key(e.id, e.host, self._per_executor)
 
-    def _unknown_hosts(self, assignment: Assignment) -> list[str]:
+    def unknown_hosts(self, assignment: Assignment) -> list[str]:
         """The executors of `assignment` whose runner keys (hosts) are not known yet (none where
         runners are known by executor id)."""
         return [] if self._per_executor else sorted(e for e in assignment.executors() if e not in self._keys)
@@ -138,7 +138,7 @@ class GenerationHandoff:
         (protocol/fences.py); only an executor that `assignment` still names is asked to let go."""
         if self._fences is None or self._compiled is None:
             return
-        if unknown := self._unknown_hosts(assignment):
+        if unknown := self.unknown_hosts(assignment):
             # a runner key would be the executor's id, and an earlier runner known by its host
             # would be asked to let go of the tasks the generation leaves it
             raise RuntimeError(f"generation {assignment.generation} names executors {unknown} whose hosts this "

@@ -58,19 +58,10 @@ from eddy_runtime.driver.spark_plan import (
     slot_layout,
 )
 from eddy_runtime.driver.startup import PreparedApp, load_pipeline, prepare_app, ship_by_value
-from eddy_runtime.driver.upgrade_gate import (
-    drop_changelogs,
-    move_positions,
-    needs_reset,
-    publish_topology,
-    record_reset,
-    reset_changelogs,
-    reset_plan,
-)
+from eddy_runtime.driver.upgrade_gate import needs_reset, publish_topology, reset_after_topics, reset_before_topics
 from eddy_runtime.dsl.pipeline import Topology
 from eddy_runtime.dsl.subtopology import CompiledApp
 from eddy_runtime.kafka.client import KafkaClientConfig
-from eddy_runtime.protocol.fences import fence_topic
 from eddy_runtime.protocol.health import BatchProgress, HealthAndMetricsServer
 from eddy_runtime.protocol.placement import BatchWatch, ExecutorRef, executor_hosts, live_executors
 from eddy_runtime.protocol.runner_messages import Program
@@ -173,30 +164,19 @@ class Driver:
         self.state_reset: StateReset | None = None
 
     def prepare(self) -> CompiledApp:
-        """Compile the pipeline against the topics and create the topics the app needs; carry out
-        the upgrade's state reset first, if it has one (driver/upgrade_gate.py: fence every
-        earlier runner, drop the reset changelogs, which the topic setup makes again empty; then
-        move the committed positions), and only then publish this version's topology."""
-        resetting = needs_reset(self._upgrade)
-        fenced: list[str] = []
-        if resetting:
-            assert self._upgrade is not None
-            log.info("state reset of upgrade mode %s: stores %s", self._upgrade.mode, list(self._upgrade.reset_stores))
-            if fence_topic(self.app) in self._offsets.admin.list_topics(timeout=30).topics:
-                fenced = self._handoff.fence_earlier_runners()  # none of them commits again
-            drop_changelogs(self._offsets.admin, reset_changelogs(self.app, self._upgrade))
+        """Compile the pipeline against the topics and create the topics the app needs, around the
+        upgrade's state reset if it has one (driver/upgrade_gate.py's `reset_before_topics` and
+        `reset_after_topics`); only then publish this version's topology."""
+        reset = self._upgrade if needs_reset(self._upgrade) else None
+        fenced = (reset_before_topics(reset, self._offsets.admin, self.app, self._handoff.fence_earlier_runners)
+                  if reset is not None else [])
         self._prepared = prepare_app(self.spark, lambda: self._offsets.admin, self.kafka, self.topology, self.spec,
                                      create_output_topics=self.options.create_output_topics)
         self.compiled = self._prepared.compiled
-        if resetting:
-            assert self._upgrade is not None
-            plan = reset_plan(self._upgrade, self.compiled)
-            moved = move_positions(self._offsets.admin, self._offsets, self.compiled, plan.positions)
-            self.state_reset = StateReset(f"{self.app}-{time.time_ns():x}", self._upgrade.reset_stores, plan.tasks)
+        if reset is not None:
+            self.state_reset = reset_after_topics(reset, self._offsets.admin, self._offsets, self.compiled,
+                                                  self.options.runtime_state_target, fenced)
             self._handoff.state_reset = self.state_reset
-            record_reset(self.options.runtime_state_target, plan, fenced, moved)
-            log.info("state reset %s carried out: changelogs %s made again empty, runners %s fenced, positions %s",
-                     self.state_reset.id, list(plan.changelogs), fenced, dict(plan.positions))
         publish_topology(self.compiled, self.options.runtime_state_target)  # the running version's, from now on
         if self.spec.execution == "continuous":
             self._continuous = frozenset(s.id for s in self.compiled.subtopologies if not s.uses_dataframe)
@@ -287,6 +267,10 @@ class Driver:
                 self._accounting.publish_runtime_state(compiled, waiting, {}, assignable)
             time.sleep(1)
             return BatchReport(self.batch_id, BatchOutcome.FAILED, 0.0, 0, error="no assignment yet")
+        if unknown := self._handoff.unknown_hosts(assignment):  # the operator saw them register first
+            time.sleep(0.5)
+            return BatchReport(self.batch_id, BatchOutcome.FAILED, 0.0, 0,
+                               error=f"generation {assignment.generation}: executors {unknown} not registered yet")
         self._take_live_settings()
         moves = diff(previous, assignment) if previous is None or assignment.generation != previous.generation else ()
         self._handoff.fence(assignment)  # before any runner hears of it (raises: the batch fails, nothing sent)

@@ -32,7 +32,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,10 +52,13 @@ from eddy_runtime.dsl.subtopology import CompiledApp
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.kafka.partitions import TopicPartition
+from eddy_runtime.protocol.fences import fence_topic
+from eddy_runtime.protocol.work import StateReset
 from eddy_runtime.state import changelog_topic_name
 
 __all__ = ["CONFIG_HASH_ENV", "ResetPlan", "UpgradeRefused", "check_upgrade", "drop_changelogs", "gate_new_version",
-           "move_positions", "needs_reset", "publish_topology", "record_reset", "reset_changelogs", "reset_plan"]
+           "move_positions", "needs_reset", "publish_topology", "record_reset", "reset_after_topics",
+           "reset_before_topics", "reset_changelogs", "reset_plan"]
 
 log = logging.getLogger("eddy.driver")
 
@@ -272,3 +275,28 @@ def record_reset(where: ChannelLocation | None, plan: ResetPlan, fenced: list[st
                   "positionsMoved": {f"{t}[{p}]": o for (t, p), o in sorted(moved.items())}})
     verdict["reset"] = reset
     _write_verdict(where, verdict)
+
+
+def reset_before_topics(decision: UpgradeDecision, admin: Any, app: str,
+                        fence_earlier: Callable[[], list[str]]) -> list[str]:
+    """The first half of an upgrade's state reset, before the app's topics are set up: every
+    runner of an earlier driver fenced (none of them commits again), then the reset changelogs
+    deleted (the topic setup makes them again, empty). The runners fenced."""
+    log.info("state reset of upgrade mode %s: stores %s", decision.mode, list(decision.reset_stores))
+    fenced = fence_earlier() if fence_topic(app) in admin.list_topics(timeout=30).topics else []
+    drop_changelogs(admin, reset_changelogs(app, decision))
+    return fenced
+
+
+def reset_after_topics(decision: UpgradeDecision, admin: Any, offsets: OffsetReader, compiled: CompiledApp,
+                       where: ChannelLocation | None, fenced: list[str]) -> StateReset:
+    """The second half, once the topics are set up: the committed positions moved per the reset's
+    offset policy, and the reset that every work item of this driver carries (the runners drop
+    the reset stores' copies before they open them)."""
+    plan = reset_plan(decision, compiled)
+    moved = move_positions(admin, offsets, compiled, plan.positions)
+    reset = StateReset(f"{compiled.app}-{time.time_ns():x}", decision.reset_stores, plan.tasks)
+    record_reset(where, plan, fenced, moved)
+    log.info("state reset %s carried out: changelogs %s made again empty, runners %s fenced, positions %s",
+             reset.id, list(plan.changelogs), fenced, dict(plan.positions))
+    return reset
