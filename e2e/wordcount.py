@@ -275,7 +275,12 @@ class WordCount:
                 else None
 
         state = until(done, timeout, what, alive=self.check_driver)
-        assert latest_counts(self.kafka.bootstrap, self.output) == word_counts(self.fed)
+        counts, expected = latest_counts(self.kafka.bootstrap, self.output), word_counts(self.fed)
+        wrong = {w: (counts.get(w), n) for w, n in expected.items() if counts.get(w) != n}
+        wrong.update({w: (n, None) for w, n in counts.items() if w not in expected})
+        assert not wrong, (f"{what}: {len(wrong)} of {len(expected)} words' counts wrong (counted, fed): "
+                           f"{dict(sorted(wrong.items())[:10])}; batch {state.batch_id}, generation "
+                           f"{state.assignment_generation}")
         return state
 
     def batch_id(self) -> int:
