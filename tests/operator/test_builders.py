@@ -127,6 +127,10 @@ def test_executor_pod_template_spreads_over_zones_and_carries_placement_and_metr
     assert env["EDDY_KAFKA_SSL_CA_LOCATION"]["value"] == "/opt/eddy/kafka-tls/ca.crt"
     assert {"name": "kafka-tls", "mountPath": "/opt/eddy/kafka-tls", "readOnly": True} in c["volumeMounts"]
     assert t["metadata"]["annotations"]["prometheus.io/port"] == "9200"
+    # a stopping pod hands its actives over first, within its grace period
+    hook = c["lifecycle"]["preStop"]["exec"]["command"]
+    assert hook[:3] == ["python", "-m", "eddy_runtime.executor.handover"]
+    assert int(hook[hook.index("--timeout") + 1]) + 20 <= s["terminationGracePeriodSeconds"]
 
 
 def test_credentials_never_appear_as_plain_values():
