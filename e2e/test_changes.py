@@ -34,8 +34,13 @@ pytestmark = pytest.mark.e2e
 #: the most a record may be late across a driver restart, a refused change or a rollback: the task
 #: runners never stop (before they outlived the driver, a restart cost 72-81 s without output). The
 #: 2 s target is bench/upgrade.py's, measured in a quiet sitting; these tests run beside a new
-#: driver's start on the loaded 2-core machine (max 1.16-2.11 s in the runs so far), hence 5 s.
+#: driver's start on the loaded 2-core machine (max 1.2-3.8 s in the runs of 2026-11-27 at load
+#: 2-16), hence 5 s.
 DRIVER_RESTART_LATENESS_S = 5.0
+#: the most a record may be late across a compatible image upgrade: each executor pod is replaced
+#: in turn, its actives handed over to caught-up standbys before it stops (max 3.8 s at load 8,
+#: 5.5 s before the hand-over waited for the runner to let go), far from a restart's outage
+IMAGE_UPGRADE_LATENESS_S = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -192,3 +197,5 @@ def test_a_compatible_image_upgrade_replaces_the_executors_one_warm_pod_at_a_tim
     assert _events(app, "Upgraded"), "no Upgraded Event"
     report(f"image upgraded: every executor replaced and warm {took:.0f}s after the patch; lateness of "
            f"{len(late)} records meanwhile: p50 {late[len(late) // 2]:.2f}s, max {late[-1]:.2f}s")
+    assert late[-1] <= IMAGE_UPGRADE_LATENESS_S, (f"a record was {late[-1]:.2f}s late across the upgrade: "
+                                                  f"{flow.describe_lateness(t0)}")
