@@ -114,6 +114,9 @@ def _memory_with_overhead_mib(memory_mib: int) -> int:
     return memory_mib + max(384, memory_mib // 10)
 
 
+#: Spark's setting of the driver pod's CPU request (``spark.driver.cores`` otherwise): the operator
+#: builds the driver pod, so it reads it as Spark would
+DRIVER_REQUEST_CORES = "spark.kubernetes.driver.request.cores"
 #: how long a stopping executor pod waits for its runner to hand its actives over (preStop)
 HANDOVER_TIMEOUT_S = 20
 
@@ -287,7 +290,9 @@ def build_driver_statefulset(spec: StreamAppSpec, owner: Owner, conf_hash: str) 
                                 "failureThreshold": 3,
                             },
                             "resources": {
-                                "requests": {"cpu": str(spec.driver.cores), "memory": f"{memory}Mi"},
+                                # Spark's own setting of its driver pod's CPU request, as Spark reads it
+                                "requests": {"cpu": spec.spark_conf.get(DRIVER_REQUEST_CORES, str(spec.driver.cores)),
+                                             "memory": f"{memory}Mi"},
                                 "limits": {"memory": f"{memory}Mi"},
                             },
                             "securityContext": _container_security_context(),

@@ -219,3 +219,15 @@ def test_driver_service_is_headless_and_publishes_before_readiness():
     svc = by_kind(objs)[("Service", "wordcount-driver")]["spec"]
     assert svc["clusterIP"] == "None" and svc["publishNotReadyAddresses"] is True
     assert {p["name"] for p in svc["ports"]} == {"driver-rpc", "blockmanager", "ui", "metrics"}
+
+
+def test_the_driver_pod_requests_what_spark_kubernetes_driver_request_cores_says_else_its_cores():
+    def driver_cpu(**spark_conf: str) -> str:
+        body = full()
+        body["spec"]["sparkConf"] = {**body["spec"].get("sparkConf", {}), **spark_conf}
+        spec = StreamAppSpec.from_manifest(body)
+        pod = pod_builders.build_driver_statefulset(spec, OWNER, "h")["spec"]["template"]["spec"]
+        return str(pod["containers"][0]["resources"]["requests"]["cpu"])
+
+    assert driver_cpu() == str(StreamAppSpec.from_manifest(full()).driver.cores)
+    assert driver_cpu(**{"spark.kubernetes.driver.request.cores": "300m"}) == "300m"
