@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from datetime import datetime
 
 from eddy_contract import channel
 from eddy_contract.assignor import Assignment, Executor, TaskAssignment
@@ -23,18 +24,26 @@ __all__ = ["REREGISTRATION_GRACE_S", "executor_renames", "held_by_live_id", "ren
 REREGISTRATION_GRACE_S = 180.0
 
 
-def reregistering(previous: channel.AssignmentMessage | None, pods: Iterable[PodInfo]) -> list[str]:
+def reregistering(previous: channel.AssignmentMessage | None, pods: Iterable[PodInfo],
+                  driver_started: str | None) -> list[str]:
     """The pods of `previous`'s executors that outlived its driver and have not registered with a
-    new one yet: running, ready (their runner is warm: it holds tasks and goes on processing them),
-    without an executor id (a starting driver labels the pods it adopts `EXECID`, as Spark labels a
-    pod until its executor registers: driver/executor_set.py). Until they register, an assignment
-    would take them for lost and move their tasks to the pods that registered first."""
-    if previous is None:
+    new one yet: started before the driver pod (`driver_started`, ISO 8601; a pod made since, under
+    the same name, is a new executor), running, ready (their runner is warm: it holds tasks and
+    goes on processing them), without an executor id (a starting driver labels the pods it adopts
+    `EXECID`, as Spark labels a pod until its executor registers: driver/executor_set.py). Until
+    they register, an assignment would take them for lost and move their tasks to the pods that
+    registered first."""
+    if previous is None or not driver_started:
         return []
     named = {e.pod for e in previous.executors if e.pod}
     return sorted(p.name for p in pods
                   if p.name in named and p.role == "executor" and p.phase == "Running" and p.ready
-                  and not p.deleting and (p.exec_id is None or not p.exec_id.isdigit()))
+                  and not p.deleting and (p.exec_id is None or not p.exec_id.isdigit())
+                  and p.started_at is not None and _instant(p.started_at) < _instant(driver_started))
+
+
+def _instant(iso: str) -> datetime:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00"))
 
 
 def executor_renames(previous: channel.AssignmentMessage | None, live: Iterable[Executor]) -> dict[str, str]:

@@ -206,7 +206,8 @@ class Orchestrator:
         """A new driver is up and some executor pods that outlived the last one have not registered
         with it yet (executor_ids.py's `reregistering`): no assignment until they have, or until
         `REREGISTRATION_GRACE_S` after the driver pod started."""
-        waiting = reregistering(ctl.message, snap.pods)
+        drivers = [p for p in snap.pods if p.role == "driver" and not p.deleting]
+        waiting = reregistering(ctl.message, snap.pods, drivers[0].started_at if drivers else None)
         driver = driver_seen(snap.pods, runtime)
         if not waiting or driver is None or driver.age_s >= REREGISTRATION_GRACE_S:
             return False

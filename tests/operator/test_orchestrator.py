@@ -67,20 +67,24 @@ def test_a_restarted_driver_s_new_ids_on_the_same_pods_are_the_same_executors_ev
 
 
 def test_pods_that_outlived_the_driver_and_have_no_new_id_yet_are_awaited() -> None:
+    driver = "2025-01-01T00:10:00Z"
+
     def pod(name: str, exec_id: str | None, *, ready: bool = True, phase: str = "Running",
-            deleting: bool = False) -> PodInfo:
-        return PodInfo(name, "executor", exec_id, "node-a", phase, ready, deleting, None, None)
+            deleting: bool = False, started: str = "2025-01-01T00:00:00Z") -> PodInfo:
+        return PodInfo(name, "executor", exec_id, "node-a", phase, ready, deleting, None, None, started_at=started)
 
     # a new driver handed id 1 to wc-exec-2 first; wc-exec-1 (the earlier 1) has not registered yet
     pods = [pod("wc-exec-1", "EXECID"), pod("wc-exec-2", "1"), pod("wc-exec-3", None)]
-    assert reregistering(PUBLISHED, pods) == ["wc-exec-1", "wc-exec-3"]
-    # a new pod under a known name is not ready (its runner holds nothing yet): lost, not awaited
-    assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", ready=False)]) == []
-    assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", deleting=True)]) == []
-    assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", phase="Pending")]) == []
-    assert reregistering(PUBLISHED, [pod("wc-exec-9", "EXECID")]) == []  # not one of the assignment's
-    assert reregistering(PUBLISHED, [pod("wc-exec-1", "4")]) == []  # registered
-    assert reregistering(None, pods) == []
+    assert reregistering(PUBLISHED, pods, driver) == ["wc-exec-1", "wc-exec-3"]
+    # a pod made again under a known name after the driver started is a new executor: lost, not awaited
+    assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", started="2025-01-01T00:10:05Z")], driver) == []
+    assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", ready=False)], driver) == []
+    assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", deleting=True)], driver) == []
+    assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", phase="Pending")], driver) == []
+    assert reregistering(PUBLISHED, [pod("wc-exec-9", "EXECID")], driver) == []  # not one of the assignment's
+    assert reregistering(PUBLISHED, [pod("wc-exec-1", "4")], driver) == []  # registered
+    assert reregistering(None, pods, driver) == []
+    assert reregistering(PUBLISHED, pods, None) == []  # no driver pod
 
 
 def test_nothing_is_renamed_while_the_ids_are_the_same() -> None:
