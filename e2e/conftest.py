@@ -81,3 +81,20 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if THREE_NODES in getattr(item, "fixturenames", ()) and (
             nextitem is None or THREE_NODES not in getattr(nextitem, "fixturenames", ())):
         _three_nodes_stop.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report shows each app it used as it was then (`WordCount.diagnosis`: its
+    pods and the newest lines of its logs): CI keeps nothing else of a run."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    for name, value in (getattr(item, "funcargs", None) or {}).items():
+        diagnosis = getattr(value, "diagnosis", None)
+        if callable(diagnosis):
+            try:
+                report.sections.append((f"{name} when it failed", diagnosis()))
+            except Exception as err:  # noqa: BLE001 - the report goes on without it
+                report.sections.append((f"{name} when it failed", f"(no diagnosis: {err!r})"))

@@ -22,7 +22,7 @@ from eddy_operator import builders
 from tests.operator.cluster import apply, example
 from tests.runtime.apps import latest_counts, produce
 from tests.scrape import samples_at
-from tests.servers import ControlPlane, KafkaBroker, NodeCluster
+from tests.servers import OPERATOR_NAMESPACE, ControlPlane, KafkaBroker, NodeCluster
 
 APP = "wordcount"
 PARTITIONS = 4
@@ -247,6 +247,22 @@ class WordCount:
     def driver_log(self, tail: int = 60) -> str:
         return self.kubectl("logs", builders.driver_pod_name(APP), "--tail", str(tail), check=False)
 
+    def diagnosis(self, tail: int = 25) -> str:
+        """What a failed test's report shows of the app: its pods, the newest lines of the driver's
+        log, of each executor's task runner (on its volume) and of the operator's."""
+        parts = [self.kubectl("get", "pods", "-o", "wide", check=False),
+                 f"-- driver log:\n{self.driver_log(tail)}"]
+        for pod in self.executor_pods():
+            try:
+                runner = (self.volume_dir(pod) / "eddy-runner.log").read_text().splitlines()[-tail:]
+            except Exception as err:  # noqa: BLE001 - a pod without a bound claim, a volume gone
+                runner = [f"({err})"]
+            parts.append(f"-- {pod.metadata.name} runner log:\n" + "\n".join(runner))
+        parts.append("-- operator log:\n" + self.node.kubectl(
+            "-n", OPERATOR_NAMESPACE, "logs", "-l", "app.kubernetes.io/name=eddy-operator", "--prefix", "--tail",
+            str(tail), check=False).stdout)
+        return "\n".join(parts)
+
     def check_driver(self) -> None:
         """Fail at once, with its log, if the driver container keeps crashing."""
         pod = self.pod(builders.driver_pod_name(APP))
@@ -365,10 +381,26 @@ class Flow:
         self._stop.set()
         feeder.join(30)
         self._stop.clear()
-        until(lambda: set(self.sent) <= set(self.seen), 120, "every line of the flow counted", interval=0.2)
-        self._stop.set()
-        reader.join(10)
-        self._consumer.close()
+        try:
+            until(lambda: set(self.sent) <= set(self.seen), 120, "every line of the flow counted", interval=0.2)
+        except AssertionError as err:
+            raise AssertionError(f"{err}: {self.describe_missing()}") from None
+        finally:
+            self._stop.set()
+            reader.join(10)
+            self._consumer.close()
+
+    def describe_missing(self) -> str:
+        """Which lines sent were never seen counted, and when they were sent (seconds after the
+        first line): for a failure message."""
+        first = min(self.sent.values(), default=0.0)
+        missing = sorted((t - first, w) for w, t in self.sent.items() if w not in self.seen)
+        if not missing:
+            return "none missing"
+        last_seen = max((self.sent[w] - first for w in self.seen if w in self.sent), default=-1.0)
+        return (f"{len(missing)} of {len(self.sent)} lines never counted, sent {missing[0][0]:.1f}-"
+                f"{missing[-1][0]:.1f}s after the first ({missing[0][1]} .. {missing[-1][1]}); the last line "
+                f"seen counted was sent {last_seen:.1f}s after the first")
 
     def describe_lateness(self, since: float, over: float = 2.0) -> str:
         """When the records sent from `since` on that were over `over` s late were sent (seconds
@@ -408,12 +440,13 @@ def delete_namespace(node: NodeCluster, namespace: str) -> None:
 
 
 def deploy_word_count(node: NodeCluster, kafka: KafkaBroker, namespace: str, executors: int, standbys: int,
-                      recovery_lag: int = RECOVERY_LAG, listener: str = "plaintext") -> WordCount:
+                      recovery_lag: int = RECOVERY_LAG, listener: str = "plaintext", **spec: Any) -> WordCount:
     """`kubectl apply` the example StreamApp into a new namespace, with this broker, its own
     topics, `executors` executor pods and `standbys` standby copies per stateful task.
 
     `listener` ``sasl_ssl``: the app talks SASL_SSL + SCRAM-SHA-512 to the broker, its
-    credentials and CA in Secrets that ``spec.kafka.security`` references, as a user sets it up."""
+    credentials and CA in Secrets that ``spec.kafka.security`` references, as a user sets it up.
+    `spec`: more settings, as `tests.operator.cluster.example` takes them (``state__size="1Gi"``)."""
     node.kubectl("create", "namespace", namespace)
     if listener == "sasl_ssl":
         create_kafka_secrets(node, kafka, namespace)
@@ -437,6 +470,7 @@ def deploy_word_count(node: NodeCluster, kafka: KafkaBroker, namespace: str, exe
             "spark.ui.showConsoleProgress": "false",
             "spark.sql.shuffle.partitions": "4",
         },
+        **spec,
     )
     apply(node, body)
     return WordCount(node, kafka, namespace, app_id, source, output, Channel(node, namespace), executors=executors)
