@@ -170,6 +170,8 @@ class Upgrade:
     change_p99_ms: float = math.nan
     change_max_ms: float = math.nan
     late_records: int = 0
+    #: when the late records were sent (`late_spans`)
+    late_spans: list[tuple[float, float, float]] = field(default_factory=list)
     back_s: float = math.nan
     back: bool = False
     holds_all_s: float = math.nan
@@ -213,6 +215,24 @@ def windows(sent: Sequence[tuple[bytes, int]], lat: Sequence[float], started_ms:
     return g, steady, first
 
 
+def late_spans(sent: Sequence[tuple[bytes, int]], lat: Sequence[float], started_ms: float, late_ms: float,
+               gap_s: float = 1.0) -> list[tuple[float, float, float]]:
+    """When the late records were sent: (first, last, worst latency ms) per span of sends (seconds
+    after the change; a span ends at a gap over `gap_s` between late records): where a change
+    stalls the output."""
+    spans: list[list[float]] = []
+    for (_, ts), x in zip(sent, lat, strict=True):
+        x = math.inf if math.isnan(x) else x
+        if x <= late_ms:
+            continue
+        at = (ts - started_ms) / 1000
+        if spans and at - spans[-1][1] <= gap_s:
+            spans[-1][1], spans[-1][2] = at, max(spans[-1][2], x)
+        else:
+            spans.append([at, at, x])
+    return [(a, b, w) for a, b, w in spans]
+
+
 def analyse(result: Upgrade, s: Settings, sent: Sequence[tuple[bytes, int]], seen: Sequence[tuple[bytes, int, float]],
             marks: Marks, repeats_allowed: bool) -> None:
     lat = fo.record_latencies(sent, seen)
@@ -226,6 +246,7 @@ def analyse(result: Upgrade, s: Settings, sent: Sequence[tuple[bytes, int]], see
         result.change_p99_ms = tp.percentile(window, 0.99)
         result.change_max_ms = window[-1] if window else math.nan
         result.late_records = sum(1 for x in window if x > s.late_ms)
+        result.late_spans = late_spans(sent[first:], lat[first:], marks.started_ms, s.late_ms)
         back_s, result.back, _, _ = fo.recovery(sent, lat, marks.started_ms, s.late_ms, sent[first][1]
                                                 if first < len(sent) else math.inf)
         result.back_s = back_s
@@ -379,7 +400,8 @@ def summary(r: Upgrade) -> str:
         return f"FAILED: {r.error}"
     head = f"not run: {r.not_run}; " if r.not_run else ""
     return (head + f"steady p99 {tp.fmt(r.steady_p99_ms)} ms, change p99 {tp.fmt(r.change_p99_ms)} ms "
-            f"({tp.fmt(r.ratio, '.1f')}x), max {tp.fmt(r.change_max_ms)} ms, {r.late_records} late, holds all after "
+            f"({tp.fmt(r.ratio, '.1f')}x), max {tp.fmt(r.change_max_ms)} ms, {r.late_records} late"
+            + "".join(f" (sent +{a:.1f}-{b:.1f} s)" for a, b, _ in r.late_spans[:4]) + ", holds all after "
             f"{tp.fmt(r.holds_all_s, '.1f')} s, restored {r.restored if r.restored is not None else '-'}, counts "
             + ("exact" if not r.wrong else f"WRONG {r.wrong[:3]}"))
 
@@ -427,6 +449,9 @@ def report(runs: dict[tuple[str, str], list[Upgrade]], args: argparse.Namespace)
             lines.append(f"{label}: wrong: {r.wrong[:5]}")
         if r.steps:
             lines.append(f"{label}: steps: " + ", ".join(f"{what} +{at:.1f} s" for what, at in r.steps))
+        if r.late_spans:
+            lines.append(f"{label}: late records sent at " + ", ".join(
+                f"+{a:.1f}-{b:.1f} s (worst {tp.fmt(w)} ms)" for a, b, w in r.late_spans[:8]))
         if r.restored_label:
             lines.append(f"{label}: restored = {r.restored_label}")
         if r.repeated or r.lowered:
