@@ -46,6 +46,7 @@ _PATTERN_HINTS: Mapping[str, str] = MappingProxyType(
     {
         "spec.triggerInterval": DURATION_LIKE,
         "spec.upgrade.healthTimeout": DURATION_LIKE,
+        "spec.state.nodeLossTimeout": DURATION_LIKE,
         "spec.executors.zoneTopologyKey": _LABEL_KEY,
         "spec.executors.tolerations[].key": _LABEL_KEY,
         "spec.executors.memory": SIZE_LIKE,
@@ -218,6 +219,9 @@ class StateSpec:
     # costs a full changelog restore, so keeping them is the CRD's default.
     retain_volumes_on_delete: bool
     storage_class: str | None = None
+    #: a node NotReady this long: the app's pods on it go, and their node-local claims are released
+    #: (eddy_operator.node_loss)
+    node_loss_timeout_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -425,4 +429,5 @@ def _state(st: Mapping[str, Any]) -> StateSpec:
         acceptable_recovery_lag=st["acceptableRecoveryLag"],
         max_warmup_replicas=st["maxWarmupReplicas"],
         retain_volumes_on_delete=st["retainVolumesOnDelete"],
+        node_loss_timeout_s=parse_duration(st["nodeLossTimeout"]),
     )

@@ -170,13 +170,14 @@ class ChangeEffect(StrEnum):
 #: spec fields (and the fields under them) that apply without new pods: the executor count (pods
 #: come or go, the others keep running), the KIP-441 placement settings the operator's assignor
 #: reads, the commit interval and the bad-record policy the driver reads, the operator's own
-#: settings (volumes kept on delete, this gate's). Everything else needs new pods.
+#: settings (volumes kept on delete, the node-loss timeout, this gate's). Everything else needs new pods.
 IN_PLACE_FIELDS: tuple[str, ...] = (
     "spec.executors.replicas",
     "spec.state.standbyReplicas",
     "spec.state.acceptableRecoveryLag",
     "spec.state.maxWarmupReplicas",
     "spec.state.retainVolumesOnDelete",
+    "spec.state.nodeLossTimeout",
     "spec.triggerInterval",
     "spec.badRecordPolicy",
     "spec.deadLetterTopic",

@@ -20,6 +20,7 @@ from eddy_contract import channel
 from eddy_contract.spec import GROUP, KIND, PLURAL, VERSION, SpecError
 from eddy_operator import builders, health, metrics
 from eddy_operator.kube import Kube
+from eddy_operator.node_loss import down_since
 from eddy_operator.orchestrator import Orchestrator, Snapshot
 from eddy_operator.pods import pod_info, zone_of
 from eddy_operator.reconcile import clean_up, reconcile
@@ -130,6 +131,13 @@ def nodes_idx(name: str, labels: kopf.Labels, **_: Any) -> dict[Any, Any]:
     return {name: dict(labels)}
 
 
+@kopf.index("v1", "nodes")
+def down_nodes_idx(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+    """The nodes that are down (not Ready), with when they went down (eddy_operator.node_loss)."""
+    since = down_since(body)
+    return None if since is None else {name: since}
+
+
 @kopf.index("v1", "configmaps", labels=CHANNELS)
 def channels_idx(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
     assert namespace is not None
@@ -151,6 +159,7 @@ def snapshot(namespace: str | None, app: str, indexes: dict[str, kopf.Index[Any,
         streamapp=streamapp,
         pods=tuple(indexes["pods_idx"].get((namespace, app), ())),
         nodes={name: _one(indexes["nodes_idx"], name) or {} for name in indexes["nodes_idx"]},
+        down_nodes={name: _one(indexes["down_nodes_idx"], name) for name in indexes["down_nodes_idx"]},
         runtime_data=_one(indexes["channels_idx"], (namespace, app, "runtime-state")),
         assignment_data=_one(indexes["channels_idx"], (namespace, app, "assignment")),
         versions_data=_one(indexes["channels_idx"], (namespace, app, "versions")),
@@ -253,4 +262,4 @@ async def runtime_state_event(namespace: str | None, labels: kopf.Labels, memo: 
 
 
 def _indexes(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {k: kwargs[k] for k in ("streamapps_idx", "pods_idx", "nodes_idx", "channels_idx")}
+    return {k: kwargs[k] for k in ("streamapps_idx", "pods_idx", "nodes_idx", "down_nodes_idx", "channels_idx")}

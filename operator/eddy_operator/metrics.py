@@ -36,6 +36,11 @@ FAILOVER_DURATION = Histogram(
     ["namespace", "app"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
+PODS_OFF_LOST_NODES = Counter(
+    "eddy_operator_pods_off_lost_nodes_total",
+    "Pods deleted from nodes down longer than spec.state.nodeLossTimeout (their node-local claims released)",
+    ["namespace", "app"],
+)
 TASKS = Gauge("eddy_operator_tasks", "Tasks by state (running|restoring|standby|warmup)", ["namespace", "app", "state"])
 EXECUTORS = Gauge("eddy_operator_executors", "Executors by state (desired|ready)", ["namespace", "app", "state"])
 
@@ -57,7 +62,7 @@ def forget_app(namespace: str, app: str) -> None:
         for state in states:
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, app, state)
-    for metric in (ASSIGNMENT_GENERATION, ASSIGNMENTS_PUBLISHED, FAILOVERS, FAILOVER_DURATION):
+    for metric in (ASSIGNMENT_GENERATION, ASSIGNMENTS_PUBLISHED, FAILOVERS, FAILOVER_DURATION, PODS_OFF_LOST_NODES):
         with contextlib.suppress(KeyError):
             metric.remove(namespace, app)
 

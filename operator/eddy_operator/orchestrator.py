@@ -49,10 +49,11 @@ from eddy_operator.executor_ids import (
     reregistering,
 )
 from eddy_operator.kube import Kube
+from eddy_operator.node_loss import HOSTNAME_LABEL, release, stranded
 from eddy_operator.pods import LossReason, PodInfo, live_executors
 from eddy_operator.reconcile import reconcile, write_versions
 from eddy_operator.status import Failover, Observed, compute_status, without_times
-from eddy_operator.upgrades import DriverSeen, RejectionKind, VersionBook, judge
+from eddy_operator.upgrades import RejectionKind, VersionBook, driver_seen, judge
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,8 @@ class Snapshot:
     assignment_data: Mapping[str, str] | None
     #: the `<app>-versions` ConfigMap (eddy_operator.upgrades)
     versions_data: Mapping[str, str] | None = None
+    #: the nodes that are down, with when they went down (eddy_operator.node_loss)
+    down_nodes: Mapping[str, str] = field(default_factory=dict)
 
 
 class AppKey(NamedTuple):
@@ -101,27 +104,6 @@ class LostExecutor(NamedTuple):
     executor: Executor
     reason: LossReason
     moved: tuple[str, ...]
-
-
-def driver_seen(pods: Iterable[PodInfo], runtime: channel.RuntimeState | None) -> DriverSeen | None:
-    """The app's driver pod as the upgrade gates judge it (None while there is none)."""
-    drivers = [p for p in pods if p.role == "driver" and not p.deleting]
-    if not drivers:
-        return None
-    d = drivers[0]
-    started = _instant(d.started_at)
-    age = (datetime.now(UTC) - started).total_seconds() if started is not None else 0.0
-    published = _instant(runtime.updated_at) if runtime is not None else None
-    batches = (runtime is not None and runtime.assignment_generation is not None and published is not None
-               and started is not None and published > started)
-    return DriverSeen(d.config_hash, d.phase == "Running" and d.ready, d.restarts, age, batches)
-
-
-def _instant(text: str | None) -> datetime | None:
-    try:
-        return datetime.fromisoformat(text) if text else None
-    except ValueError:
-        return None
 
 
 def lost_executors(
@@ -188,6 +170,7 @@ class Orchestrator:
             except SpecError as err:
                 await self._update_status(ctl, snap, None, [], None, spec_error=str(err))
                 return
+            await self._release_stranded(snap, spec)
             executors = live_executors(snap.pods, snap.nodes, spec.executors.zone_topology_key)
             runtime = self._runtime_state(snap, app)
             if not ctl.loaded:
@@ -200,6 +183,17 @@ class Orchestrator:
             await self._publish_live_settings(ctl, snap, spec)
             await self._judge_upgrade(snap, spec, runtime)
             await self._update_status(ctl, snap, spec, executors, runtime)
+
+    async def _release_stranded(self, snap: Snapshot, spec: StreamAppSpec) -> None:
+        """The app's pods on a node down for `spec.state.nodeLossTimeout` go, and with them the claims
+        of volumes that live only on that node (eddy_operator.node_loss): the StatefulSets make them
+        again on live nodes. Their tasks failed over when the executors were lost."""
+        hostnames = {node: labels.get(HOSTNAME_LABEL, node) for node, labels in snap.nodes.items()}
+        for s in stranded(snap.pods, snap.down_nodes, datetime.now(UTC), spec.state.node_loss_timeout_s):
+            done = await asyncio.to_thread(release, self.kube, spec.namespace, s, hostnames)
+            metrics.PODS_OFF_LOST_NODES.labels(spec.namespace, spec.name).inc()
+            self._event(snap.streamapp, "Warning", "NodeLost", done.describe())
+            log.warning("app %s/%s: %s", spec.namespace, spec.name, done.describe())
 
     @staticmethod
     def _awaiting_registrations(ctl: AppController, snap: Snapshot, runtime: channel.RuntimeState, app: str) -> bool:

@@ -46,6 +46,9 @@ class PodInfo:
     restarts: int = 0
     #: when the pod started (status.startTime, ISO 8601), if it did
     started_at: str | None = None
+    #: the PersistentVolumeClaims its volumes name
+    claims: tuple[str, ...] = ()
+    uid: str | None = None
 
     @property
     def live_executor(self) -> bool:
@@ -82,6 +85,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     role = labels.get(builders.SPARK_ROLE_LABEL) or labels.get(builders.ROLE_LABEL) or ""
     return PodInfo(
         name=str(meta.get("name", "")),
+        uid=meta.get("uid"),
         role=str(role),
         exec_id=labels.get(builders.SPARK_EXEC_ID_LABEL),
         node=(pod.get("spec") or {}).get("nodeName"),
@@ -95,6 +99,8 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         config_hash=(meta.get("annotations") or {}).get(builders.CONFIG_HASH_ANNOTATION),
         restarts=sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or []),
         started_at=status.get("startTime"),
+        claims=tuple(str(v["persistentVolumeClaim"]["claimName"]) for v in (pod.get("spec") or {}).get("volumes") or []
+                     if (v.get("persistentVolumeClaim") or {}).get("claimName")),
         running=bool(status.get("containerStatuses"))
         and all((c.get("state") or {}).get("running") is not None for c in status.get("containerStatuses") or []),
     )

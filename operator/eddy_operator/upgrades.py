@@ -20,12 +20,17 @@ eddy_runtime.driver.executor_set). A rejected version is not tried again until t
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["CRASH_RESTARTS", "DriverSeen", "Rejection", "RejectionKind", "Verdict", "Version", "VersionBook", "judge"]
+from eddy_contract import channel
+from eddy_operator.pods import PodInfo
+
+__all__ = ["CRASH_RESTARTS", "DriverSeen", "Rejection", "RejectionKind", "Verdict", "Version", "VersionBook",
+           "driver_seen", "judge"]
 
 #: a new version's driver container restarted this often: it failed its health gate
 CRASH_RESTARTS = 3
@@ -118,6 +123,28 @@ class DriverSeen:
     age_s: float
     #: the runtime state was published since the pod started, with an assignment generation
     running_batches: bool
+
+
+def driver_seen(pods: Iterable[PodInfo], runtime: channel.RuntimeState | None) -> DriverSeen | None:
+    """The app's driver pod as the upgrade gates judge it (None while there is none)."""
+    drivers = [p for p in pods if p.role == "driver" and not p.deleting]
+    if not drivers:
+        return None
+    d = drivers[0]
+    started = _instant(d.started_at)
+    age = (datetime.now(UTC) - started).total_seconds() if started is not None else 0.0
+    published = _instant(runtime.updated_at) if runtime is not None else None
+    batches = (runtime is not None and runtime.assignment_generation is not None and published is not None
+               and started is not None and published > started)
+    return DriverSeen(d.config_hash, d.phase == "Running" and d.ready, d.restarts, age, batches)
+
+
+def _instant(text: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+
 
 
 @dataclass(frozen=True)

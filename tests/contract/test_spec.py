@@ -96,6 +96,7 @@ def test_full_manifest_keeps_every_field():
     assert spec.state.storage_class == "fast-ssd"
     assert spec.state.size == "20Gi"
     assert spec.state.retain_volumes_on_delete is False
+    assert spec.state.node_loss_timeout_s == 300
     assert spec.spark_conf == {"spark.sql.shuffle.partitions": "8"}
     assert spec.metrics_port == 9200
 
@@ -176,6 +177,7 @@ _MIN_ISR = "spec.kafka.topics.minInsyncReplicas"
         (lambda s: s.update(upgrade={"healthTimeout": "2 minutes"}), "spec.upgrade.healthTimeout", "duration like"),
         (lambda s: s.update(upgrade={"allowRenames": True}), "spec.upgrade.allowRenames", "unknown field"),
         (lambda s: s.update(state={"retainVolumesOnDelete": "yes"}), "spec.state.retainVolumesOnDelete", "true or"),
+        (lambda s: s.update(state={"nodeLossTimeout": "a minute"}), "spec.state.nodeLossTimeout", "like 500ms"),
         (
             lambda s: s.update(executors={"tolerations": [{"operator": "Maybe"}]}),
             "spec.executors.tolerations[0].operator",

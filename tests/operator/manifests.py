@@ -84,6 +84,7 @@ def full(name: str = "orders") -> dict[str, Any]:
                 "acceptableRecoveryLag": 5000,
                 "maxWarmupReplicas": 1,
                 "retainVolumesOnDelete": False,
+                "nodeLossTimeout": "5m",
             },
             "sparkConf": {"spark.sql.shuffle.partitions": "8"},
             "metricsPort": 9200,
