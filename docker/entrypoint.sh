@@ -19,11 +19,16 @@ case "${1:-}" in
     # SIGTERM (deleted, evicted, drained): the JVM first, then the runner, which closes its stores
     # (flushing RocksDB's memtables to the volume) within the pod's grace period. Without it, the
     # runner closes when its JVM ends, and the container waits for that.
+    #
+    # A JVM started while the runner processes (after the first) runs at a lower CPU priority: its
+    # start (class loading, JIT) would otherwise take half of the pod's CPU share from the runner,
+    # which keeps processing meanwhile (the pod's share against other pods is its request's).
     runner='eddy_runtime[.]executor[.]runner'
     stopping=0
+    niceness=0
     trap 'stopping=1; kill -TERM "$jvm" 2>/dev/null || true' TERM INT
     while true; do
-      "${JAVA_HOME}/bin/java" "${java_opts[@]}" \
+      nice -n "$niceness" "${JAVA_HOME}/bin/java" "${java_opts[@]}" \
         "-Xms${SPARK_EXECUTOR_MEMORY}" "-Xmx${SPARK_EXECUTOR_MEMORY}" \
         -cp "${SPARK_CLASSPATH}:${SPARK_DIST_CLASSPATH:-}" \
         org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
@@ -47,6 +52,7 @@ case "${1:-}" in
         break
       fi
       echo "executor JVM ended ($status); the task runner goes on, and a new JVM registers with the driver" >&2
+      niceness=10
       sleep 2
     done
     if [ "${EDDY_RUNNER_OUTLIVES_EXECUTOR:-}" = 1 ]; then  # it does not watch the JVM: told to close
