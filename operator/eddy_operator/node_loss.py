@@ -104,11 +104,19 @@ class Released:
         return "; ".join(what)
 
 
-def release(kube: Kube, namespace: str, s: Stranded, hostnames: Mapping[str, str]) -> Released:
+def release(kube: Kube, namespace: str, s: Stranded, hostnames: Mapping[str, str]) -> Released | None:
     """Delete the claims of `s`'s pod whose volumes are pinned to its lost node (`hostnames`: node
     -> its `kubernetes.io/hostname` label), then the pod itself at once (grace 0). The claim first:
     it stays (protected) while the pod exists, and goes once the pod has; the StatefulSet then makes
-    the pod and a new claim again."""
+    the pod and a new claim again. None if the pod was gone already (or made again since)."""
+    try:
+        current = kube.core.read_namespaced_pod(s.pod.name, namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    if current.metadata.uid != s.pod.uid:
+        return None
     released, kept = [], []
     for claim in s.pod.claims:
         try:

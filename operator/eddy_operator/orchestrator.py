@@ -23,7 +23,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -74,6 +74,8 @@ class AppController:
     loaded: bool = False
     last_failover: Failover | None = None
     last_status: dict[str, Any] | None = None
+    #: the uids of the pods taken off lost nodes (the pod index may still hold one for a while)
+    off_lost_nodes: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -107,9 +109,11 @@ class LostExecutor(NamedTuple):
 
 
 def lost_executors(
-    previous: channel.AssignmentMessage | None, live: Iterable[Executor], pods: Iterable[PodInfo]
+    previous: channel.AssignmentMessage | None, live: Iterable[Executor], pods: Iterable[PodInfo],
+    down_nodes: Collection[str] = (),
 ) -> list[LostExecutor]:
-    """The executors `previous` (the last published message) named that are not among `live`."""
+    """The executors `previous` (the last published message) named that are not among `live`
+    (`down_nodes`: the nodes that are down, whose pods' executors are lost with them)."""
     if previous is None:
         return []
     live_ids = {e.id for e in live}
@@ -120,7 +124,9 @@ def lost_executors(
             continue
         moved = tuple(previous.assignment.active_tasks(gone.id))
         pod = pods_by_name.get(gone.pod)
-        lost.append(LostExecutor(gone, pod.loss_reason if pod is not None else LossReason.DELETED, moved))
+        reason = LossReason.DELETED if pod is None else (
+            LossReason.NODE_DOWN if pod.node in down_nodes and not pod.deleting else pod.loss_reason)
+        lost.append(LostExecutor(gone, reason, moved))
     return lost
 
 
@@ -170,8 +176,8 @@ class Orchestrator:
             except SpecError as err:
                 await self._update_status(ctl, snap, None, [], None, spec_error=str(err))
                 return
-            await self._release_stranded(snap, spec)
-            executors = live_executors(snap.pods, snap.nodes, spec.executors.zone_topology_key)
+            await self._release_stranded(ctl, snap, spec)
+            executors = live_executors(snap.pods, snap.nodes, spec.executors.zone_topology_key, snap.down_nodes)
             runtime = self._runtime_state(snap, app)
             if not ctl.loaded:
                 ctl.message = self._decode_previous(snap, app)
@@ -184,13 +190,18 @@ class Orchestrator:
             await self._judge_upgrade(snap, spec, runtime)
             await self._update_status(ctl, snap, spec, executors, runtime)
 
-    async def _release_stranded(self, snap: Snapshot, spec: StreamAppSpec) -> None:
+    async def _release_stranded(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec) -> None:
         """The app's pods on a node down for `spec.state.nodeLossTimeout` go, and with them the claims
         of volumes that live only on that node (eddy_operator.node_loss): the StatefulSets make them
         again on live nodes. Their tasks failed over when the executors were lost."""
         hostnames = {node: labels.get(HOSTNAME_LABEL, node) for node, labels in snap.nodes.items()}
         for s in stranded(snap.pods, snap.down_nodes, datetime.now(UTC), spec.state.node_loss_timeout_s):
+            if s.pod.uid in ctl.off_lost_nodes:
+                continue
             done = await asyncio.to_thread(release, self.kube, spec.namespace, s, hostnames)
+            ctl.off_lost_nodes.add(s.pod.uid or "")
+            if done is None:
+                continue
             metrics.PODS_OFF_LOST_NODES.labels(spec.namespace, spec.name).inc()
             self._event(snap.streamapp, "Warning", "NodeLost", done.describe())
             log.warning("app %s/%s: %s", spec.namespace, spec.name, done.describe())
@@ -272,7 +283,7 @@ class Orchestrator:
                 return
             # the same placement under the new ids: a generation the new driver can take
             new = Assignment(previous.generation + 1, new.tasks)
-        lost = lost_executors(ctl.message, executors, snap.pods)
+        lost = lost_executors(ctl.message, executors, snap.pods, snap.down_nodes)
         # The failover is written in the same ConfigMap update as the assignment that carries it
         # out, so a leader that dies right after the write still leaves it for the next one.
         for gone in lost:

@@ -4,7 +4,7 @@ driver, with the zone of their node). Plain functions of pod and node dicts, no 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -20,6 +20,8 @@ class LossReason(StrEnum):
     EVICTED = "evicted"
     FAILED = "failed"
     NOT_READY = "not ready"
+    #: its node is not Ready (its kubelet stopped reporting): the pod's status is the last it sent
+    NODE_DOWN = "on a node that is down"
 
 
 @dataclass(frozen=True)
@@ -126,11 +128,13 @@ def zone_of(node: str | None, nodes: Mapping[str, Mapping[str, str]], zone_key: 
     return (nodes.get(node) or {}).get(zone_key)
 
 
-def live_executors(pods: Iterable[PodInfo], nodes: Mapping[str, Mapping[str, str]], zone_key: str) -> list[Executor]:
-    """The executors the assignor may use; if two pods claim one id (a stale pod and its
+def live_executors(pods: Iterable[PodInfo], nodes: Mapping[str, Mapping[str, str]], zone_key: str,
+                   down_nodes: Collection[str] = ()) -> list[Executor]:
+    """The executors the assignor may use: none on a node that is down (`down_nodes`: the pod's
+    status is the last its kubelet sent); if two pods claim one id (a stale pod and its
     replacement) the live one wins by construction, because only live pods are kept."""
     seen: dict[str, Executor] = {}
     for p in pods:
-        if p.live_executor and p.exec_id is not None:
+        if p.live_executor and p.exec_id is not None and p.node not in down_nodes:
             seen[p.exec_id] = Executor(p.exec_id, p.name, zone_of(p.node, nodes, zone_key), p.cores)
     return [seen[k] for k in sorted(seen, key=lambda e: (len(e), e))]

@@ -11,7 +11,7 @@ from eddy_contract.assignor import Assignment, Executor, TaskAssignment
 from eddy_contract.channel import AssignmentMessage, ExecutorInventory, RuntimeState
 from eddy_operator.executor_ids import executor_renames, held_by_live_id, renamed, reregistering
 from eddy_operator.orchestrator import LostExecutor, lost_executors
-from eddy_operator.pods import LossReason, PodInfo
+from eddy_operator.pods import LossReason, PodInfo, live_executors
 
 pytestmark = pytest.mark.unit
 
@@ -48,6 +48,16 @@ def test_an_executor_whose_pod_is_gone_was_deleted_and_one_without_actives_moves
         LostExecutor(Executor("2", "wc-exec-2"), LossReason.DELETED, ("0_1",)),
         LostExecutor(Executor("3", "wc-exec-3"), LossReason.FAILED, ()),
     ]
+
+
+def test_an_executor_on_a_node_that_is_down_is_lost_though_its_pod_still_says_ready() -> None:
+    # the kubelet is gone: the pod's status (running, ready) is the last it sent
+    pods = [PodInfo(f"wc-exec-{i}", "executor", str(i), node, "Running", True, False, None, None, running=True)
+            for i, node in ((1, "node-a"), (2, "node-b"), (3, "node-b"))]
+    live = live_executors(pods, {}, "zone", down_nodes={"node-a": "2026-11-27T10:00:00Z"})
+    assert [e.id for e in live] == ["2", "3"]
+    assert lost_executors(PUBLISHED, live, pods, {"node-a": "2026-11-27T10:00:00Z"}) == [
+        LostExecutor(Executor("1", "wc-exec-1"), LossReason.NODE_DOWN, ("0_0", "0_2"))]
 
 
 def test_a_restarted_driver_s_new_ids_on_the_same_pods_are_the_same_executors_even_when_ids_swap() -> None:
