@@ -341,7 +341,8 @@ class Flow:
         self._producer = Producer({"bootstrap.servers": app.kafka.bootstrap, "linger.ms": 0})
         self._consumer = Consumer({"bootstrap.servers": app.kafka.bootstrap, "group.id": f"{app.app_id}-flow",
                                    "isolation.level": "read_committed", "enable.auto.commit": False})
-        self._stop = threading.Event()
+        # one each: a reader that saw the feeder's stop would end before it read the last lines
+        self._stop_feeding, self._stop_reading = threading.Event(), threading.Event()
         self._threads = [threading.Thread(target=self._feed, daemon=True),
                          threading.Thread(target=self._read, daemon=True)]
 
@@ -360,7 +361,7 @@ class Flow:
 
     def _feed(self) -> None:
         n = 0
-        while not self._stop.wait(self.period):
+        while not self._stop_feeding.wait(self.period):
             n += 1
             word = f"tick{self.app.seed:03d}x{self.id:02d}x{n:07d}"
             self._producer.produce(self.app.source, word.encode())
@@ -370,7 +371,7 @@ class Flow:
         assert self._producer.flush(30) == 0
 
     def _read(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop_reading.is_set():
             for m in self._consumer.consume(500, 0.1):
                 if m.error() is None and m.key() is not None:
                     self.seen.setdefault(m.key().decode(), time.monotonic())
@@ -378,15 +379,14 @@ class Flow:
     def stop(self) -> None:
         """Stop feeding; read on until every line sent was counted (or two minutes passed)."""
         feeder, reader = self._threads
-        self._stop.set()
+        self._stop_feeding.set()
         feeder.join(30)
-        self._stop.clear()
         try:
             until(lambda: set(self.sent) <= set(self.seen), 120, "every line of the flow counted", interval=0.2)
         except AssertionError as err:
             raise AssertionError(f"{err}: {self.describe_missing()}") from None
         finally:
-            self._stop.set()
+            self._stop_reading.set()
             reader.join(10)
             self._consumer.close()
 
