@@ -66,14 +66,20 @@ def three_nodes(servers_dir: Path) -> Iterator[NodeCluster]:  # noqa: F811
         yield _three_nodes_stop.enter_context(node_cluster(servers_dir, nodes=3, name="nodes"))
 
 
+#: the bare three-node cluster's module: it runs before the apps' on those nodes, and its last
+#: test kills a node for good (node 3, zone-b): the apps run on the two nodes left
+BARE_NODES_MODULE = "test_nodes.py"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests on three nodes first (a stable sort), so that their cluster has stopped before
-    the one-node cluster starts."""
+    the one-node cluster starts; among them, the bare cluster's first."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         if THREE_NODES in names and "node" in names:
             raise pytest.UsageError(f"{item.nodeid}: uses both clusters; only one can run at a time")
-    items.sort(key=lambda item: THREE_NODES not in getattr(item, "fixturenames", ()))
+    items.sort(key=lambda item: (THREE_NODES not in getattr(item, "fixturenames", ()),
+                                 item.path.name != BARE_NODES_MODULE))
 
 
 @pytest.hookimpl(trylast=True)

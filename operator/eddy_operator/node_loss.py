@@ -6,8 +6,9 @@ A node whose kubelet stops renewing its Lease goes NotReady (its Ready condition
 Its pods keep their API objects: nothing on the node can confirm that they stopped, so Kubernetes
 neither removes them (a StatefulSet never makes a second pod of one identity while the first's
 object exists; a graceful delete waits for the kubelet) nor moves a claim bound to a volume that
-lives only on that node. The executor's active tasks failed over at once (its driver lost the
-JVM's connection: eddy_operator.orchestrator); what is left is the pod and its claim.
+lives only on that node. The executors on it count as lost as soon as the node is down (their
+pods' status is the last their kubelet sent: eddy_operator.pods.live_executors), and their actives
+fail over then; what is left is the pod and its claim.
 
 Once a node has been down for `spec.state.nodeLossTimeout`, the operator deletes the app's pods on
 it at once (grace 0: the node cannot take part; its containers are gone or fenced by the tasks'
