@@ -236,6 +236,19 @@ def test_a_sync_over_http_takes_a_newer_generation_and_hands_back_the_runner_res
     assert sync_runners({"1": address}, {"1": work(4)}, "wc", "guess") == {}
 
 
+def test_a_runner_still_going_by_its_earlier_executor_id_answers_for_the_executor_synced(served, tmp_path):
+    # After a driver restart the pod's runner goes by its earlier executor's id ("1") until a Spark
+    # task of its new JVM reaches it; the new driver knows the pod as executor "2" (and may have
+    # given "1" to the other pod): what its volume holds is executor 2's.
+    loop, address = served
+    volume = tmp_path / "volume"
+    (TaskDirectory(volume, "wc", "1_2").store_path("counts")).mkdir(parents=True)
+    loop.sync({}, replace(SETTINGS, state_dir=str(volume)), work(3))
+    answers = sync_runners({"2": address}, {"2": work(4)}, "wc", "s3cret", inventory=True)
+    assert {r.executor for r in answers["2"]} == {"2"}
+    assert [t.task_id for r in answers["2"] if r.inventory is not None for t in r.inventory] == ["1_2"]
+
+
 def test_a_sync_over_http_reports_the_volume_inventory_when_asked(served, tmp_path):
     loop, address = served
     volume = tmp_path / "volume"

@@ -299,6 +299,11 @@ def sync_runners(addresses: Mapping[str, str], work: Mapping[str, ContinuousWork
         except Exception as e:  # noqa: BLE001 - the caller syncs through Spark instead
             log.info("executor %s did not answer a sync over HTTP at %s: %s", executor, address, e)
             return
+        # The runner at `address` is `executor`'s, whatever id it gives: after a driver restart it
+        # goes by its earlier executor's id until a Spark task of its new JVM reaches it
+        # (`TaskHost.adopt_executor`), and that id may now be another pod's: its volume's
+        # inventory would be taken for that pod's, and the assignor would move tasks on it.
+        results = [r if r.executor == executor else dataclasses.replace(r, executor=executor) for r in results]
         with lock:
             answers[executor] = results
 
