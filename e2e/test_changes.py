@@ -48,11 +48,9 @@ def wordcount(operator: NodeCluster, kafka: KafkaBroker, tmp_path_factory: pytes
               ) -> Iterator[WordCount]:
     app = deploy_word_count(operator, kafka, "wordcount-changes", executors=2, standbys=1)
     try:
-        app.feed(2000)
-        app.counted_everything(400, "the first input counted")
-        yield app
+        with app.serving(lambda: tmp_path_factory.mktemp("wordcount-changes")):
+            yield app
     finally:
-        app.close(tmp_path_factory.mktemp("wordcount-changes"))
         delete_namespace(operator, app.namespace)
 
 
@@ -65,11 +63,6 @@ def _driver_hash(app: WordCount) -> str | None:
     pod = app.pod(builders.driver_pod_name(APP))
     ready = pod is not None and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
     return (pod.metadata.annotations or {}).get(builders.CONFIG_HASH_ANNOTATION) if ready else None
-
-
-def _events(app: WordCount, reason: str) -> list[str]:
-    found = json.loads(app.kubectl("get", "events", "--field-selector", f"reason={reason}", "-o", "json"))
-    return [e["message"] for e in found["items"]]
 
 
 def _pods_and_claims(app: WordCount) -> tuple[dict[str, str], dict[str, str]]:
@@ -123,7 +116,7 @@ def _rejected_while_the_old_version_runs(app: WordCount, change: dict[str, Any],
     healthy = until(lambda: _driver_hash(app), 120, "the driver ready")
     executors, claims = _pods_and_claims(app)
     earlier = condition(get(app.node, "sapp", APP, app.namespace), condition_type)  # an earlier change's
-    before = {reason: len(_events(app, reason)) for reason in events}
+    before = {reason: len(app.events(reason)) for reason in events}
     flow = Flow(app).start()
     time.sleep(3)
     t0 = time.monotonic()
@@ -131,7 +124,7 @@ def _rejected_while_the_old_version_runs(app: WordCount, change: dict[str, Any],
     try:
         said = until(lambda: (c := condition(get(app.node, "sapp", APP, app.namespace), condition_type))
                      and c["status"] == "True" and c != earlier and c, 600, f"the {condition_type} condition")
-        until(lambda: all(len(_events(app, reason)) > n for reason, n in before.items()), 60,
+        until(lambda: all(len(app.events(reason)) > n for reason, n in before.items()), 60,
               f"the Events {', '.join(events)}")
         until(lambda: _driver_hash(app) == healthy, 400, "the old version's driver back")
         took = time.monotonic() - t0
@@ -153,7 +146,7 @@ def test_an_incompatible_change_is_refused_while_the_old_version_keeps_running(w
         wordcount, {"pipeline": {"args": {"store": "counts-renamed"}}}, {"pipeline": {"args": {"store": None}}},
         "UpgradeRefused", ("UpgradeRefused",))
     assert "counts" in refused["message"], refused
-    assert any("counts" in m for m in _events(wordcount, "UpgradeRefused"))
+    assert any("counts" in m for m in wordcount.events("UpgradeRefused"))
     report(f"incompatible change refused, the old version's driver back {took:.0f}s after the patch; lateness "
            f"meanwhile: max {late[-1]:.2f}s over {len(late)} records ({refused['message'][:160]})")
 
@@ -194,7 +187,7 @@ def test_a_compatible_image_upgrade_replaces_the_executors_one_warm_pod_at_a_tim
     late = flow.lateness(t0)
     assert {p.metadata.name: app.claim_of(p).metadata.uid for p in app.executor_pods()} == claims
     app.counted_everything(400, "every record counted by the new version")
-    assert _events(app, "Upgraded"), "no Upgraded Event"
+    assert app.events("Upgraded"), "no Upgraded Event"
     report(f"image upgraded: every executor replaced and warm {took:.0f}s after the patch; lateness of "
            f"{len(late)} records meanwhile: p50 {late[len(late) // 2]:.2f}s, max {late[-1]:.2f}s")
     assert late[-1] <= IMAGE_UPGRADE_LATENESS_S, (f"a record was {late[-1]:.2f}s late across the upgrade: "

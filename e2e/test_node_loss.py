@@ -47,18 +47,8 @@ def app(three_nodes: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> I
         install_operator(three_nodes)
         wc = deploy_word_count(three_nodes, kafka, NAMESPACE, executors=2, standbys=1,
                                state__nodeLossTimeout=f"{NODE_LOSS_TIMEOUT_S}s")
-        try:
-            wc.feed(2000)
-            wc.counted_everything(400, "the first input counted")
+        with wc.serving(lambda: tmp_path_factory.mktemp("wordcount-node-loss")):
             yield wc
-        finally:
-            wc.close(tmp_path_factory.mktemp("wordcount-node-loss"))
-
-
-def _events(app: WordCount, reason: str) -> list[str]:
-    out = app.kubectl("get", "events", "--field-selector", f"reason={reason}", "-o",
-                      "jsonpath={range .items[*]}{.message}{'\\n'}{end}", check=False)
-    return [line for line in out.splitlines() if line]
 
 
 def _remade(app: WordCount, lost: Any, dead_node: str) -> Any | None:
@@ -87,7 +77,7 @@ def test_a_lost_nodes_executor_fails_over_and_is_made_again_on_a_live_node_with_
     t0 = time.monotonic()
     killed = three_nodes.kill_node(dead)
 
-    said = until(lambda: [m for m in _events(app, "NodeLost") if lost.metadata.name in m], 180,
+    said = until(lambda: [m for m in app.events("NodeLost") if lost.metadata.name in m], 180,
                  f"the NodeLost Event of {lost.metadata.name}", alive=app.check_driver)
     released_after = time.monotonic() - t0
     pod = until(lambda: _remade(app, lost, dead.name), REMADE_WITHIN_S,

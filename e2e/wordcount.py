@@ -4,13 +4,15 @@ that lived for one batch is not missed."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import random
 import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -247,6 +249,11 @@ class WordCount:
     def driver_log(self, tail: int = 60) -> str:
         return self.kubectl("logs", builders.driver_pod_name(APP), "--tail", str(tail), check=False)
 
+    def events(self, reason: str) -> list[str]:
+        """The messages of the app namespace's Events of `reason`."""
+        found = json.loads(self.kubectl("get", "events", "--field-selector", f"reason={reason}", "-o", "json"))
+        return [e["message"] for e in found["items"]]
+
     def diagnosis(self, tail: int = 25) -> str:
         """What a failed test's report shows of the app: its pods, the newest lines of the driver's
         log, of each executor's task runner (on its volume) and of the operator's."""
@@ -315,6 +322,16 @@ class WordCount:
         self.channel.close()
         self.channel.save(folder)
         (folder / "driver.log").write_text(self.driver_log(tail=2000))
+
+    @contextlib.contextmanager
+    def serving(self, keep: Callable[[], Path], lines: int = 2000) -> Iterator[WordCount]:
+        """The app once `lines` lines were fed and counted; on leaving, closed into `keep()`'s folder."""
+        try:
+            self.feed(lines)
+            self.counted_everything(400, "the first input counted")
+            yield self
+        finally:
+            self.close(keep())
 
     def metrics(self, pod: Any, port: int) -> list[Sample]:
         """Scrape a pod's /metrics over the pod network."""
