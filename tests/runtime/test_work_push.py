@@ -26,6 +26,7 @@ from eddy_runtime.executor.task_runner import TaskRunner
 from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.protocol.health import HealthAndMetricsServer
+from eddy_runtime.protocol.runner_client import OUTLIVES_EXECUTOR_ENV
 from eddy_runtime.protocol.work import BadRecordInfo, BatchSettings, ContinuousWork, ItemResult, ItemStatus, SlotWork
 from eddy_runtime.protocol.work_push import (
     PUSH_PATH,
@@ -247,6 +248,22 @@ def test_a_runner_still_going_by_its_earlier_executor_id_answers_for_the_executo
     answers = sync_runners({"2": address}, {"2": work(4)}, "wc", "s3cret", inventory=True)
     assert {r.executor for r in answers["2"]} == {"2"}
     assert [t.task_id for r in answers["2"] if r.inventory is not None for t in r.inventory] == ["1_2"]
+
+
+def test_what_a_runner_did_before_it_took_a_new_executor_id_is_handed_over_under_the_new_one(
+        served, monkeypatch):
+    # A driver restart: rounds under the earlier JVM's id ("1") recorded their results; the new
+    # JVM's first task says this runner is executor "2". The driver learns each executor's runner
+    # address from the results it gets: under "1" it would push executor 1's work here.
+    monkeypatch.setenv(OUTLIVES_EXECUTOR_ENV, "1")
+    loop, address = served
+    loop.sync({}, SETTINGS, work(3))
+    loop.assignment.add_results(work(3), [ItemResult("0_1", "1", Role.ACTIVE, ItemStatus.PROCESSED, records_in=5)])
+    runner = loop.runner
+    assert isinstance(runner, TaskRunner)
+    runner.adopt_executor("2")
+    (result,) = runner.collect(work(3))
+    assert (result.task, result.executor, result.query_address) == ("0_1", "2", address)
 
 
 def test_a_sync_over_http_reports_the_volume_inventory_when_asked(served, tmp_path):

@@ -136,7 +136,11 @@ class TaskRunner:
         return self._addressed(out)
 
     def _addressed(self, out: list[ItemResult]) -> list[ItemResult]:
-        """`out`, its first result carrying where this runner serves queries and pushes."""
+        """`out`, each result this executor's (the rounds run before a new JVM's first task
+        reached this runner recorded them under its earlier executor's id: `adopt_executor`),
+        its first result carrying where this runner serves queries and pushes (the driver learns
+        each executor's runner address from it)."""
+        out = [r if r.executor == self.executor_id else replace(r, executor=self.executor_id) for r in out]
         if self.query_address and out:
             out[0] = replace(out[0], query_address=self.query_address)
         elif self.query_address:  # a newcomer with nothing to run yet: the driver pushes its first tasks here
