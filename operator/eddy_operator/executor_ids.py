@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from datetime import datetime
 
 from eddy_contract import channel
 from eddy_contract.assignor import Assignment, Executor, TaskAssignment
-from eddy_operator.pods import PodInfo
+from eddy_operator.pods import PodInfo, instant
 
 __all__ = ["REREGISTRATION_GRACE_S", "executor_renames", "held_by_live_id", "renamed", "reregistering"]
 
@@ -39,11 +38,7 @@ def reregistering(previous: channel.AssignmentMessage | None, pods: Iterable[Pod
     return sorted(p.name for p in pods
                   if p.name in named and p.role == "executor" and p.phase == "Running" and p.ready
                   and not p.deleting and (p.exec_id is None or not p.exec_id.isdigit())
-                  and p.started_at is not None and _instant(p.started_at) < _instant(driver_started))
-
-
-def _instant(iso: str) -> datetime:
-    return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+                  and p.started_at is not None and instant(p.started_at) < instant(driver_started))
 
 
 def executor_renames(previous: channel.AssignmentMessage | None, live: Iterable[Executor]) -> dict[str, str]:

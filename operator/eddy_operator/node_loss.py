@@ -29,7 +29,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from eddy_operator.kube import Kube
-from eddy_operator.pods import PodInfo
+from eddy_operator.pods import PodInfo, instant
 
 __all__ = ["HOSTNAME_LABEL", "Released", "Stranded", "down_since", "pinned_node", "release", "stranded"]
 
@@ -65,7 +65,7 @@ def stranded(pods: Iterable[PodInfo], down: Mapping[str, str], now: datetime, ti
         since = down.get(pod.node or "")
         if not since:
             continue
-        down_s = (now - _instant(since)).total_seconds()
+        down_s = (now - instant(since)).total_seconds()
         if down_s >= timeout_s:
             found.append(Stranded(pod, pod.node or "", since, down_s))
     return sorted(found, key=lambda s: s.pod.name)
@@ -144,7 +144,3 @@ def release(kube: Kube, namespace: str, s: Stranded, hostnames: Mapping[str, str
         if err.status not in (404, 409):  # gone already; another pod under its name
             raise
     return Released(s, tuple(released), tuple(kept))
-
-
-def _instant(iso: str) -> datetime:
-    return datetime.fromisoformat(iso.replace("Z", "+00:00"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -138,3 +139,8 @@ def live_executors(pods: Iterable[PodInfo], nodes: Mapping[str, Mapping[str, str
         if p.live_executor and p.exec_id is not None and p.node not in down_nodes:
             seen[p.exec_id] = Executor(p.exec_id, p.name, zone_of(p.node, nodes, zone_key), p.cores)
     return [seen[k] for k in sorted(seen, key=lambda e: (len(e), e))]
+
+
+def instant(iso: str) -> datetime:
+    """A Kubernetes timestamp (ISO 8601, `Z` for UTC) as an aware datetime."""
+    return datetime.fromisoformat(iso.replace("Z", "+00:00"))

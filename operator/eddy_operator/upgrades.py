@@ -146,7 +146,6 @@ def _instant(text: str | None) -> datetime | None:
         return None
 
 
-
 @dataclass(frozen=True)
 class Verdict:
     """What the operator should do about the wanted version now."""
