@@ -74,8 +74,6 @@ class AppController:
     loaded: bool = False
     last_failover: Failover | None = None
     last_status: dict[str, Any] | None = None
-    #: the uids of the pods taken off lost nodes (the pod index may still hold one for a while)
-    off_lost_nodes: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -176,7 +174,7 @@ class Orchestrator:
             except SpecError as err:
                 await self._update_status(ctl, snap, None, [], None, spec_error=str(err))
                 return
-            await self._release_stranded(ctl, snap, spec)
+            await self._release_stranded(snap, spec)
             executors = live_executors(snap.pods, snap.nodes, spec.executors.zone_topology_key, snap.down_nodes)
             runtime = self._runtime_state(snap, app)
             if not ctl.loaded:
@@ -190,16 +188,14 @@ class Orchestrator:
             await self._judge_upgrade(snap, spec, runtime)
             await self._update_status(ctl, snap, spec, executors, runtime)
 
-    async def _release_stranded(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec) -> None:
+    async def _release_stranded(self, snap: Snapshot, spec: StreamAppSpec) -> None:
         """The app's pods on a node down for `spec.state.nodeLossTimeout` go, and with them the claims
         of volumes that live only on that node (eddy_operator.node_loss): the StatefulSets make them
         again on live nodes. Their tasks failed over when the executors were lost."""
         hostnames = {node: labels.get(HOSTNAME_LABEL, node) for node, labels in snap.nodes.items()}
         for s in stranded(snap.pods, snap.down_nodes, datetime.now(UTC), spec.state.node_loss_timeout_s):
-            if s.pod.uid in ctl.off_lost_nodes:
-                continue
+            # None: gone already (the pod index may hold a deleted pod for a while)
             done = await asyncio.to_thread(release, self.kube, spec.namespace, s, hostnames)
-            ctl.off_lost_nodes.add(s.pod.uid or "")
             if done is None:
                 continue
             metrics.PODS_OFF_LOST_NODES.labels(spec.namespace, spec.name).inc()
