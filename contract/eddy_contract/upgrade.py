@@ -1,5 +1,5 @@
 """What a change of a running `StreamApp` may do: the upgrade modes (`UpgradeMode`, the manifest's
-`spec.upgrade.mode`), the gate's verdict on a new topology (`decide`, over `topology.compare`'s
+`spec.upgrade.mode`), the gate's verdict on a new topology (`decide`, over `topology_compare.compare`'s
 differences) and which changed spec fields apply in place and which need new pods
 (`classify_spec_change`); docs/operations.md, "Upgrading an app".
 
@@ -16,7 +16,8 @@ from types import MappingProxyType
 from typing import Any
 
 from eddy_contract import crd
-from eddy_contract.topology import Difference, DifferenceKind, StoreKind, TopologyDescription
+from eddy_contract.topology import StoreKind, TopologyDescription
+from eddy_contract.topology_compare import Difference, DifferenceKind
 
 __all__ = [
     "IN_PLACE_FIELDS",
@@ -85,7 +86,7 @@ class UpgradeDecision:
 def decide(differences: Sequence[Difference], mode: UpgradeMode, proposed: TopologyDescription,
            reset_offsets: ResetOffsets = ResetOffsets.EARLIEST) -> UpgradeDecision:
     """The verdict on `proposed` given its `differences` from the running topology
-    (`topology.compare`) and the app's `spec.upgrade`.
+    (`topology_compare.compare`) and the app's `spec.upgrade`.
 
     keepState refuses any breaking difference. resetChangedState takes them: the sub-topologies
     they touch start empty; from `earliest`, what feeds them is read again from the beginning,

@@ -241,7 +241,8 @@ def _diff(args: argparse.Namespace) -> int:
     """Exit 0 when the gate would apply the manifest, 1 when it would refuse it, 2 when the
     comparison cannot be made."""
     from eddy_contract.spec import StreamAppSpec
-    from eddy_contract.topology import TopologyFormatError, compare
+    from eddy_contract.topology import TopologyFormatError
+    from eddy_contract.topology_compare import compare
     from eddy_contract.upgrade import ChangeEffect, classify_spec_change, decide
 
     try:

@@ -10,16 +10,14 @@ import pytest
 
 from eddy_contract.topology import (
     TOPOLOGY_KEY,
-    Difference,
-    DifferenceKind,
     RepartitionTopicDescription,
     StoreDescription,
     StoreKind,
     SubTopologyDescription,
     TopologyDescription,
     TopologyFormatError,
-    compare,
 )
+from eddy_contract.topology_compare import Difference, DifferenceKind, compare
 
 pytestmark = pytest.mark.unit
 

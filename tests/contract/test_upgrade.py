@@ -6,13 +6,8 @@ from __future__ import annotations
 import pytest
 
 from eddy_contract import crd
-from eddy_contract.topology import (
-    RepartitionTopicDescription,
-    StoreKind,
-    SubTopologyDescription,
-    TopologyDescription,
-    compare,
-)
+from eddy_contract.topology import RepartitionTopicDescription, StoreKind, SubTopologyDescription, TopologyDescription
+from eddy_contract.topology_compare import compare
 from eddy_contract.upgrade import (
     IN_PLACE_FIELDS,
     ChangeEffect,

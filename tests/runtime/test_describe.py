@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from eddy_contract.topology import DifferenceKind, StoreKind, TopologyDescription, compare
+from eddy_contract.topology import StoreKind, TopologyDescription
+from eddy_contract.topology_compare import DifferenceKind, compare
 from eddy_runtime.cli import main
 from eddy_runtime.dsl.compiler import compile_topology
 from eddy_runtime.dsl.describe import describe

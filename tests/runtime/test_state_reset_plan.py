@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from eddy_contract.tasks import Role
-from eddy_contract.topology import compare
+from eddy_contract.topology_compare import compare
 from eddy_contract.upgrade import ResetOffsets, UpgradeMode, decide
 from eddy_runtime.driver.upgrade_gate import reset_plan
 from eddy_runtime.dsl.compiler import compile_topology

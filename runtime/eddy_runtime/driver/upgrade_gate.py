@@ -40,7 +40,8 @@ from typing import Any
 
 from eddy_contract.channel import UPGRADE_KEY
 from eddy_contract.spec import ProcessingGuarantee, StreamAppSpec
-from eddy_contract.topology import TOPOLOGY_KEY, TopologyDescription, compare
+from eddy_contract.topology import TOPOLOGY_KEY, TopologyDescription
+from eddy_contract.topology_compare import compare
 from eddy_contract.upgrade import ResetOffsets, UpgradeDecision, decide
 from eddy_runtime.driver.channel_io import ChannelLocation, read_channel_data, write_channel_data
 from eddy_runtime.driver.offsets import OffsetReader, input_partitions
