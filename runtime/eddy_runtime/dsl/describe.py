@@ -14,7 +14,7 @@ from eddy_contract.topology import (
     SubTopologyDescription,
     TopologyDescription,
 )
-from eddy_runtime.dsl.pipeline import is_generated_name
+from eddy_runtime.dsl.names import is_generated_name
 from eddy_runtime.dsl.subtopology import CompiledApp, SubTopology
 from eddy_runtime.state import StoreSpec
 from eddy_runtime.state.changelog import changelog_topic_name

@@ -28,7 +28,6 @@ dsl/compiler.py turns it into sub-topologies and tasks, and the runtime executes
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -51,6 +50,14 @@ from eddy_runtime.dsl.graph import (
     ToStream,
     ToTopic,
     Transform,
+)
+from eddy_runtime.dsl.names import (
+    KEY_SERDES,
+    REDUCE_OPS,
+    VALUE_SERDES,
+    check_name,
+    check_serde,
+    is_generated_name,
 )
 from eddy_runtime.dsl.processors import Processor
 from eddy_runtime.dsl.record_steps import RecordStep, RecordSteps, TableValues, is_key_selector
@@ -75,42 +82,6 @@ __all__ = [
     "join_windows", "session_windows", "tumbling", "until_time_limit", "until_window_closes",
 ]
 
-KEY_SERDES = ("string", "bytes", "int64", "json")
-VALUE_SERDES = ("string", "bytes", "int64", "json")
-REDUCE_OPS = ("sum", "min", "max")
-
-
-def _check_serde(serde: str, allowed: Sequence[str], what: str) -> str:
-    if serde not in allowed:
-        raise PipelineError(f"{what} {serde!r} is not one of {', '.join(allowed)}")
-    return serde
-
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,100}$")
-
-#: The names `Topology._name` makes for a step given no ``name=``: the step's kind and how many names
-#: were made before it (``count-3``), and the store names made from them (a windowed join's
-#: ``join-2-this``, ``-other`` and ``-outer``, a process step's ``process-4-time``, a suppress
-#: buffer's ``count-3-suppress``). They are the same on every run of the same pipeline, and move when
-#: a step that makes a name is inserted before them: the upgrade gate refuses that
-#: (docs/pipelines.md, "Naming stores").
-_GENERATED_NAME = re.compile(
-    r"^(?:(?:count|reduce|aggregate)-[0-9]+(?:-suppress)?|table-[0-9]+|join-[0-9]+-(?:this|other|outer)"
-    r"|process-[0-9]+-time|group-by-[0-9]+|merge-[0-9]+)$"
-)
-
-
-def is_generated_name(name: str) -> bool:
-    """Whether a store's (or a repartition's) name is one `Topology` made, not one the user gave."""
-    return bool(_GENERATED_NAME.match(name))
-
-
-def _check_name(name: str, what: str) -> str:
-    if not _NAME.match(name):
-        raise PipelineError(f"{what} name {name!r} must be letters, digits, '.', '_' or '-' (it names topics)")
-    return name
-
-
 @dataclass
 class Topology:
     """The builder a user's ``build(topology)`` receives."""
@@ -126,7 +97,7 @@ class Topology:
                 self._counter += 1
             given = f"{prefix}-{self._counter}"
             self._counter += 1
-        _check_name(given, prefix)
+        check_name(given, prefix)
         if given in self._names:
             raise PipelineError(f"the name {given!r} is used twice; names of stores and repartition topics are unique")
         self._names.add(given)
@@ -134,8 +105,8 @@ class Topology:
 
     def stream(self, topic: str, *, key_serde: str = "string", value_serde: str = "string") -> Stream:
         """Records of `topic` as a stream; serdes: string, bytes, int64, json (text, checked)."""
-        source = Source(None, topic, _check_serde(key_serde, KEY_SERDES, "key serde"),
-                        _check_serde(value_serde, VALUE_SERDES, "value serde"))
+        source = Source(None, topic, check_serde(key_serde, KEY_SERDES, "key serde"),
+                        check_serde(value_serde, VALUE_SERDES, "value serde"))
         self.sources.append(source)
         return Stream(self, source)
 
@@ -145,8 +116,8 @@ class Topology:
 
         The topic must have as many partitions as the stream joined with it, keyed the same way.
         """
-        node = TableSource(None, topic, _check_serde(key_serde, KEY_SERDES, "key serde"),
-                           _check_serde(value_serde, VALUE_SERDES, "value serde"), self._name(name, "table"))
+        node = TableSource(None, topic, check_serde(key_serde, KEY_SERDES, "key serde"),
+                           check_serde(value_serde, VALUE_SERDES, "value serde"), self._name(name, "table"))
         return Table(self, node, key_serde, value_serde)
 
 
@@ -199,9 +170,9 @@ class Stream(RecordSteps):
         specs = []
         for s in stores:
             store, key_serde, value_serde = (s, "json", "json") if isinstance(s, str) else s
-            specs.append(StoreSpec.key_value(_check_name(store, "store"),
-                                             _check_serde(key_serde, KEY_SERDES, "store key serde"),
-                                             _check_serde(value_serde, VALUE_SERDES, "store value serde")))
+            specs.append(StoreSpec.key_value(check_name(store, "store"),
+                                             check_serde(key_serde, KEY_SERDES, "store key serde"),
+                                             check_serde(value_serde, VALUE_SERDES, "store value serde")))
         if len({spec.name for spec in specs}) != len(specs):
             raise PipelineError(f"process() stores must have distinct names, got {[spec.name for spec in specs]}")
         base = self.topology._name(name, "process")
@@ -219,12 +190,12 @@ class Stream(RecordSteps):
                                 "(key, value) -> key, not a DataFrame expression")
         key = RecordStep("select_key", key) if is_key_selector(key) else key
         node = GroupBy(self.node, key, self.topology._name(name, "group-by"),
-                       _check_serde(key_serde, KEY_SERDES, "key serde"), partitions)
+                       check_serde(key_serde, KEY_SERDES, "key serde"), partitions)
         return GroupedStream(self.topology, node, key_serde)
 
     def group_by_key(self, *, key_serde: str = "string") -> GroupedStream:
         """Group by the ``key`` column as it is: no repartition (the input is already keyed by it)."""
-        node = GroupBy(self.node, None, "", _check_serde(key_serde, KEY_SERDES, "key serde"), None)
+        node = GroupBy(self.node, None, "", check_serde(key_serde, KEY_SERDES, "key serde"), None)
         return GroupedStream(self.topology, node, key_serde)
 
     def join(self, table: Table | Stream, joiner: Callable[[Any, Any], Any] | None = None, *,
@@ -259,7 +230,7 @@ class Stream(RecordSteps):
         if other.topology is not self.topology:
             raise PipelineError("merge takes a stream of the same topology")
         node = Merge(self.node, other.node, self.topology._name(name, "merge"),
-                     _check_serde(key_serde, KEY_SERDES, "key serde"), partitions)
+                     check_serde(key_serde, KEY_SERDES, "key serde"), partitions)
         return Stream(self.topology, node)
 
     def _join_stream(self, other: Stream, joiner: Callable[[Any, Any], Any] | None, windows: JoinWindows | None,
@@ -285,9 +256,9 @@ class Stream(RecordSteps):
         """Write records to `topic`: column `key`, and column `value` (or several, as a JSON object)."""
         value_cols = value if isinstance(value, str) else tuple(value)
         if key_serde is not None:
-            _check_serde(key_serde, KEY_SERDES, "key serde")
+            check_serde(key_serde, KEY_SERDES, "key serde")
         if value_serde is not None:
-            _check_serde(value_serde, VALUE_SERDES, "value serde")
+            check_serde(value_serde, VALUE_SERDES, "value serde")
         if not isinstance(value_cols, str) and value_serde not in (None, "json"):
             raise PipelineError("several value columns are written as a JSON object: use value_serde='json'")
         sink = ToTopic(self.node, topic, key_serde, value_serde, key, value_cols)
@@ -329,7 +300,7 @@ class GroupedStream:
             raise PipelineError(f"reduce op {reducer!r} is not one of {', '.join(REDUCE_OPS)} (or a function)")
         if not isinstance(reducer, str) and not callable(reducer):
             raise PipelineError("reduce takes 'sum', 'min', 'max' or a function (a, b) -> c")
-        serde = _check_serde(value_serde, VALUE_SERDES, "value serde")
+        serde = check_serde(value_serde, VALUE_SERDES, "value serde")
         return self._aggregate(kind="reduce", name=name, value_serde=serde, reducer=reducer, column=column)
 
     def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, dict[str, list[Any]], Any], Any], *,
@@ -343,7 +314,7 @@ class GroupedStream:
         if not callable(initializer) or not callable(adder):
             raise PipelineError("aggregate takes initializer() -> agg and adder(key, values, agg) -> agg")
         return self._aggregate(kind="aggregate", name=name,
-                               value_serde=_check_serde(value_serde, VALUE_SERDES, "value serde"),
+                               value_serde=check_serde(value_serde, VALUE_SERDES, "value serde"),
                                initializer=initializer, adder=adder)
 
 
@@ -373,7 +344,7 @@ class SessionWindowedStream(WindowedStream):
             raise PipelineError("aggregate takes initializer() -> agg, adder(key, values, agg) -> agg and "
                                 "merger(key, agg1, agg2) -> agg")
         return self._aggregate(kind="aggregate", name=name,
-                               value_serde=_check_serde(value_serde, VALUE_SERDES, "value serde"),
+                               value_serde=check_serde(value_serde, VALUE_SERDES, "value serde"),
                                initializer=initializer, adder=adder, merger=merger)
 
 
@@ -415,7 +386,7 @@ class Table:
         if self.node.topic == other.node.topic:
             raise PipelineError(f"a table joined with itself ({self.node.topic!r})")
         node = TableJoin(self.node, other.node, joiner, how)
-        return Table(self.topology, node, self.key_serde, _check_serde(value_serde, VALUE_SERDES, "value serde"))
+        return Table(self.topology, node, self.key_serde, check_serde(value_serde, VALUE_SERDES, "value serde"))
 
     def suppress(self, suppressed: Suppressed, *, name: str | None = None) -> Table:
         """The table's updates held back in a buffer (Kafka Streams' ``KTable.suppress``):
@@ -453,7 +424,7 @@ class Table:
         if not callable(step.fn):
             raise PipelineError(f"{step.what} needs a function, got {step.fn!r}")
         node = Record(self.to_stream().node, RecordStep("table_values", step))
-        return Table(self.topology, node, self.key_serde, _check_serde(value_serde, VALUE_SERDES, "value serde"),
+        return Table(self.topology, node, self.key_serde, check_serde(value_serde, VALUE_SERDES, "value serde"),
                      self.windowed)
 
     def to_stream(self) -> Stream:
