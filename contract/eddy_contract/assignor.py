@@ -23,7 +23,11 @@ The rules (Kafka Streams' guarantees; "balanced" = per core, loads differ by at 
 4. Warmups: each planned move's destination gets a warmup (a copy that exists only to catch up),
    at most maxWarmupReplicas over the app, warmups under way first, then actives, then
    standbys. Once a warmup has caught up, rules 2 and 3 move the copy onto it.
-5. Fixed point: the result, given back as `previous` with the same inputs, gives itself back
+5. Leaving executors (their node is drained) take no new copy: their stateless actives and their
+   standbys go elsewhere at once, and each stateful active they hold stays (rule 2's "previous
+   caught-up executor") until its target elsewhere has caught up, a warmup there first if need
+   be. So a drained executor hands each task to a warm copy, and holds nothing once it has.
+6. Fixed point: the result, given back as `previous` with the same inputs, gives itself back
    (same generation); the rules are re-applied to their own result until that holds (at most
    _FIXED_POINT_ROUNDS times; the property tests find it within that).
 
@@ -94,9 +98,11 @@ def assign_app(
     previous: Assignment | None,
     settings: AssignorSettings,
     stateful: Collection[str],
+    leaving: Collection[str] = (),
 ) -> Assignment:
     """`assign` for a whole app: `stateful` are the tasks with stores; the others get no standbys
-    and are balanced with them in total and apart per kind, as Kafka Streams does."""
+    and are balanced with them in total and apart per kind, as Kafka Streams does. `leaving`: live
+    executors to empty (rule 5)."""
     if not executors:
         raise AssignmentError("no live executor to assign tasks to")
     ids = [e.id for e in executors]
@@ -104,7 +110,7 @@ def assign_app(
         raise AssignmentError(f"duplicate executor ids: {sorted(ids)}")
     tasks = AppTasks.of(end_offsets, stateful)
     prev = dict(previous.tasks) if previous is not None else {}
-    clients = ClientState.observe(executors, end_offsets, held, prev, settings.acceptable_recovery_lag)
+    clients = ClientState.observe(executors, end_offsets, held, prev, settings.acceptable_recovery_lag, leaving)
     seen: list[dict[str, TaskAssignment]] = []
     while True:
         placed = plan(tasks, clients, settings)
@@ -119,5 +125,5 @@ def assign_app(
     return Assignment(generation, MappingProxyType(placed))
 
 
-# Rule 5: the property tests find the fixed point within this many rounds.
+# Rule 6: the property tests find the fixed point within this many rounds.
 _FIXED_POINT_ROUNDS = 8

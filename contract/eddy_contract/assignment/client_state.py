@@ -1,13 +1,17 @@
 """What the assignor knows of its clients, the live executors (Kafka Streams' ClientState): their
 zones and cores, each one's lag for every task, and where the previous assignment put every copy.
 
+A leaving executor (its node is being drained) is live but takes no new copy: it is not in `live`
+or `cores`, only in `leaving`; an active it holds caught up stays on it (`holding`) until its
+target elsewhere has caught up, so it hands each task over to a warm copy.
+
 Lag of an executor for a task = changelog end offset - the offset its volume holds; a copy is
 caught up when that is within acceptableRecoveryLag.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from eddy_contract.assignment.model import Executor, TaskAssignment, task_lag
@@ -15,12 +19,13 @@ from eddy_contract.assignment.model import Executor, TaskAssignment, task_lag
 
 @dataclass(frozen=True)
 class ClientState:
-    live: tuple[str, ...]  # executor ids, sorted
+    live: tuple[str, ...]  # executor ids that may take copies, sorted
     zone: Mapping[str, str | None]
     cores: Mapping[str, int]
     lags: Mapping[str, Mapping[str, int]]  # executor -> task -> lag
     previous: Mapping[str, TaskAssignment]  # task -> its copies in the previous assignment
     acceptable_recovery_lag: int
+    leaving: frozenset[str] = frozenset()  # live executors that keep only what they must hand over
 
     @classmethod
     def observe(
@@ -30,17 +35,24 @@ class ClientState:
         held: Mapping[str, Mapping[str, int]],
         previous: Mapping[str, TaskAssignment],
         acceptable_recovery_lag: int,
+        leaving: Collection[str] = (),
     ) -> ClientState:
-        """`held`: per executor, the offset each task's stores hold on its volume."""
+        """`held`: per executor, the offset each task's stores hold on its volume; `leaving`: the
+        executors to empty (if every executor is leaving, none is: someone has to run the tasks)."""
+        gone = frozenset(leaving) & {e.id for e in executors}
+        if len(gone) == len(executors):
+            gone = frozenset()
+        staying = [e for e in executors if e.id not in gone]
         lags = {e.id: {t: task_lag(end, held.get(e.id, {}).get(t)) for t, end in end_offsets.items()}
                 for e in executors}
         return cls(
-            live=tuple(sorted(e.id for e in executors)),
+            live=tuple(sorted(e.id for e in staying)),
             zone={e.id: e.zone for e in executors},
-            cores={e.id: e.cores for e in executors},
+            cores={e.id: e.cores for e in staying},
             lags=lags,
             previous=previous,
             acceptable_recovery_lag=acceptable_recovery_lag,
+            leaving=gone,
         )
 
     def lag(self, executor: str, task: str) -> int:
@@ -69,6 +81,12 @@ class ClientState:
         """The previous active, if it is live and caught up: the task should stay there."""
         p = self.previous_active(task)
         return p if p is not None and p in self.cores and self.caught_up(p, task) else None
+
+    def holding(self, task: str) -> str | None:
+        """The previous active, if it is live (leaving or not) and caught up: the task may stay there
+        until its target has caught up."""
+        p = self.previous_active(task)
+        return p if p is not None and (p in self.cores or p in self.leaving) and self.caught_up(p, task) else None
 
     def freshest(self, task: str) -> Callable[[str], tuple[bool, int, bool, str]]:
         """Order executors for `task`: caught up, then least lag, then a previous copy, then id."""

@@ -28,13 +28,14 @@ def actual_actives(target: Mapping[str, str], clients: ClientState) -> dict[str,
     for t in target:
         if clients.caught_up(target[t], t):
             active[t] = target[t]
-        elif (p := clients.sticky(t)) is not None:
+        elif (p := clients.holding(t)) is not None:
             active[t] = p
         else:
             pending.append(t)
     load = {e: 0 for e in clients.live}
     for e in active.values():
-        load[e] += 1
+        if e in load:  # not a leaving executor
+            load[e] += 1
     for t in pending:
         ups = [e for e in clients.live if clients.caught_up(e, t)]
         p, d = clients.previous_active(t), target[t]
