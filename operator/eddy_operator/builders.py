@@ -20,7 +20,8 @@ What a StreamApp `<app>` becomes (all owned by the StreamApp):
 - `<app>-spark-conf` ConfigMap: `spark-defaults.conf` (read by spark-submit through
   `SPARK_CONF_DIR`), the executor pod template, and the StreamApp manifest itself
   (`streamapp.yaml`, read by the driver with `eddy_contract.spec.load_streamapp_file`).
-- `<app>-executors` headless Service (metrics and interactive queries) and PodDisruptionBudget (one executor at a time).
+- `<app>-executors` headless Service (metrics and interactive queries) and PodDisruptionBudget (no
+  eviction: the operator empties a drained node's executors itself, eddy_operator.drains).
 - `<app>-assignment` and `<app>-runtime-state` ConfigMaps: the channel (`eddy_contract.channel`).
 - `<app>-versions` ConfigMap: the version the app wants, the last healthy one and the rejected
   ones (`eddy_operator.upgrades`).
@@ -244,12 +245,14 @@ def build_executor_service(spec: StreamAppSpec, owner: Owner) -> dict[str, Any]:
 
 
 def build_executor_pdb(spec: StreamAppSpec, owner: Owner) -> dict[str, Any]:
-    # One executor at a time: its tasks fail over to standbys on the others while it is away.
+    """No eviction of an executor is allowed: a drain's evictions wait while the operator moves the
+    pod's actives to caught-up copies, and the operator deletes the pod itself once it holds none
+    (eddy_operator.drains). A delete is no eviction: rolling upgrades and node loss are not held."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": object_metadata(spec, owner, executors_name(spec.name), "executor"),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": executor_selector(spec.name)}},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": executor_selector(spec.name)}},
     }
 
 

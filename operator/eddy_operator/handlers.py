@@ -19,6 +19,7 @@ import kopf
 from eddy_contract import channel
 from eddy_contract.spec import GROUP, KIND, PLURAL, VERSION, SpecError
 from eddy_operator import builders, health, metrics
+from eddy_operator.drains import is_draining
 from eddy_operator.kube import Kube
 from eddy_operator.node_loss import down_since
 from eddy_operator.orchestrator import Orchestrator, Snapshot
@@ -138,6 +139,23 @@ def down_nodes_idx(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any] | Non
     return None if since is None else {name: since}
 
 
+@kopf.index("v1", "nodes")
+def draining_nodes_idx(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+    """The nodes being drained: cordoned, or tainted for removal (eddy_operator.drains)."""
+    return {name: True} if is_draining(body) else None
+
+
+@kopf.on.event("v1", "nodes")
+async def node_event(name: str, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    """A node being drained or down: sync the apps with pods on it at once (a cordon changes no
+    pod, so no pod event would say it)."""
+    if not is_draining(body) and down_since(body) is None:
+        return
+    indexes = _indexes(kwargs)
+    for namespace, app in {key for key, pods in indexes["pods_idx"].items() if any(p.node == name for p in pods)}:
+        await _sync(memo, namespace, app, f"node {name} draining or down", time.monotonic(), **indexes)
+
+
 @kopf.index("v1", "configmaps", labels=CHANNELS)
 def channels_idx(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
     assert namespace is not None
@@ -160,6 +178,7 @@ def snapshot(namespace: str | None, app: str, indexes: dict[str, kopf.Index[Any,
         pods=tuple(indexes["pods_idx"].get((namespace, app), ())),
         nodes={name: _one(indexes["nodes_idx"], name) or {} for name in indexes["nodes_idx"]},
         down_nodes={name: _one(indexes["down_nodes_idx"], name) for name in indexes["down_nodes_idx"]},
+        draining_nodes=frozenset(indexes["draining_nodes_idx"]),
         runtime_data=_one(indexes["channels_idx"], (namespace, app, "runtime-state")),
         assignment_data=_one(indexes["channels_idx"], (namespace, app, "assignment")),
         versions_data=_one(indexes["channels_idx"], (namespace, app, "versions")),
@@ -262,4 +281,5 @@ async def runtime_state_event(namespace: str | None, labels: kopf.Labels, memo: 
 
 
 def _indexes(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {k: kwargs[k] for k in ("streamapps_idx", "pods_idx", "nodes_idx", "down_nodes_idx", "channels_idx")}
+    return {k: kwargs[k] for k in ("streamapps_idx", "pods_idx", "nodes_idx", "down_nodes_idx", "draining_nodes_idx",
+                                   "channels_idx")}

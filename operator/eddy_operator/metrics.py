@@ -41,6 +41,11 @@ PODS_OFF_LOST_NODES = Counter(
     "Pods deleted from nodes down longer than spec.state.nodeLossTimeout (their node-local claims released)",
     ["namespace", "app"],
 )
+PODS_DRAINED = Counter(
+    "eddy_operator_pods_drained_total",
+    "Executor pods deleted off nodes being drained, once every active they had was on a caught-up copy",
+    ["namespace", "app"],
+)
 TASKS = Gauge("eddy_operator_tasks", "Tasks by state (running|restoring|standby|warmup)", ["namespace", "app", "state"])
 EXECUTORS = Gauge("eddy_operator_executors", "Executors by state (desired|ready)", ["namespace", "app", "state"])
 
@@ -62,7 +67,8 @@ def forget_app(namespace: str, app: str) -> None:
         for state in states:
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, app, state)
-    for metric in (ASSIGNMENT_GENERATION, ASSIGNMENTS_PUBLISHED, FAILOVERS, FAILOVER_DURATION, PODS_OFF_LOST_NODES):
+    for metric in (ASSIGNMENT_GENERATION, ASSIGNMENTS_PUBLISHED, FAILOVERS, FAILOVER_DURATION, PODS_OFF_LOST_NODES,
+                   PODS_DRAINED):
         with contextlib.suppress(KeyError):
             metric.remove(namespace, app)
 

@@ -28,6 +28,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
 from eddy_contract import channel
 from eddy_contract.assignor import (
     Assignment,
@@ -41,6 +44,7 @@ from eddy_contract.spec import SpecError, StreamAppSpec
 from eddy_operator import builders, metrics
 from eddy_operator.assignment_events import describe_moves
 from eddy_operator.builders import Owner
+from eddy_operator.drains import drained, leaving
 from eddy_operator.executor_ids import (
     REREGISTRATION_GRACE_S,
     executor_renames,
@@ -74,6 +78,8 @@ class AppController:
     loaded: bool = False
     last_failover: Failover | None = None
     last_status: dict[str, Any] | None = None
+    #: the executors announced as leaving (on a node being drained), so that each is said once
+    leaving: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,8 @@ class Snapshot:
     versions_data: Mapping[str, str] | None = None
     #: the nodes that are down, with when they went down (eddy_operator.node_loss)
     down_nodes: Mapping[str, str] = field(default_factory=dict)
+    #: the nodes being drained: cordoned, or tainted for removal (eddy_operator.drains)
+    draining_nodes: frozenset[str] = frozenset()
 
 
 class AppKey(NamedTuple):
@@ -184,6 +192,7 @@ class Orchestrator:
             if runtime is not None and runtime.changelog_end_offsets and executors \
                     and not self._awaiting_registrations(ctl, snap, runtime, app):
                 await self._assign(ctl, snap, spec, executors, runtime, cause, started)
+                await self._evict_drained(ctl, snap, spec)
             await self._publish_live_settings(ctl, snap, spec)
             await self._judge_upgrade(snap, spec, runtime)
             await self._update_status(ctl, snap, spec, executors, runtime)
@@ -268,9 +277,11 @@ class Orchestrator:
             max_warmup_replicas=spec.state.max_warmup_replicas,
         )
         stateful = [t for t, stores in runtime.changelog_end_offsets.items() if stores]
+        going = leaving(executors, snap.pods, snap.draining_nodes)
+        self._announce_leaving(ctl, snap, executors, going, previous)
         try:
             new = assign_app(executors, runtime.end_offsets(), held_by_live_id(runtime, executors), previous, settings,
-                             stateful)
+                             stateful, going)
         except AssignmentError as err:
             log.warning("app %s: no assignment: %s", spec.name, err)
             return
@@ -303,6 +314,41 @@ class Orchestrator:
             cause,
         )
         self._announce(snap, spec, executors, previous, new, lost, elapsed)
+
+    def _announce_leaving(self, ctl: AppController, snap: Snapshot, executors: list[Executor], going: list[str],
+                          previous: Assignment | None) -> None:
+        """A `Draining` Event for each executor that has just become leaving (eddy_operator.drains)."""
+        pods = {e.id: e.pod for e in executors}
+        nodes = {p.name: p.node for p in snap.pods}
+        for executor in sorted(set(going) - ctl.leaving):
+            actives = len(previous.active_tasks(executor)) if previous is not None else 0
+            pod = pods[executor]
+            self._event(snap.streamapp, "Normal", "Draining",
+                        f"executor {executor} ({pod}) is on node {nodes.get(pod)}, which is being "
+                        f"drained: its {actives} active task(s) go to caught-up copies elsewhere first (warmups where "
+                        "none is), then the pod goes; its PodDisruptionBudget holds evictions meanwhile")
+        ctl.leaving = frozenset(going)
+
+    async def _evict_drained(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec) -> None:
+        """Delete the executor pods on nodes being drained once the published assignment gives them
+        no copy (eddy_operator.drains): the evicting tool then finds them gone and goes on. Their
+        preStop hook holds the stop until their runner has let its actives go."""
+        if ctl.message is None or not snap.draining_nodes:
+            return
+        for pod in drained(snap.pods, snap.draining_nodes, ctl.message.assignment):
+            try:
+                await asyncio.to_thread(self.kube.core.delete_namespaced_pod, pod.name, spec.namespace,
+                                        body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=pod.uid)))
+            except ApiException as err:
+                if err.status in (404, 409):  # gone already; another pod under its name
+                    continue
+                raise
+            metrics.PODS_DRAINED.labels(spec.namespace, spec.name).inc()
+            held = "held no copy" if pod.phase == "Running" else "was not running"
+            self._event(snap.streamapp, "Normal", "ExecutorDrained",
+                        f"pod {pod.name} (executor {pod.exec_id}) on node {pod.node}, which is being drained, deleted: "
+                        f"it {held}, every active it had is on a caught-up copy; the drain can go on")
+            log.info("app %s/%s: drained pod %s off node %s", spec.namespace, spec.name, pod.name, pod.node)
 
     async def _write_channel(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec,
                              message: channel.AssignmentMessage) -> None:

@@ -209,7 +209,7 @@ def test_pdb_lets_one_executor_go_at_a_time():
     _, objs = objects()
     pdb = by_kind(objs)[("PodDisruptionBudget", "wordcount-executors")]
     assert pdb["spec"] == {
-        "maxUnavailable": 1,
+        "maxUnavailable": 0,
         "selector": {"matchLabels": {"spark-app-selector": "wordcount", "spark-role": "executor"}},
     }
 
