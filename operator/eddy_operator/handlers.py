@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import kopf
@@ -132,17 +133,18 @@ def nodes_idx(name: str, labels: kopf.Labels, **_: Any) -> dict[Any, Any]:
     return {name: dict(labels)}
 
 
+# Every node has a value in these two (None, False): kopf keeps an object's last value when its
+# indexing function returns None, so a node that came back up would stay down in the index.
 @kopf.index("v1", "nodes")
-def down_nodes_idx(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
-    """The nodes that are down (not Ready), with when they went down (eddy_operator.node_loss)."""
-    since = down_since(body)
-    return None if since is None else {name: since}
+def down_nodes_idx(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """When each node went down (not Ready), None if it is up (eddy_operator.node_loss)."""
+    return {name: down_since(body)}
 
 
 @kopf.index("v1", "nodes")
-def draining_nodes_idx(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
-    """The nodes being drained: cordoned, or tainted for removal (eddy_operator.drains)."""
-    return {name: True} if is_draining(body) else None
+def draining_nodes_idx(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """Whether each node is being drained: cordoned, or tainted for removal (eddy_operator.drains)."""
+    return {name: is_draining(body)}
 
 
 @kopf.on.event("v1", "nodes")
@@ -169,6 +171,12 @@ def _one(index: kopf.Index[Any, Any], key: Any) -> Any:
     return None
 
 
+def _each(index: kopf.Index[Any, Any]) -> Iterator[tuple[Any, Any]]:
+    """Each key of an index with its one value."""
+    for key in index:
+        yield key, _one(index, key)
+
+
 def snapshot(namespace: str | None, app: str, indexes: dict[str, kopf.Index[Any, Any]]) -> Snapshot | None:
     streamapp = _one(indexes["streamapps_idx"], (namespace, app))
     if streamapp is None:
@@ -177,8 +185,8 @@ def snapshot(namespace: str | None, app: str, indexes: dict[str, kopf.Index[Any,
         streamapp=streamapp,
         pods=tuple(indexes["pods_idx"].get((namespace, app), ())),
         nodes={name: _one(indexes["nodes_idx"], name) or {} for name in indexes["nodes_idx"]},
-        down_nodes={name: _one(indexes["down_nodes_idx"], name) for name in indexes["down_nodes_idx"]},
-        draining_nodes=frozenset(indexes["draining_nodes_idx"]),
+        down_nodes={name: since for name, since in _each(indexes["down_nodes_idx"]) if since},
+        draining_nodes=frozenset(name for name, draining in _each(indexes["draining_nodes_idx"]) if draining),
         runtime_data=_one(indexes["channels_idx"], (namespace, app, "runtime-state")),
         assignment_data=_one(indexes["channels_idx"], (namespace, app, "assignment")),
         versions_data=_one(indexes["channels_idx"], (namespace, app, "versions")),
