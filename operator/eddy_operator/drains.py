@@ -12,7 +12,8 @@ its own way:
    it takes no new copy, its standbys and stateless tasks go elsewhere at once, and each of its
    stateful actives stays until a copy elsewhere has caught up (a warmup is placed first where
    no standby is warm), then goes to that copy;
-2. once the published assignment names no copy on it, the operator deletes the pod (a delete is
+2. once the published assignment names no copy on it, and the driver runs that assignment (it
+   has asked the pod's runner to let its actives go), the operator deletes the pod (a delete is
    not an eviction: the budget does not apply). Its `preStop` hook holds the stop until its runner
    holds no active (the driver has asked it to let them go, after committing what it processed);
 3. the evicting tool's next attempt finds the pod gone, and the drain goes on.
@@ -51,15 +52,17 @@ def leaving(executors: Iterable[Executor], pods: Iterable[PodInfo], draining: It
     return [e.id for e in executors if e.pod in on]
 
 
-def drained(pods: Iterable[PodInfo], draining: Iterable[str], assignment: Assignment) -> list[PodInfo]:
+def drained(pods: Iterable[PodInfo], draining: Iterable[str], assignment: Assignment, taken: bool) -> list[PodInfo]:
     """The executor pods on a node being drained that may go: registered executors to which the
-    assignment (the one published) gives no copy, and pods that are not running."""
+    assignment (the one published) gives no copy, once the driver runs it (`taken`: without a
+    driver to ask the runner to let go, its actives would wait for the next one), and pods that are
+    not running."""
     marked = set(draining)
     holding = set(assignment.executors())
 
     def may_go(p: PodInfo) -> bool:
         if p.exec_id is not None and p.exec_id.isdigit() and p.phase == "Running":
-            return p.exec_id not in holding
+            return taken and p.exec_id not in holding
         return p.phase != "Running"
 
     return sorted((p for p in pods if p.role == "executor" and p.node in marked and not p.deleting and may_go(p)),

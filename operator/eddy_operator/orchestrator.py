@@ -53,7 +53,7 @@ from eddy_operator.executor_ids import (
     reregistering,
 )
 from eddy_operator.kube import Kube
-from eddy_operator.node_loss import HOSTNAME_LABEL, release, stranded
+from eddy_operator.node_loss import HOSTNAME_LABEL, release, release_unplaceable, stranded, unplaceable
 from eddy_operator.pods import LossReason, PodInfo, live_executors
 from eddy_operator.reconcile import reconcile, write_versions
 from eddy_operator.status import Failover, Observed, compute_status, without_times
@@ -192,7 +192,7 @@ class Orchestrator:
             if runtime is not None and runtime.changelog_end_offsets and executors \
                     and not self._awaiting_registrations(ctl, snap, runtime, app):
                 await self._assign(ctl, snap, spec, executors, runtime, cause, started)
-                await self._evict_drained(ctl, snap, spec)
+                await self._evict_drained(ctl, snap, spec, runtime)
             await self._publish_live_settings(ctl, snap, spec)
             await self._judge_upgrade(snap, spec, runtime)
             await self._update_status(ctl, snap, spec, executors, runtime)
@@ -200,7 +200,9 @@ class Orchestrator:
     async def _release_stranded(self, snap: Snapshot, spec: StreamAppSpec) -> None:
         """The app's pods on a node down for `spec.state.nodeLossTimeout` go, and with them the claims
         of volumes that live only on that node (eddy_operator.node_loss): the StatefulSets make them
-        again on live nodes. Their tasks failed over when the executors were lost."""
+        again on live nodes. Their tasks failed over when the executors were lost. So do executor
+        pods unschedulable for as long because their volume lives only on a node gone, down or
+        being drained."""
         hostnames = {node: labels.get(HOSTNAME_LABEL, node) for node, labels in snap.nodes.items()}
         for s in stranded(snap.pods, snap.down_nodes, datetime.now(UTC), spec.state.node_loss_timeout_s):
             # None: gone already (the pod index may hold a deleted pod for a while)
@@ -210,6 +212,15 @@ class Orchestrator:
             metrics.PODS_OFF_LOST_NODES.labels(spec.namespace, spec.name).inc()
             self._event(snap.streamapp, "Warning", "NodeLost", done.describe())
             log.warning("app %s/%s: %s", spec.namespace, spec.name, done.describe())
+        usable = {labels.get(HOSTNAME_LABEL, node) for node, labels in snap.nodes.items()
+                  if node not in snap.down_nodes and node not in snap.draining_nodes}
+        for u in unplaceable(snap.pods, datetime.now(UTC), spec.state.node_loss_timeout_s):
+            said = await asyncio.to_thread(release_unplaceable, self.kube, spec.namespace, u, usable)
+            if said is None:
+                continue
+            metrics.PODS_OFF_LOST_NODES.labels(spec.namespace, spec.name).inc()
+            self._event(snap.streamapp, "Warning", "VolumeReleased", said)
+            log.warning("app %s/%s: %s", spec.namespace, spec.name, said)
 
     @staticmethod
     def _awaiting_registrations(ctl: AppController, snap: Snapshot, runtime: channel.RuntimeState, app: str) -> bool:
@@ -329,13 +340,15 @@ class Orchestrator:
                         "none is), then the pod goes; its PodDisruptionBudget holds evictions meanwhile")
         ctl.leaving = frozenset(going)
 
-    async def _evict_drained(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec) -> None:
+    async def _evict_drained(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec,
+                             runtime: channel.RuntimeState) -> None:
         """Delete the executor pods on nodes being drained once the published assignment gives them
-        no copy (eddy_operator.drains): the evicting tool then finds them gone and goes on. Their
+        no copy and the driver runs it (eddy_operator.drains): the evicting tool then finds them gone and goes on. Their
         preStop hook holds the stop until their runner has let its actives go."""
         if ctl.message is None or not snap.draining_nodes:
             return
-        for pod in drained(snap.pods, snap.draining_nodes, ctl.message.assignment):
+        taken = runtime.assignment_generation == ctl.message.assignment.generation
+        for pod in drained(snap.pods, snap.draining_nodes, ctl.message.assignment, taken):
             try:
                 await asyncio.to_thread(self.kube.core.delete_namespaced_pod, pod.name, spec.namespace,
                                         body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=pod.uid)))

@@ -41,11 +41,13 @@ ASSIGNMENT = Assignment(3, MappingProxyType({"0_0": TaskAssignment("1", ("2",)),
 
 def test_a_pod_goes_only_once_the_assignment_gives_it_no_copy() -> None:
     holding = _pod("app-exec-2", "n2", "2")
-    assert drained([holding], {"n2"}, ASSIGNMENT) == []
+    assert drained([holding], {"n2"}, ASSIGNMENT, taken=True) == []
     emptied = Assignment(4, MappingProxyType({"0_0": TaskAssignment("1", ("3",)), "0_1": TaskAssignment("3", ("1",))}))
-    assert drained([holding], {"n2"}, emptied) == [holding]
+    assert drained([holding], {"n2"}, emptied, taken=True) == [holding]
+    # not before the driver runs that assignment: its runner would keep its actives with no one to ask it
+    assert drained([holding], {"n2"}, emptied, taken=False) == []
     # not on a draining node: stays, whatever it holds
-    assert drained([_pod("app-exec-4", "n1", "4")], {"n2"}, emptied) == []
+    assert drained([_pod("app-exec-4", "n1", "4")], {"n2"}, emptied, taken=True) == []
 
 
 def test_pods_that_do_not_run_go_at_once_and_unregistered_running_ones_wait() -> None:
@@ -53,4 +55,5 @@ def test_pods_that_do_not_run_go_at_once_and_unregistered_running_ones_wait() ->
     pending = _pod("app-exec-6", "n2", None, phase="Pending")
     registering = _pod("app-exec-7", "n2", "EXECID")  # through a driver restart: its runner may hold actives
     gone = _pod("app-exec-8", "n2", "8", deleting=True)
-    assert drained([failed, pending, registering, gone], {"n2"}, ASSIGNMENT) == [failed, pending]
+    for taken in (True, False):
+        assert drained([failed, pending, registering, gone], {"n2"}, ASSIGNMENT, taken) == [failed, pending]

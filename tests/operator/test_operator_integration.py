@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from collections import Counter
 
 import pytest
 import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from eddy_contract import channel
 from eddy_operator import builders
@@ -591,3 +594,41 @@ def test_the_apiserver_rejects_what_a_cel_twin_rejects_with_the_same_message(crd
     proc = crd.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(body), check=False)
     assert proc.returncode != 0, proc.stdout
     assert err.value.reason in proc.stderr, proc.stderr
+
+
+def test_a_drained_nodes_executor_hands_its_actives_to_caught_up_copies_and_then_goes(kube, operator, namespace):
+    driver, first = start_app_with_executors(kube, namespace)
+    pods = {p.metadata.name: p for p in driver.executor_pods()}
+    per_node = Counter(p.spec.node_name for p in pods.values())
+    # an executor alone on its node, so that only it leaves
+    victim = next(e for e in first.executors if per_node[pods[e.pod].spec.node_name] == 1)
+    node = pods[victim.pod].spec.node_name
+    moved = first.assignment.active_tasks(victim.id)
+    assert moved
+    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=victim.pod, namespace=namespace))
+    with pytest.raises(ApiException) as refused:
+        driver.core.create_namespaced_pod_eviction(victim.pod, namespace, eviction)
+    assert refused.value.status == 429, "the executors' budget let an eviction through"
+
+    kube.kubectl("cordon", node)
+    try:
+        after = wait_for(lambda: (m := driver.assignment()) and victim.id not in m.assignment.executors() and m,
+                         10, what=f"an assignment with no copy on executor {victim.id}")
+        for task in moved:
+            assert after.assignment.tasks[task].active in first.assignment.tasks[task].standbys, task
+        time.sleep(1)
+        assert get_or_none(kube, "pod", victim.pod, namespace) is not None, "deleted before the driver ran the hand-over"
+        driver.publish(TASKS, caught_up_inventory(after, TASKS), after.assignment.generation)
+        wait_for(lambda: (p := get_or_none(kube, "pod", victim.pod, namespace)) is None
+                 or p["metadata"]["uid"] != pods[victim.pod].metadata.uid, 30,
+                 what=f"{victim.pod} deleted by the operator")
+        reasons = event_reasons(kube, namespace)
+        assert {"Draining", "ExecutorDrained"} <= reasons, reasons
+        # the actives were handed over, not failed over
+        assert "lastFailover" not in get(kube, "streamapp", APP, namespace).get("status", {})
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5).read()
+        assert f'eddy_operator_pods_drained_total{{app="{APP}",namespace="{namespace}"}} 1.0' in metrics.decode()
+        report(f"\nnode {node} cordoned: executor {victim.id} handed {len(moved)} active(s) to their standbys in "
+               f"generation {after.assignment.generation}, then its pod was deleted")
+    finally:
+        kube.kubectl("uncordon", node)
