@@ -38,7 +38,8 @@ FAILOVER_DURATION = Histogram(
 )
 PODS_OFF_LOST_NODES = Counter(
     "eddy_operator_pods_off_lost_nodes_total",
-    "Pods deleted from nodes down longer than spec.state.nodeLossTimeout (their node-local claims released)",
+    "Pods deleted from nodes down longer than spec.state.nodeLossTimeout, or unschedulable as long because their "
+    "volume lives only on a node gone, down or drained (their node-local claims released)",
     ["namespace", "app"],
 )
 PODS_DRAINED = Counter(

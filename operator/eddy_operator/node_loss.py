@@ -10,6 +10,12 @@ lives only on that node. The executors on it count as lost as soon as the node i
 pods' status is the last their kubelet sent: eddy_operator.pods.live_executors), and their actives
 fail over then; what is left is the pod and its claim.
 
+A node can also go without ever being down: drained and removed (the cluster autoscaler's
+scale-down), or drained and left cordoned. An executor pod made again after its drain then waits,
+Pending, for the only node its volume lives on. Once it has waited `nodeLossTimeout` and that node
+is gone, down or being drained, its claim is released the same way (`unplaceable`,
+`release_unplaceable`), and the pod starts on a live node with a fresh volume.
+
 Once a node has been down for `spec.state.nodeLossTimeout`, the operator deletes the app's pods on
 it at once (grace 0: the node cannot take part; its containers are gone or fenced by the tasks'
 newer generation) and deletes the claim of each pod whose volume is pinned to that node, so that
@@ -20,7 +26,7 @@ zone, or to nothing) keeps its claim: it follows the pod to another node.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,7 +37,8 @@ from kubernetes.client.exceptions import ApiException
 from eddy_operator.kube import Kube
 from eddy_operator.pods import PodInfo, instant
 
-__all__ = ["HOSTNAME_LABEL", "Released", "Stranded", "down_since", "pinned_node", "release", "stranded"]
+__all__ = ["HOSTNAME_LABEL", "Released", "Stranded", "Unplaceable", "down_since", "pinned_node", "release",
+           "release_unplaceable", "stranded", "unplaceable"]
 
 #: the well-known node label a node-local volume's node affinity names
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -118,29 +125,91 @@ def release(kube: Kube, namespace: str, s: Stranded, hostnames: Mapping[str, str
         raise
     if current.metadata.uid != s.pod.uid:
         return None
+    lost = hostnames.get(s.node, s.node)
+    released, kept = _release_claims(kube, namespace, s.pod, lambda pinned: pinned == lost)
+    _delete_now(kube, namespace, s.pod)
+    return Released(s, tuple(released), tuple(kept))
+
+
+@dataclass(frozen=True)
+class Unplaceable:
+    """An executor pod the scheduler has found no node for since `since`, for `pending_s`."""
+
+    pod: PodInfo
+    since: str
+    pending_s: float
+
+
+def unplaceable(pods: Iterable[PodInfo], now: datetime, timeout_s: float) -> list[Unplaceable]:
+    """The executor pods unschedulable for `timeout_s` or more (whatever the reason: whether their
+    volume's node is the cause is for `release_unplaceable` to find out)."""
+    found = []
+    for pod in pods:
+        if pod.role != "executor" or pod.node is not None or pod.deleting or not pod.unschedulable_since:
+            continue
+        pending_s = (now - instant(pod.unschedulable_since)).total_seconds()
+        if pending_s >= timeout_s:
+            found.append(Unplaceable(pod, pod.unschedulable_since, pending_s))
+    return sorted(found, key=lambda u: u.pod.name)
+
+
+def release_unplaceable(kube: Kube, namespace: str, u: Unplaceable, usable: Collection[str]) -> str | None:
+    """Release the claims of `u`'s pod whose volumes are pinned to a node not in `usable` (the
+    `kubernetes.io/hostname` of every node that is up and not being drained), then delete the pod
+    so that the StatefulSet makes it again with new claims. What was done, or None if nothing
+    (no claim pinned to such a node: the pod waits for something else; or the pod is gone)."""
+    try:
+        current = kube.core.read_namespaced_pod(u.pod.name, namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    if current.metadata.uid != u.pod.uid or current.spec.node_name:
+        return None
+    pinned_to: dict[str, str] = {}
+    released, _ = _release_claims(kube, namespace, u.pod, lambda pinned: pinned not in usable, pinned_to)
+    if not released:
+        return None
+    _delete_now(kube, namespace, u.pod)
+    nodes = ", ".join(sorted(set(pinned_to.values())))
+    return (f"pod {u.pod.name} unschedulable for {u.pending_s:.0f} s (since {u.since}): claim "
+            f"{', '.join(released)} released (its volume lives only on {nodes}, which is gone, down or being "
+            "drained); the executor is made again on a live node with a fresh volume, restored from the changelog")
+
+
+def _release_claims(kube: Kube, namespace: str, pod: PodInfo, release_if: Callable[[str], bool],
+                    pinned_to: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
+    """Delete each claim of `pod` whose volume is pinned to a node (its hostname) `release_if`
+    says; the others are kept. The claims released and kept; `pinned_to` gets each released
+    claim's node."""
     released, kept = [], []
-    for claim in s.pod.claims:
+    for claim in pod.claims:
         try:
             pvc = kube.core.read_namespaced_persistent_volume_claim(claim, namespace)
         except ApiException as err:
             if err.status == 404:
                 continue
             raise
-        volume = None
+        pinned = None
         if pvc.spec.volume_name:
-            volume = kube.core.api_client.sanitize_for_serialization(
-                kube.core.read_persistent_volume(pvc.spec.volume_name))
-        if volume is not None and pinned_node(volume) == hostnames.get(s.node, s.node):
+            pinned = pinned_node(kube.core.api_client.sanitize_for_serialization(
+                kube.core.read_persistent_volume(pvc.spec.volume_name)))
+        if pinned is not None and release_if(pinned):
             if pvc.metadata.deletion_timestamp is None:
                 kube.core.delete_namespaced_persistent_volume_claim(claim, namespace)
             released.append(claim)
+            if pinned_to is not None:
+                pinned_to[claim] = pinned
         else:
             kept.append(claim)
+    return released, kept
+
+
+def _delete_now(kube: Kube, namespace: str, pod: PodInfo) -> None:
+    """Delete the pod read (not one made again under its name since) at once (grace 0)."""
     try:
-        # the pod read, not one made again under its name since
-        kube.core.delete_namespaced_pod(s.pod.name, namespace, body=client.V1DeleteOptions(
-            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=s.pod.uid)))
+        kube.core.delete_namespaced_pod(pod.name, namespace, body=client.V1DeleteOptions(
+            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=pod.uid)))
     except ApiException as err:
         if err.status not in (404, 409):  # gone already; another pod under its name
             raise
-    return Released(s, tuple(released), tuple(kept))

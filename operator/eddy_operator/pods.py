@@ -52,6 +52,8 @@ class PodInfo:
     #: the PersistentVolumeClaims its volumes name
     claims: tuple[str, ...] = ()
     uid: str | None = None
+    #: since when the scheduler has found no node for it (its PodScheduled condition), if so
+    unschedulable_since: str | None = None
 
     @property
     def live_executor(self) -> bool:
@@ -85,6 +87,8 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     labels = meta.get("labels") or {}
     status = pod.get("status") or {}
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    scheduled: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
     role = labels.get(builders.SPARK_ROLE_LABEL) or labels.get(builders.ROLE_LABEL) or ""
     return PodInfo(
         name=str(meta.get("name", "")),
@@ -104,6 +108,8 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         started_at=status.get("startTime"),
         claims=tuple(str(v["persistentVolumeClaim"]["claimName"]) for v in (pod.get("spec") or {}).get("volumes") or []
                      if (v.get("persistentVolumeClaim") or {}).get("claimName")),
+        unschedulable_since=scheduled.get("lastTransitionTime")
+        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable" else None,
         running=bool(status.get("containerStatuses"))
         and all((c.get("state") or {}).get("running") is not None for c in status.get("containerStatuses") or []),
     )

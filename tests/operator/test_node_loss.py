@@ -1,5 +1,6 @@
 """The node-loss decisions (eddy_operator.node_loss): which nodes are down since when, which pods
-are stranded on them past the timeout, and which volumes live on one node only."""
+are stranded on them past the timeout, which wait unschedulable past it, and which volumes live on
+one node only."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from eddy_operator.node_loss import down_since, pinned_node, stranded
+from eddy_operator.node_loss import down_since, pinned_node, stranded, unplaceable
 from eddy_operator.pods import pod_info
 
 pytestmark = pytest.mark.unit
@@ -63,3 +64,27 @@ def test_a_local_volume_is_pinned_to_its_node_and_a_network_volume_to_none():
     # a volume reachable from two nodes follows its pod to either: not pinned to one
     shared = _volume([{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-a", "node-b"]}])
     assert pinned_node(shared) is None
+
+
+def _unschedulable(name: str, since: str, role: str = "executor") -> dict[str, Any]:
+    pod = _pod(name, None, f"state-{name}")
+    pod["metadata"]["labels"] = {"spark-role": role}
+    pod["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastTransitionTime": since}]}
+    return pod
+
+
+def test_executor_pods_unschedulable_for_the_timeout_or_more_are_candidates_for_a_release():
+    now = datetime(2026, 11, 27, 10, 1, 0, tzinfo=UTC)
+    scheduled_pending = _pod("exec-5", None, "state-exec-5")
+    scheduled_pending["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-27T09:00:00Z"}]}
+    pods = [pod_info(p) for p in (
+        _unschedulable("exec-2", "2026-11-27T10:00:00Z"),
+        _unschedulable("exec-1", "2026-11-27T10:00:30Z"),
+        _unschedulable("driver-0", "2026-11-27T09:00:00Z", role="driver"),
+        scheduled_pending,
+        _pod("exec-3", "node-a", "state-exec-3"))]
+    assert pods[0].unschedulable_since == "2026-11-27T10:00:00Z" and pods[3].unschedulable_since is None
+    assert [(u.pod.name, u.pending_s) for u in unplaceable(pods, now, timeout_s=60)] == [("exec-2", 60.0)]
+    assert [u.pod.name for u in unplaceable(pods, now, timeout_s=30)] == ["exec-1", "exec-2"]
