@@ -67,7 +67,7 @@ def three_nodes(servers_dir: Path) -> Iterator[NodeCluster]:  # noqa: F811
 
 
 #: the bare three-node cluster's module: it runs before the apps' on those nodes, and its last
-#: test kills a node for good (node 3, zone-b): the apps run on the two nodes left
+#: test kills a node for good (node 2, zone-a): the apps run on the two nodes left, one per zone
 BARE_NODES_MODULE = "test_nodes.py"
 
 

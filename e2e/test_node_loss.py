@@ -1,13 +1,23 @@
-"""A node lost for real under a running app, on the real nodes of the `three_nodes` cluster
-(docs/operations.md, "Node loss"): the word count with two executors and one standby, the operator
-installed with its Helm chart (two replicas), Kafka on node 1's address. These tests run after
-e2e/test_nodes.py, whose last test killed node 3: the app runs on nodes 1 and 2.
+"""A node drained, then a whole zone lost, for real under a running app, on the real nodes of the
+`three_nodes` cluster (docs/operations.md, "Draining a node" and "Node loss"): the word count with
+two executors and one standby, the operator installed with its Helm chart (two replicas), Kafka on
+node 1's address. These tests run after e2e/test_nodes.py, whose last test killed node 2: the app
+runs on nodes 1 (zone-a) and 3 (zone-b), an executor on each (the executors spread over zones and
+nodes), each task's standby in the other zone than its active.
 
-A node that runs an executor is killed without warning (``node.sh kill-node``: its kubelet,
-containerd and every container SIGKILLed, its pod network cut) while input flows:
+Node 3 is drained with `kubectl drain` while input flows (with the driver and an operator replica
+if they are there): the executors' budget refuses every eviction; the operator marks node 3's
+executor leaving, its actives go to their caught-up standbys on node 1, and once the driver runs
+that assignment the operator deletes the pod, which has handed them over; the drain then completes
+on its own. No task fails over (no `ExecutorLost` with tasks), every line is counted. The node is
+uncordoned after, and the executor comes back to its volume there. The driver is on node 1 after.
+
+Then zone-b is lost: node 3, every node of that zone still up, is killed without warning
+(``node.sh kill-node``: its kubelet, containerd and every container SIGKILLed, its pod network cut)
+while input flows:
 
 1. once the control plane marks the node NotReady (20 s without a Lease here), its executor counts
-   as lost and its actives fail over to their standbys on the other node;
+   as lost and its actives fail over to their standbys in zone-a: every task is served there;
 2. once the node has been NotReady for `spec.state.nodeLossTimeout` (30 s here), the operator
    deletes the pod (it cannot be stopped gracefully: its kubelet is gone) and releases its claim
    (the volume lives only on the dead node): a `NodeLost` Event says so;
@@ -18,6 +28,7 @@ containerd and every container SIGKILLed, its pod network cut) while input flows
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -34,6 +45,12 @@ pytestmark = pytest.mark.e2e
 NAMESPACE = "wordcount-node-loss"
 #: well after the node is NotReady, so that the failover (at NotReady) and the release are apart
 NODE_LOSS_TIMEOUT_S = 30
+#: kubectl drain's own limit: the driver's restart on another node (when the drained node had it),
+#: then the executor's hand-over once the new driver has taken over
+DRAIN_WITHIN_S = 300
+#: a record's lateness during the drain: as across a driver restart (e2e/test_changes.py), since
+#: the driver may be on the drained node
+DRAIN_LATENESS_S = 5.0
 #: kill to NotReady (20 s without a Lease, checked every 2 s) + the timeout + a new pod scheduled,
 #: its JVM up and registered with the driver, on the loaded 2-core machine
 REMADE_WITHIN_S = 300
@@ -51,6 +68,71 @@ def app(three_nodes: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> I
             yield wc
 
 
+def _drain(three_nodes: NodeCluster, node: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(three_nodes.bin_dir / "kubectl"), "--kubeconfig", str(three_nodes.kubeconfig), "drain", node,
+         "--ignore-daemonsets", "--delete-emptydir-data", "--force", f"--timeout={DRAIN_WITHIN_S}s"],
+        capture_output=True, text=True, timeout=DRAIN_WITHIN_S + 60)
+
+
+def _zone_b(three_nodes: NodeCluster) -> str:
+    """The one node of zone-b, which is up: node 3."""
+    (node,) = [n.name for n in three_nodes.nodes if n.zone == "zone-b"]
+    return node
+
+
+@pytest.mark.timeout(1200)
+def test_a_drain_waits_for_warm_copies_and_completes_without_a_failover(three_nodes: NodeCluster,
+                                                                         app: WordCount) -> None:
+    app.steady()
+    node = _zone_b(three_nodes)
+    on_node = [p for p in app.executor_pods() if p.spec.node_name == node]
+    assert len(on_node) == 1, f"one executor on {node}: {[(p.metadata.name, p.spec.node_name) for p in on_node]}"
+    drained = on_node[0]
+    held = app.steady()
+    (executor,) = [e.id for e in held.executors if e.pod == drained.metadata.name]
+    actives = held.assignment.active_tasks(executor)
+    assert actives, f"executor {executor} on {node} holds no active: {held.assignment}"
+    flow = Flow(app).start()
+    time.sleep(3)
+    t0 = time.monotonic()
+    done = _drain(three_nodes, node)
+    took = time.monotonic() - t0
+    try:
+        assert done.returncode == 0, f"kubectl drain {node} failed after {took:.0f}s: {done.stdout}{done.stderr}"
+        gone = app.pod(drained.metadata.name)
+        assert gone is None or gone.metadata.uid != drained.metadata.uid, "the drained executor pod is still there"
+        refused = done.stdout.count("disruption budget") + done.stderr.count("disruption budget")
+        flow.stop()
+        late = flow.lateness(t0)
+        said = [m for m in app.events("Draining") if drained.metadata.name in m]
+        deleted = [m for m in app.events("ExecutorDrained") if drained.metadata.name in m]
+        assert said and deleted, app.kubectl("describe", "sapp", APP)[-3000:]
+        # the actives were handed over while the pod ran: none failed over
+        failed_over = [m for m in app.events("ExecutorLost") if " 0 active task(s)" not in m]
+        assert not failed_over, failed_over
+        assert late[-1] <= DRAIN_LATENESS_S, (f"a record was {late[-1]:.2f}s late during the drain: "
+                                              f"{flow.describe_lateness(t0)}")
+    finally:
+        three_nodes.kubectl("uncordon", node)
+    back = until(lambda: _ready_again(app, drained.metadata.name, node), 300,
+                 f"{drained.metadata.name} back on {node}", alive=app.check_driver)
+    assert app.claim_of(back).metadata.uid == app.claim_of(drained).metadata.uid
+    app.steady()
+    app.counted_everything(400, "every record counted after the drain")
+    report(f"node {node} drained in {took:.0f}s ({refused} evictions refused by the budget meanwhile), "
+           f"its executor's {len(actives)} actives handed over; "
+           f"{said[0][:160]} / {deleted[0][:160]}; lateness of {len(late)} records: p50 {late[len(late) // 2]:.2f}s, "
+           f"max {late[-1]:.2f}s ({flow.describe_lateness(t0, over=1.0)})")
+
+
+def _ready_again(app: WordCount, name: str, node: str) -> Any | None:
+    pod = app.pod(name)
+    if pod is None or pod.spec.node_name != node or pod.metadata.deletion_timestamp is not None:
+        return None
+    return pod if any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []) else None
+
+
 def _remade(app: WordCount, lost: Any, dead_node: str) -> Any | None:
     """The pod made again under `lost`'s name, once it runs ready on a live node."""
     pod = app.pod(lost.metadata.name)
@@ -61,16 +143,22 @@ def _remade(app: WordCount, lost: Any, dead_node: str) -> Any | None:
 
 
 @pytest.mark.timeout(1200)
-def test_a_lost_nodes_executor_fails_over_and_is_made_again_on_a_live_node_with_a_fresh_volume(
-        three_nodes: NodeCluster, app: WordCount):
-    app.steady()
+def test_a_lost_zones_executor_fails_over_to_the_other_zone_and_is_made_again_there_with_a_fresh_volume(
+        three_nodes: NodeCluster, app: WordCount) -> None:
+    steady = app.steady()
     driver = app.pod(builders.driver_pod_name(APP))
     assert driver is not None
-    executors = app.executor_pods()
-    # an executor's node without the driver where there is one (a lost driver is the driver
-    # restart's story: e2e/test_changes.py)
-    lost = next((p for p in executors if p.spec.node_name != driver.spec.node_name), executors[0])
-    dead = three_nodes.node(lost.spec.node_name)
+    dead = three_nodes.node(_zone_b(three_nodes))
+    # the drain before moved the driver off zone-b (a lost driver is the driver restart's story)
+    assert driver.spec.node_name != dead.name, driver.spec.node_name
+    (lost,) = [p for p in app.executor_pods() if p.spec.node_name == dead.name]
+    # standbys across zones: every stateful task has a copy in each zone (a stateless one, nothing
+    # to restore, goes wherever there is room)
+    zones = {e.id: e.zone for e in steady.executors}
+    stateful = {t: placed for t, placed in steady.assignment.tasks.items() if placed.standbys}
+    assert stateful
+    for task, placed in stateful.items():
+        assert {zones[e] for e in placed.copies} == {"zone-a", "zone-b"}, (task, placed, zones)
     old_claim = app.claim_of(lost)
     flow = Flow(app).start()
     time.sleep(3)

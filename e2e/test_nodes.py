@@ -239,7 +239,8 @@ def gone(pids: set[int]) -> set[int]:
 def test_a_killed_node_leaves_nothing_running_and_goes_not_ready(
         three_nodes: NodeCluster, echo: dict[str, dict[str, Any]]):
     cluster = three_nodes
-    victim: ClusterNode = cluster.nodes[-1]
+    # node 2 (zone-a): the apps' modules after this one run on nodes 1 and 3, one in each zone
+    victim: ClusterNode = cluster.nodes[1]
     survivors = [n for n in cluster.nodes if n != victim]
     before = cluster.processes_of(victim)
     in_containers = {pid for pid, cmd in before.items() if ECHO_SERVER.splitlines()[0] in cmd}

@@ -334,10 +334,11 @@ class Orchestrator:
         for executor in sorted(set(going) - ctl.leaving):
             actives = len(previous.active_tasks(executor)) if previous is not None else 0
             pod = pods[executor]
+            what = (f"its {actives} active task(s) go to caught-up copies elsewhere first (warmups where none is)"
+                    if actives else "it holds no active task")
             self._event(snap.streamapp, "Normal", "Draining",
-                        f"executor {executor} ({pod}) is on node {nodes.get(pod)}, which is being "
-                        f"drained: its {actives} active task(s) go to caught-up copies elsewhere first (warmups where "
-                        "none is), then the pod goes; its PodDisruptionBudget holds evictions meanwhile")
+                        f"executor {executor} ({pod}) is on node {nodes.get(pod)}, which is being drained: {what}, "
+                        "then the pod goes; its PodDisruptionBudget holds evictions meanwhile")
         ctl.leaving = frozenset(going)
 
     async def _evict_drained(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec,
