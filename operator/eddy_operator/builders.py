@@ -244,15 +244,16 @@ def build_executor_service(spec: StreamAppSpec, owner: Owner) -> dict[str, Any]:
     return _headless_service(spec, owner, executors_name(spec.name), "executor", executor_selector(spec.name), ports)
 
 
-def build_executor_pdb(spec: StreamAppSpec, owner: Owner) -> dict[str, Any]:
+def build_executor_pdb(spec: StreamAppSpec, owner: Owner, hand_over: bool = True) -> dict[str, Any]:
     """No eviction of an executor is allowed: a drain's evictions wait while the operator moves the
     pod's actives to caught-up copies, and the operator deletes the pod itself once it holds none
-    (eddy_operator.drains). A delete is no eviction: rolling upgrades and node loss are not held."""
+    (eddy_operator.drains). A delete is no eviction: rolling upgrades and node loss are not held.
+    Without the hand-over (`hand_over` False), one executor at a time may be evicted."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": object_metadata(spec, owner, executors_name(spec.name), "executor"),
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": executor_selector(spec.name)}},
+        "spec": {"maxUnavailable": 0 if hand_over else 1, "selector": {"matchLabels": executor_selector(spec.name)}},
     }
 
 

@@ -18,6 +18,11 @@ its own way:
    holds no active (the driver has asked it to let them go, after committing what it processed);
 3. the evicting tool's next attempt finds the pod gone, and the drain goes on.
 
+The chart's `drains.handOver: false` (`EDDY_OPERATOR_DRAIN_HANDOVER=false`) turns all this off, as
+before it existed: a budget of `maxUnavailable: 1` lets a drain evict one executor at a time, each
+pod's actives move when it is deleted (its preStop hand-over to caught-up standbys where there are,
+else a restore), and nothing waits for warm copies.
+
 So a drain never takes an active from a pod before a warm copy has it, and never waits longer
 than the copies take to catch up. An executor pod on a marked node that is not running (Pending,
 Failed) goes at once; one running but not registered with the driver waits until it has (its
@@ -26,13 +31,22 @@ runner may be processing its last generation through a driver restart).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from eddy_contract.assignor import Assignment, Executor
 from eddy_operator.pods import PodInfo
 
-__all__ = ["REMOVAL_TAINTS", "drained", "is_draining", "leaving"]
+__all__ = ["HAND_OVER_ENV", "REMOVAL_TAINTS", "drained", "hands_over", "is_draining", "leaving"]
+
+#: the operator's switch (the chart's `drains.handOver`): "false" turns the hand-over off
+HAND_OVER_ENV = "EDDY_OPERATOR_DRAIN_HANDOVER"
+
+
+def hands_over() -> bool:
+    """Whether this operator empties drained nodes itself (the default), from its environment."""
+    return os.environ.get(HAND_OVER_ENV, "true").strip().lower() not in ("false", "0", "no", "off")
 
 #: taints that mark a node for removal without cordoning it: the cluster autoscaler's scale-down,
 #: Karpenter's disruption (v1 and before)

@@ -44,7 +44,7 @@ from eddy_contract.spec import SpecError, StreamAppSpec
 from eddy_operator import builders, metrics
 from eddy_operator.assignment_events import describe_moves
 from eddy_operator.builders import Owner
-from eddy_operator.drains import drained, leaving
+from eddy_operator.drains import drained, hands_over, leaving
 from eddy_operator.executor_ids import (
     REREGISTRATION_GRACE_S,
     executor_renames,
@@ -146,6 +146,8 @@ class Orchestrator:
         self.apps: dict[AppKey, AppController] = {}
         # post_event(body, type, reason, message): kopf.event inside handlers; None to skip.
         self.post_event = post_event
+        # whether drained nodes are emptied by the hand-over (eddy_operator.drains), or evicted plainly
+        self.hand_over = hands_over()
 
     def controller(self, namespace: str, app: str, uid: str) -> AppController:
         for key in [k for k in self.apps if (k.namespace, k.app) == (namespace, app) and k.uid != uid]:
@@ -288,7 +290,7 @@ class Orchestrator:
             max_warmup_replicas=spec.state.max_warmup_replicas,
         )
         stateful = [t for t, stores in runtime.changelog_end_offsets.items() if stores]
-        going = leaving(executors, snap.pods, snap.draining_nodes)
+        going = leaving(executors, snap.pods, snap.draining_nodes) if self.hand_over else []
         self._announce_leaving(ctl, snap, executors, going, previous)
         try:
             new = assign_app(executors, runtime.end_offsets(), held_by_live_id(runtime, executors), previous, settings,
@@ -346,7 +348,7 @@ class Orchestrator:
         """Delete the executor pods on nodes being drained once the published assignment gives them
         no copy and the driver runs it (eddy_operator.drains): the evicting tool then finds them gone and goes on. Their
         preStop hook holds the stop until their runner has let its actives go."""
-        if ctl.message is None or not snap.draining_nodes:
+        if ctl.message is None or not snap.draining_nodes or not self.hand_over:
             return
         taken = runtime.assignment_generation == ctl.message.assignment.generation
         for pod in drained(snap.pods, snap.draining_nodes, ctl.message.assignment, taken):

@@ -22,6 +22,7 @@ from typing import Any
 from eddy_contract.spec import SpecError, StreamAppSpec
 from eddy_operator import builders, spark_builders
 from eddy_operator.builders import Owner
+from eddy_operator.drains import hands_over
 from eddy_operator.kube import Kube
 from eddy_operator.upgrades import Version, VersionBook
 
@@ -82,7 +83,7 @@ def reconcile(kube: Kube, body: Mapping[str, Any]) -> ReconcileResult:
                  book.rejected[wanted.hash].reason, version.hash)
         run_manifest = version.spec
         run_spec = StreamAppSpec.from_manifest({**body, "spec": run_manifest})
-    for obj in spark_builders.build_all(run_spec, owner, storage_class, run_manifest):
+    for obj in spark_builders.build_all(run_spec, owner, storage_class, run_manifest, hands_over()):
         name = f"{obj['kind']}/{obj['metadata']['name']}"
         if obj["kind"] == "ConfigMap" and obj["metadata"]["name"].endswith("-runtime-state"):
             # The driver owns its content; the operator only makes sure it exists and is owned.

@@ -198,10 +198,11 @@ def _drop(tree: dict[str, Any], path: list[str]) -> None:
 
 
 def build_all(
-    spec: StreamAppSpec, owner: Owner, storage_class: str, spec_manifest: Mapping[str, Any]
+    spec: StreamAppSpec, owner: Owner, storage_class: str, spec_manifest: Mapping[str, Any], hand_over: bool = True
 ) -> list[dict[str, Any]]:
     """Everything a StreamApp becomes at reconcile time, in creation order (the assignment
-    ConfigMap comes later, from the first assignment)."""
+    ConfigMap comes later, from the first assignment). `hand_over`: the operator empties drained
+    nodes itself (eddy_operator.drains)."""
     return [
         build_driver_service_account(spec, owner),
         build_executor_service_account(spec, owner),
@@ -209,7 +210,7 @@ def build_all(
         build_driver_role_binding(spec, owner),
         build_driver_service(spec, owner),
         build_executor_service(spec, owner),
-        build_executor_pdb(spec, owner),
+        build_executor_pdb(spec, owner, hand_over),
         build_conf_configmap(spec, owner, storage_class, spec_manifest),
         build_runtime_state_configmap(spec, owner),
         build_driver_statefulset(spec, owner, config_hash(spec, storage_class, spec_manifest)),

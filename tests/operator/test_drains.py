@@ -7,8 +7,11 @@ from types import MappingProxyType
 import pytest
 
 from eddy_contract.assignor import Assignment, Executor, TaskAssignment
-from eddy_operator.drains import drained, is_draining, leaving
+from eddy_contract.spec import StreamAppSpec
+from eddy_operator.builders import Owner, build_executor_pdb
+from eddy_operator.drains import HAND_OVER_ENV, drained, hands_over, is_draining, leaving
 from eddy_operator.pods import PodInfo
+from tests.operator.cluster import example
 
 pytestmark = pytest.mark.unit
 
@@ -57,3 +60,14 @@ def test_pods_that_do_not_run_go_at_once_and_unregistered_running_ones_wait() ->
     gone = _pod("app-exec-8", "n2", "8", deleting=True)
     for taken in (True, False):
         assert drained([failed, pending, registering, gone], {"n2"}, ASSIGNMENT, taken) == [failed, pending]
+
+
+def test_the_hand_over_is_on_unless_the_operator_is_told_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(HAND_OVER_ENV, raising=False)
+    assert hands_over()
+    monkeypatch.setenv(HAND_OVER_ENV, "false")
+    assert not hands_over()
+    spec = StreamAppSpec.from_manifest({**example("ns"), "metadata": {"name": "wordcount", "namespace": "ns"}})
+    owner = Owner("wordcount", "uid-1")
+    assert build_executor_pdb(spec, owner)["spec"]["maxUnavailable"] == 0
+    assert build_executor_pdb(spec, owner, hand_over=False)["spec"]["maxUnavailable"] == 1

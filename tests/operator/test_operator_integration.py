@@ -617,7 +617,7 @@ def test_a_drained_nodes_executor_hands_its_actives_to_caught_up_copies_and_then
         for task in moved:
             assert after.assignment.tasks[task].active in first.assignment.tasks[task].standbys, task
         time.sleep(1)
-        assert get_or_none(kube, "pod", victim.pod, namespace) is not None, "deleted before the driver ran the hand-over"
+        assert get_or_none(kube, "pod", victim.pod, namespace) is not None, "deleted before the driver ran it"
         driver.publish(TASKS, caught_up_inventory(after, TASKS), after.assignment.generation)
         wait_for(lambda: (p := get_or_none(kube, "pod", victim.pod, namespace)) is None
                  or p["metadata"]["uid"] != pods[victim.pod].metadata.uid, 30,
