@@ -4,7 +4,10 @@ For each changelog size (default 1M and 10M records over about 1M distinct keys)
 compacted changelog ``<app>-store-changelog`` once, then restores it into an empty state
 directory with
 
-- Eddy: a WriteBatch per consumed batch, WAL off, into a store opened with bulk-loading options;
+- Eddy: the runtime's own restore: `ProcessorStateManager.open` of a task with that store (which
+  opens the empty store with bulk-loading options), then `restore_chunk` in the chunks a task
+  runner on the continuous path asks for (`BatchSettings.restore_chunk_records` records or
+  `RESTORE_CHUNK_S` seconds each, `--chunk` / `--chunk-seconds` to change them) until restored;
 - Kafka Streams 4.x (``bench/kstreams/run.sh restore``), on the same topic,
 
 and prints records/s for each. Eddy's figure is timed like Kafka Streams' (first restore call to
@@ -35,6 +38,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,6 +47,8 @@ sys.path.insert(0, str(REPO))
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
+from eddy_runtime.executor.continuous_assignment import RESTORE_CHUNK_S  # noqa: E402
+from eddy_runtime.protocol.work import BatchSettings  # noqa: E402
 from eddy_runtime.state import (  # noqa: E402
     ChangelogTopicSpec,
     ProcessorStateManager,
@@ -52,6 +58,8 @@ from eddy_runtime.state import (  # noqa: E402
 from tests.servers import kafka_broker  # noqa: E402
 
 STORE = StoreSpec.key_value("store")  # bytes keys and values, as the Kafka Streams program uses
+#: what a task runner's restore step asks for (executor/active_batch.py with the continuous path's settings)
+RUNNER_CHUNK_RECORDS = {f.name: f.default for f in fields(BatchSettings)}["restore_chunk_records"]
 
 
 @contextmanager
@@ -94,7 +102,7 @@ def fill_changelog(bootstrap: str, topic: str, records: int, keys: int, value_by
     return time.monotonic() - started
 
 
-def eddy_restore(bootstrap: str, app: str, state_root: Path, chunk: int) -> dict[str, float]:
+def eddy_restore(bootstrap: str, app: str, state_root: Path, chunk: int, chunk_s: float) -> dict[str, float]:
     state_dir = state_root / "eddy"
     shutil.rmtree(state_dir, ignore_errors=True)
     mgr = ProcessorStateManager.open(app, "0_0", [STORE], state_dir, bootstrap)
@@ -103,7 +111,7 @@ def eddy_restore(bootstrap: str, app: str, state_root: Path, chunk: int) -> dict
         cpu = time.process_time()
         chunks = 0
         while not mgr.restored:
-            mgr.restore_chunk(max_records=chunk, max_seconds=30)
+            mgr.restore_chunk(max_records=chunk, max_seconds=chunk_s)
             chunks += 1
         seconds = time.monotonic() - started
         cpu_s = time.process_time() - cpu
@@ -140,14 +148,35 @@ def kstreams_restore(bootstrap: str, app: str, topic: str, state_root: Path) -> 
     return result
 
 
+def report(system: str, runs: list[dict[str, float]], note: str) -> dict[str, object]:
+    """Print the middle run by records/s (the lower middle of an even count) and every run;
+    returns them."""
+    ordered = sorted(runs, key=lambda r: r["records_per_s"])
+    mid = ordered[(len(ordered) - 1) // 2]
+
+    def cpu_per_m(r: dict[str, float]) -> float:
+        return r["cpu_s"] / r["records"] * 1e6
+
+    every = "; ".join(f"{r['records_per_s']:,.0f}/s in {r['seconds']:.2f}s, {cpu_per_m(r):.2f} CPU-s/M"
+                      for r in runs)
+    print(f"  {system:<11} {mid['records_per_s']:>12,.0f} records/s  (middle of {len(runs)}: {mid['records']:,.0f} "
+          f"records in {mid['seconds']:.2f}s, {mid['cpu_s']:.1f} CPU-s = {cpu_per_m(mid):.2f} CPU-s per M records; "
+          f"{note})\n  {'':<11} every run: {every}", flush=True)
+    return {"middle": mid, "runs": runs}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", help="an existing broker; default: start one with infra/kafka/kafka.sh")
     ap.add_argument("--sizes", default="1000000,10000000", help="changelog sizes in records, comma-separated")
     ap.add_argument("--keys", type=int, default=1_000_000, help="distinct keys (at most the size)")
     ap.add_argument("--value-bytes", type=int, default=32)
-    ap.add_argument("--chunk", type=int, default=1_000_000, help="records per restore_chunk call")
-    ap.add_argument("--repeat", type=int, default=1, help="runs of each system; the best is reported")
+    ap.add_argument("--chunk", type=int, default=RUNNER_CHUNK_RECORDS,
+                    help="records per restore_chunk call at most (default: the task runner's)")
+    ap.add_argument("--chunk-seconds", type=float, default=RESTORE_CHUNK_S,
+                    help="seconds per restore_chunk call at most (default: the continuous path's)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of each system, interleaved; the middle one is reported")
     ap.add_argument("--skip-kstreams", action="store_true")
     ap.add_argument("--state-dir", help="where stores are restored (default: a temporary folder)")
     args = ap.parse_args()
@@ -171,25 +200,23 @@ def main() -> int:
             print(f"\nchangelog {topic}: {size:,} records over {keys:,} keys, {args.value_bytes}-byte values "
                   f"(filled in {fill_s:.1f}s)", flush=True)
             row: dict[str, object] = {"records": size, "keys": keys}
-            runs = [eddy_restore(bootstrap, app, state_root, args.chunk) for _ in range(args.repeat)]
-            best = max(runs, key=lambda r: r["records_per_s"])
-            all_runs = ", ".join(f"{r['records_per_s']:,.0f}" for r in runs)
-            row["eddy"] = best
-            print(f"  {'eddy':<11} {best['records_per_s']:>12,.0f} records/s  ({best['records']:,} records in "
-                  f"{best['seconds']:.2f}s, {best['cpu_s']:.1f} CPU-s, {best['chunks']} chunks; all runs: "
-                  f"{all_runs})", flush=True)
+            # interleaved (Eddy, Kafka Streams, Eddy, ...), so that a busy spell of the machine
+            # does not fall on one system's runs only
+            runs: list[dict[str, float]] = []
+            ks_runs: list[dict[str, float] | str] = []
+            for _ in range(args.repeat):
+                runs.append(eddy_restore(bootstrap, app, state_root, args.chunk, args.chunk_seconds))
+                if not args.skip_kstreams:
+                    ks_runs.append(kstreams_restore(bootstrap, app, topic, state_root))
+            row["eddy"] = report("eddy", runs, f"{args.chunk:,} records / {args.chunk_seconds:g} s chunks")
             if not args.skip_kstreams:
-                ks_runs = [kstreams_restore(bootstrap, app, topic, state_root) for _ in range(args.repeat)]
                 ok = [r for r in ks_runs if isinstance(r, dict)]
                 if ok:
-                    best_ks = max(ok, key=lambda r: r["records_per_s"])
-                    row["kstreams"] = best_ks
-                    print(f"  {'kstreams':<11} {best_ks['records_per_s']:>12,.0f} records/s  "
-                          f"({best_ks['records']:,} records in {best_ks['seconds']:.2f}s, JVM {best_ks['cpu_s']:.1f} "
-                          f"CPU-s with start-up)", flush=True)
-                else:
-                    row["kstreams"] = {"error": ks_runs[0]}
-                    print(f"  kstreams    failed: {ks_runs[0]}", flush=True)
+                    row["kstreams"] = report("kstreams", ok, "JVM CPU with start-up")
+                failed = [r for r in ks_runs if isinstance(r, str)]
+                if failed:
+                    row["kstreams_failed"] = failed
+                    print(f"  kstreams    {len(failed)} run(s) failed: {failed[0]}", flush=True)
             for f in admin.delete_topics([topic]).values():
                 f.result(60)
             results.append(row)
