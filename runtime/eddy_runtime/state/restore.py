@@ -14,12 +14,10 @@ reaches the end, which the consumer also reports as a partition EOF.
 Each consumed batch becomes one RocksDB write batch, with the WAL off and one flush at the end
 (the changelog covers a crash in between: the store's offsets are written in the same batches,
 and data and offsets are flushed together); a cold key-value store is opened with bulk-loading
-options meanwhile (vector memtable, compaction once at the end, store.py), so the loop spends
-~0.55 us of Python time per record and leaves sorting to RocksDB's threads. Measured with
-bench/restore.py on the shared 2-core machine (random key order, 32-byte values): 761k records/s
-(1.8 CPU-s) for 1M records over 1M keys, 393k/s (19.5 CPU-s) for 10M. Writing the last value per
-key to a sorted SST file and ingesting it was slower in every run (at 10M records: 474k vs 794k
-records/s in the run that settled it), so there is no such path.
+options meanwhile (vector memtable, compaction once at the end, rocksdb_store.py), so the loop
+leaves sorting to RocksDB's threads. bench/restore.py measures this path as a task runner drives
+it, and its README says where the CPU goes. Writing the last value per key to a sorted SST file
+and ingesting it was slower (docs/DESIGN.md), so there is no such path.
 
 Edge cases: an empty changelog restores nothing; a store offset beyond the changelog's end
 (the topic was recreated) or below its start (records were deleted) means the local store
