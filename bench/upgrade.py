@@ -502,7 +502,7 @@ def brokers(args: argparse.Namespace, work_dir: Path) -> Iterator[tuple[str, Any
         return
     import upgrade_eddy
 
-    with upgrade_eddy.cluster(work_dir) as (bootstrap, node):
+    with upgrade_eddy.cluster(work_dir, args.nodes) as (bootstrap, node):
         yield bootstrap, node
 
 
@@ -547,6 +547,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sss-restart", choices=("warm", "cold"), default="warm",
                     help="warm: the new version's Spark session is up before the old query stops; cold: the new "
                     "process starts after the old one exited")
+    ap.add_argument("--nodes", type=int, default=1,
+                    help="Eddy's cluster: real nodes (3: zones a, a, b); the drain cases need 2 or more")
     ap.add_argument("--repeat", type=int, default=1, help="runs of every case, interleaved; the middle one is quoted")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", help="also write every run's figures to this file")

@@ -53,7 +53,15 @@ from upgrade import Marks, NotRun, Settings, SubjectFactory  # noqa: E402
 from e2e.wordcount import APP, RECOVERY_LAG, RESTORE_LINE, Channel, WordCount, caught_up  # noqa: E402
 from eddy_operator import builders  # noqa: E402
 from tests.operator.cluster import apply, condition, example, get  # noqa: E402
-from tests.servers import KafkaBroker, NodeCluster, install_operator, kafka_broker, node_cluster  # noqa: E402
+from tests.servers import (  # noqa: E402
+    OPERATOR_NAMESPACE,
+    KafkaBroker,
+    NodeCluster,
+    helm,
+    install_operator,
+    kafka_broker,
+    node_cluster,
+)
 
 #: how long a refused change or a rollback may take to show its condition before the case says "not run"
 CONDITION_TIMEOUT_S = 300
@@ -77,6 +85,17 @@ class EddyCluster:
                 return True
         return False
 
+    def set_drain_hand_over(self, on: bool) -> None:
+        """The operator's `drains.handOver` (a `helm upgrade` that keeps the other values; the operator
+        pods roll, and the new leader reconciles every app's disruption budget)."""
+        value = "true" if on else "false"
+        current = json.loads(helm(self.node, "get", "values", "eddy", "--namespace", OPERATOR_NAMESPACE, "--all",
+                                  "-o", "json"))
+        if str((current.get("drains") or {}).get("handOver", True)).lower() == value:
+            return
+        helm(self.node, "upgrade", "eddy", "charts/eddy-operator", "--namespace", OPERATOR_NAMESPACE,
+             "--reuse-values", "--set", f"drains.handOver={value}", "--wait", "--timeout", "300s")
+
     def tag_image(self, image: str) -> str:
         """A new tag of `image` in the node's containerd: a new image from the same Dockerfile, as
         far as Kubernetes can tell (the operator must roll every pod onto it)."""
@@ -91,9 +110,9 @@ class EddyCluster:
 
 
 @contextlib.contextmanager
-def cluster(work_dir: Path) -> Iterator[tuple[str, EddyCluster]]:
-    """(bootstrap, cluster): the node, a broker on its address, the operator from its chart."""
-    with node_cluster(work_dir) as node, kafka_broker(work_dir, host=node.node_ip) as kafka:
+def cluster(work_dir: Path, nodes: int = 1) -> Iterator[tuple[str, EddyCluster]]:
+    """(bootstrap, cluster): the nodes, a broker on node 1's address, the operator from its chart."""
+    with node_cluster(work_dir, nodes=nodes) as node, kafka_broker(work_dir, host=node.node_ip) as kafka:
         install_operator(node)
         yield kafka.bootstrap, EddyCluster(node, kafka)
 
@@ -408,8 +427,84 @@ class Rollback(EddyChange):
         self.wait_holds_every_task(marks, time.time() * 1000)
 
 
+class NodeDrained(EddyChange):
+    """`kubectl drain` of the node of an executor that is not the driver's (a driver restart is the
+    first case's story), with the operator's hand-over (docs/operations.md, "Draining a node"), then
+    `kubectl uncordon` once the drain has completed: a maintenance drain. Needs ``--nodes`` 2 or
+    more. Done when the drain has completed, the node is back and the app holds every task with both
+    executors (the drained one back on its volume)."""
+
+    case = "node drained"
+    needs_upgrade_feature = False
+    hand_over = True
+
+    def prepare(self) -> None:
+        if len(self.c.node.nodes) < 2:
+            raise NotRun("needs two nodes or more (--nodes 3)")
+        self.c.set_drain_hand_over(self.hand_over)
+
+    def make_change(self, marks: Marks) -> None:
+        assert self.app is not None
+        driver = self.driver_pod()
+        assert driver is not None
+        pods = [p for p in self.app.executor_pods() if p.spec.node_name != driver.spec.node_name]
+        if not pods:
+            raise NotRun(f"every executor is on the driver's node {driver.spec.node_name}")
+        pod = pods[0]
+        node = pod.spec.node_name
+        others = [name for name, p in self._pods_on(node) if name != pod.metadata.name]
+        marks.notes.append(f"drained {node}: executor pod {pod.metadata.name}"
+                           + (f", and {', '.join(others)}" if others else ""))
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            [str(self.c.node.bin_dir / "kubectl"), "--kubeconfig", str(self.c.node.kubeconfig), "drain", node,
+             "--ignore-daemonsets", "--delete-emptydir-data", "--force", f"--timeout={self.s.change_timeout_s:g}s"],
+            capture_output=True, text=True, timeout=self.s.change_timeout_s + 60)
+        took = time.monotonic() - t0
+        refused = (proc.stdout + proc.stderr).count("disruption budget")
+        try:
+            if proc.returncode != 0:
+                raise RuntimeError(f"kubectl drain {node} failed after {took:.0f} s: {proc.stdout}{proc.stderr}")
+            marks.step(f"kubectl drain {node} completed in {took:.1f} s ({refused} evictions refused by the budget)")
+            marks.notes.append(f"the drain took {took:.1f} s; {refused} evictions refused by the budget")
+        finally:
+            self.c.node.kubectl("uncordon", node)
+        marks.step(f"{node} uncordoned")
+        since = time.time() * 1000
+        self.wait(lambda: self._back(pod.metadata.name, node, pod.metadata.uid), self.s.change_timeout_s,
+                  f"{pod.metadata.name} back on {node}")
+        marks.step(f"{pod.metadata.name} back on {node}")
+        self.wait_holds_every_task(marks, since)
+
+    def _pods_on(self, node: str) -> list[tuple[str, str]]:
+        found = json.loads(self.c.node.kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={node}",
+                                               "-o", "json").stdout)["items"]
+        return [(p["metadata"]["name"], p["metadata"]["namespace"]) for p in found]
+
+    def _back(self, name: str, node: str, old_uid: str) -> bool:
+        assert self.app is not None
+        p = self.app.pod(name)
+        return bool(p is not None and p.metadata.uid != old_uid and p.spec.node_name == node
+                    and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []))
+
+    def stop(self) -> dict[str, Any]:
+        try:
+            return super().stop()
+        finally:
+            if not self.hand_over:
+                self.c.set_drain_hand_over(True)
+
+
+class NodeDrainedPlainly(NodeDrained):
+    """The same drain with the operator's hand-over off (the chart's ``drains.handOver=false``): the
+    executors' budget lets one be evicted at a time, and its actives move as it stops."""
+
+    case = "node drained without hand-over"
+    hand_over = False
+
+
 CASES: tuple[type[EddyChange], ...] = (DriverPodDeleted, CompatibleImageUpgrade, ConfigChange, RefusedChange,
-                                       Rollback)
+                                       Rollback, NodeDrained, NodeDrainedPlainly)
 
 
 def cases(c: EddyCluster) -> list[tuple[str, SubjectFactory]]:
