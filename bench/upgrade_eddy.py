@@ -21,13 +21,14 @@ and changes it while upgrade.py's producer runs:
   every task.
 - ``rollback``: ``spec.pipeline.module`` that does not exist (crashes at start). Done when the
   condition ``RolledBack`` is True, then as in the first case.
+- ``node drained`` and ``node drained without hand-over`` (``--nodes 3``): ``kubectl drain`` of
+  the node of an executor that is not the driver's, with the operator's hand-over (the default)
+  and with the chart's ``drains.handOver=false``; the node is uncordoned once the drain completed.
+  Done when the drained executor is back on its node and the app holds every task.
 
-Only the driver pod deletion runs on what exists today. The other four need the upgrade feature
-being built now (``spec.upgrade``: mode keepState by default, rollback true, healthTimeout; the
-``UpgradeRefused`` and ``RolledBack`` conditions; the store-name argument of the example): each
-checks the installed CRD first and reports "not run: <reason>" (`upgrade.NotRun`) when the field
-is missing, or when its condition never appears, instead of failing obscurely. Marked
-``NEEDS THE UPGRADE FEATURE`` below.
+The four upgrade cases check the installed CRD for ``spec.upgrade`` first (an older operator
+reports "not run: <reason>" through `upgrade.NotRun` instead of failing obscurely), as they do
+when a condition they wait for never appears; marked ``needs_upgrade_feature``.
 
 Records restored: what the task runners logged restoring or tailing from changelogs (their logs
 on the executors' volumes, `e2e.wordcount.RESTORE_LINE`) between the change and the end of the
@@ -65,7 +66,7 @@ from tests.servers import (  # noqa: E402
 
 #: how long a refused change or a rollback may take to show its condition before the case says "not run"
 CONDITION_TIMEOUT_S = 300
-#: spec.upgrade as the upgrade feature is expected to take it (NEEDS THE UPGRADE FEATURE)
+#: spec.upgrade of the app in every case
 UPGRADE_SPEC = {"mode": "keepState", "rollback": True, "healthTimeout": "120s"}
 NEW_IMAGE_SUFFIX = "-bench-upgrade"
 
@@ -333,7 +334,7 @@ class DriverPodDeleted(EddyChange):
 
 
 class CompatibleImageUpgrade(EddyChange):
-    """NEEDS THE UPGRADE FEATURE: a new image and a changed, compatible pipeline, kept state."""
+    """A new image and a changed, compatible pipeline, kept state."""
 
     case = "compatible image upgrade"
 
@@ -365,7 +366,7 @@ class CompatibleImageUpgrade(EddyChange):
 
 
 class ConfigChange(EddyChange):
-    """NEEDS THE UPGRADE FEATURE: spec.triggerInterval changed with the state kept. The driver
+    """spec.triggerInterval changed with the state kept. The driver
     either takes it in place (its log says "settings changed in place") or is restarted with it;
     done once a runtime state after that shows the app holding every task."""
 
@@ -396,8 +397,8 @@ class ConfigChange(EddyChange):
 
 
 class RefusedChange(EddyChange):
-    """NEEDS THE UPGRADE FEATURE (and the `store` argument of the example's `build_own_steps`):
-    a store rename, which the upgrade gate refuses; the old version must go on undisturbed."""
+    """A store rename (the `store` argument of the example's `build_own_steps`), which the upgrade
+    gate refuses; the old version must go on undisturbed."""
 
     case = "incompatible change refused"
 
@@ -412,7 +413,7 @@ class RefusedChange(EddyChange):
 
 
 class Rollback(EddyChange):
-    """NEEDS THE UPGRADE FEATURE: a pipeline that crashes at start; rolled back after healthTimeout."""
+    """A pipeline that crashes at start; rolled back after healthTimeout."""
 
     case = "rollback"
 
