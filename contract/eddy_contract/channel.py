@@ -7,7 +7,9 @@
 - `<app>-runtime-state` (written by the driver, read by the operator): key `state.json` holds one
   `RuntimeState`: the tasks with their changelog end offsets per store, each executor's store
   inventory (the offsets its volume holds, per task and store), and every copy still catching up
-  (actives restoring, standbys and warmups behind their changelogs' ends) with its progress.
+  (actives restoring, standbys and warmups behind their changelogs' ends) with its progress, and
+  each live executor's load: the input records its actives processed and the seconds they spent
+  processing them, counted since `loadSince` (the driver's start).
 
 Both documents carry `version`. A reader accepts the versions it knows and rejects others with a
 `ChannelError`; within one version, fields may be added (readers ignore keys they do not know)
@@ -107,6 +109,18 @@ class ExecutorInventory:
 
 
 @dataclass(frozen=True)
+class ExecutorLoad:
+    """What one executor's active tasks did since the driver started counting (`RuntimeState.load_since`):
+    `records` of input processed, and `busy_s` seconds spent processing them (not waiting for
+    input). Both only grow while the same driver runs; from two runtime states a reader derives
+    the executor's rate (records per second of wall time), its busy fraction (busy_s per second)
+    and its capacity (records / busy_s)."""
+
+    records: int = 0
+    busy_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class RuntimeState:
     """What the driver publishes after each micro-batch (or restore step)."""
 
@@ -120,6 +134,10 @@ class RuntimeState:
     # task -> records of input not yet processed (consumer lag), when the driver knows it
     input_lag: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     batch_id: int | None = None
+    #: executor -> its actives' load since `load_since` (live executors only)
+    load: Mapping[str, ExecutorLoad] = field(default_factory=lambda: MappingProxyType({}))
+    #: when the load counters started (ISO 8601 UTC, as `updated_at`): a new driver starts new ones
+    load_since: str | None = None
 
     def end_offsets(self) -> dict[str, int]:
         """Per task, the sum over its stores of the changelog end offsets (assignor input)."""
@@ -183,6 +201,8 @@ def encode_runtime_state(state: RuntimeState) -> dict[str, str]:
             {"task": r.task, "executor": r.executor, "role": r.role, "restored": r.restored, "total": r.total}
             for r in state.restores
         ],
+        "load": {e: {"records": load.records, "busyS": load.busy_s} for e, load in state.load.items()},
+        "loadSince": state.load_since,
     }
     return {RUNTIME_STATE_KEY: _dumps(doc)}
 
@@ -223,6 +243,11 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self.fail(path, f"must be a non-negative integer, got {value!r}")
         return value
+
+    def seconds(self, value: Any, path: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise self.fail(path, f"must be a non-negative number, got {value!r}")
+        return float(value)
 
     def offsets(self, value: Any, path: str) -> Mapping[str, int]:
         stores = self.obj(value, path)
@@ -391,6 +416,12 @@ def decode_runtime_state(data: Mapping[str, str] | None) -> RuntimeState:
                 total=r.int_(item.get("total"), f"{path}.total") or 0,
             )
         )
+    # absent in the runtime states of a driver that predates them
+    load: dict[str, ExecutorLoad] = {}
+    for e, info in r.obj(doc.get("load", {}), "load").items():
+        info = r.obj(info, f"load.{e}")
+        load[e] = ExecutorLoad(records=r.int_(info.get("records", 0), f"load.{e}.records") or 0,
+                               busy_s=r.seconds(info.get("busyS", 0.0), f"load.{e}.busyS"))
     return RuntimeState(
         app=app or "",
         updated_at=r.str_(doc.get("updatedAt"), "updatedAt") or "",
@@ -400,4 +431,6 @@ def decode_runtime_state(data: Mapping[str, str] | None) -> RuntimeState:
         restores=tuple(restores),
         input_lag=MappingProxyType(lag),
         batch_id=r.int_(doc.get("batchId"), "batchId", optional=True),
+        load=MappingProxyType(load),
+        load_since=r.str_(doc.get("loadSince"), "loadSince", optional=True),
     )

@@ -14,6 +14,7 @@ from eddy_contract.channel import (
     AssignmentMessage,
     ChannelError,
     ExecutorInventory,
+    ExecutorLoad,
     RestoreProgress,
     RuntimeState,
     assignment_configmap_name,
@@ -55,6 +56,8 @@ def runtime_state() -> RuntimeState:
         restores=(RestoreProgress("0_0", "2", "standby", 3, 15),),
         input_lag=MappingProxyType({"0_0": 42}),
         batch_id=17,
+        load=MappingProxyType({"1": ExecutorLoad(records=1200, busy_s=0.75), "2": ExecutorLoad()}),
+        load_since="2025-01-01T00:00:00+00:00",
     )
 
 
@@ -128,12 +131,36 @@ def test_bad_assignment_documents_are_rejected_naming_the_field(change, expected
         (lambda d: d["restores"][0].update(role="leader"), "state.json: restores[0].role: 'leader' is not one of"),
         (lambda d: d.pop("tasks"), "state.json: tasks: must be an object"),
         (lambda d: d.update(updatedAt=5), "state.json: updatedAt: must be a non-empty string"),
+        (lambda d: d["load"]["1"].update(records=-3), "state.json: load.1.records: must be a non-negative integer"),
+        (lambda d: d["load"]["1"].update(busyS="1s"), "state.json: load.1.busyS: must be a non-negative number"),
+        (lambda d: d.update(load=[]), "state.json: load: must be an object"),
     ],
 )
 def test_bad_runtime_state_documents_are_rejected_naming_the_field(change, expected):
     with pytest.raises(ChannelError) as err:
         decode_runtime_state(_tamper(encode_runtime_state(runtime_state()), RUNTIME_STATE_KEY, change))
     assert str(err.value).startswith(expected)
+
+
+def test_the_executors_load_is_encoded_per_executor_with_when_counting_started():
+    doc = json.loads(encode_runtime_state(runtime_state())[RUNTIME_STATE_KEY])
+    assert doc["load"] == {"1": {"records": 1200, "busyS": 0.75}, "2": {"records": 0, "busyS": 0.0}}
+    assert doc["loadSince"] == "2025-01-01T00:00:00+00:00"
+
+
+def test_a_runtime_state_without_load_from_an_older_driver_reads_as_no_load():
+    def older(d):
+        del d["load"], d["loadSince"]
+
+    back = decode_runtime_state(_tamper(encode_runtime_state(runtime_state()), RUNTIME_STATE_KEY, older))
+    assert back.load == {} and back.load_since is None
+    assert back.executors == runtime_state().executors and back.batch_id == 17
+
+
+def test_a_load_entry_missing_a_counter_reads_it_as_zero():
+    data = _tamper(encode_runtime_state(runtime_state()), RUNTIME_STATE_KEY,
+                   lambda d: d["load"].update({"3": {"records": 5}}))
+    assert decode_runtime_state(data).load["3"] == ExecutorLoad(records=5, busy_s=0.0)
 
 
 def test_missing_or_garbled_documents_are_rejected():
