@@ -52,6 +52,7 @@ CEL_RULES: Mapping[str, Callable[[Any], str | None]] = MappingProxyType(
         "self.state.standbyReplicas < self.executors.replicas": lambda s: _holds(
             s["state"]["standbyReplicas"] < s["executors"]["replicas"]
         ),
+        "self.minReplicas <= self.maxReplicas": lambda a: _holds(a["minReplicas"] <= a["maxReplicas"]),
         "!has(self.deadLetterTopic) || self.badRecordPolicy == 'dead-letter'": lambda s: _holds(
             "deadLetterTopic" not in s or s["badRecordPolicy"] == "dead-letter"
         ),

@@ -171,7 +171,8 @@ class ChangeEffect(StrEnum):
 #: spec fields (and the fields under them) that apply without new pods: the executor count (pods
 #: come or go, the others keep running), the KIP-441 placement settings the operator's assignor
 #: reads, the commit interval and the bad-record policy the driver reads, the operator's own
-#: settings (volumes kept on delete, the node-loss timeout, this gate's). Everything else needs new pods.
+#: settings (volumes kept on delete, the node-loss timeout, this gate's, the autoscaler's). Everything
+#: else needs new pods.
 IN_PLACE_FIELDS: tuple[str, ...] = (
     "spec.executors.replicas",
     "spec.state.standbyReplicas",
@@ -183,6 +184,7 @@ IN_PLACE_FIELDS: tuple[str, ...] = (
     "spec.badRecordPolicy",
     "spec.deadLetterTopic",
     "spec.upgrade",
+    "spec.autoscaling",
 )
 
 #: objects whose keys are free (maps), compared key by key; lists are compared whole

@@ -6,6 +6,7 @@ import pytest
 
 from eddy_contract.crd import with_defaults
 from eddy_contract.spec import (
+    AutoscalingSpec,
     BadRecordPolicy,
     ProcessingGuarantee,
     SaslMechanism,
@@ -33,6 +34,23 @@ def test_the_upgrade_defaults_are_the_crds_whether_spec_upgrade_is_absent_or_emp
     assert StreamAppSpec.from_manifest(minimal(upgrade={})).upgrade == UpgradeSpec()
     assert UpgradeSpec() == UpgradeSpec(UpgradeMode.KEEP_STATE, ResetOffsets.EARLIEST, rollback=True,
                                         health_timeout_s=300.0)
+
+
+def test_the_autoscaling_defaults_are_the_crds_and_it_is_off_unless_asked():
+    assert StreamAppSpec.from_manifest(minimal()).autoscaling == AutoscalingSpec()
+    assert StreamAppSpec.from_manifest(minimal(autoscaling={})).autoscaling == AutoscalingSpec()
+    assert not AutoscalingSpec().enabled
+
+
+def test_autoscaling_settings_are_read_and_min_above_max_is_refused():
+    spec = StreamAppSpec.from_manifest(minimal(autoscaling={
+        "enabled": True, "minReplicas": 2, "maxReplicas": 6, "targetUtilization": 60, "catchUpDuration": "2m",
+        "metricsWindow": "30s", "scaleOutStabilization": "10s", "scaleInStabilization": "2m", "maxStep": 1}))
+    assert spec.autoscaling == AutoscalingSpec(True, 2, 6, 60, 120.0, 30.0, 10.0, 120.0, 1)
+    with pytest.raises(SpecError) as err:
+        StreamAppSpec.from_manifest(minimal(autoscaling={"minReplicas": 5, "maxReplicas": 3}))
+    assert err.value.field == "spec.autoscaling.minReplicas"
+    assert "must not be more than maxReplicas" in err.value.reason
 
 
 def test_upgrade_settings_are_read():
