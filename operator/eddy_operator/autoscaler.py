@@ -1,0 +1,171 @@
+"""The autoscaler's model: how many executors an app needs, from what its driver reports
+(docs/operations.md, "Autoscaling"). Pure functions of samples and settings; the orchestrator
+feeds them and carries a decision out through the StreamApp's scale subresource.
+
+The model is Flink's autoscaler's (its "true processing rate", target utilisation and catch-up
+duration), for one stage of identical executors:
+
+- from two runtime states `metricsWindow` apart: the records the executors' actives processed
+  (their rate, `processed`), the seconds they were busy processing them, and the input backlog
+  (the consumer lag over the app's input and repartition topics): the backlog's growth rate is
+  input that arrived and was not processed, so `input rate = processed + backlog growth`;
+- one executor's capacity: records per busy second, averaged over the executors (what it would
+  process if it never waited for input);
+- needed: `ceil((input rate + backlog / catchUpDuration) / (capacity x targetUtilization))`,
+  within `minReplicas..maxReplicas`.
+
+Recommendations are kept over time. Scale-out goes to the least recommended over
+`scaleOutStabilization`, scale-in to the most over `scaleInStabilization` (as the
+HorizontalPodAutoscaler's behavior windows), at most `maxStep` executors at once, and only once
+the recommendations span that window. No recommendation is taken while the app is warming up
+(warmups placed, restores under way, executors missing or leaving): lag caused by a move does not
+cause another; after a decision the history starts over.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from eddy_contract.spec import AutoscalingSpec
+
+__all__ = ["Decision", "History", "Rates", "Sample", "decide", "rates", "recommend"]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one runtime state says of the executors' load."""
+
+    #: when the driver wrote it (epoch seconds)
+    at: float
+    #: when its counters started (a new driver starts them anew)
+    since: str | None
+    #: executor -> records its actives processed since `since`
+    records: Mapping[str, int]
+    #: executor -> seconds its actives were busy processing since `since`
+    busy_s: Mapping[str, float]
+    #: input records not processed yet, over every task
+    backlog: int
+
+
+@dataclass(frozen=True)
+class Rates:
+    """The load over a window, per second."""
+
+    window_s: float
+    executors: int
+    processed: float
+    #: the backlog's growth (negative: draining)
+    backlog_growth: float
+    backlog: int
+    #: records per busy second of one executor; None when nothing was processed
+    capacity: float | None
+    #: mean fraction of the time each executor was busy
+    busy: float
+
+    @property
+    def input_rate(self) -> float:
+        return max(self.processed + self.backlog_growth, 0.0)
+
+    def describe(self) -> str:
+        capacity = f"{self.capacity:,.0f} records/s" if self.capacity is not None else "unknown"
+        return (f"input {self.input_rate:,.0f} records/s (processed {self.processed:,.0f}, backlog "
+                f"{'+' if self.backlog_growth >= 0 else ''}{self.backlog_growth:,.0f}/s), backlog {self.backlog:,} "
+                f"records, {self.executors} executor(s) busy {100 * self.busy:.0f}% of the time, one executor's "
+                f"capacity {capacity} (over {self.window_s:.0f} s)")
+
+
+def rates(samples: Sequence[Sample], window_s: float) -> Rates | None:
+    """The rates between the newest sample and the oldest one within `window_s` of it from the same
+    counters; None without at least half a window of them (or if a counter went down)."""
+    if not samples:
+        return None
+    newest = samples[-1]
+    same = [s for s in samples if s.since == newest.since and s.at >= newest.at - window_s]
+    oldest = same[0]
+    dt = newest.at - oldest.at
+    if dt < window_s / 2:
+        return None
+    executors = [e for e in newest.records if e in oldest.records]
+    if not executors:
+        return None
+    d_records = sum(newest.records[e] - oldest.records[e] for e in executors)
+    d_busy = sum(newest.busy_s.get(e, 0.0) - oldest.busy_s.get(e, 0.0) for e in executors)
+    if d_records < 0 or d_busy < 0:
+        return None
+    return Rates(
+        window_s=dt,
+        executors=len(executors),
+        processed=d_records / dt,
+        backlog_growth=(newest.backlog - oldest.backlog) / dt,
+        backlog=newest.backlog,
+        capacity=d_records / d_busy if d_records > 0 and d_busy > 0 else None,
+        busy=min(d_busy / dt / len(executors), 1.0),
+    )
+
+
+def recommend(r: Rates, current: int, s: AutoscalingSpec) -> tuple[int, str]:
+    """How many executors the load needs, and why (for the Event and status)."""
+    if r.capacity is None:
+        if r.input_rate == 0 and r.backlog == 0:
+            return s.min_replicas, "no input and no backlog"
+        return current, "no processing measured yet"
+    needed_rate = r.input_rate + r.backlog / s.catch_up_s
+    per_executor = r.capacity * s.target_utilization / 100
+    n = max(1, math.ceil(needed_rate / per_executor - 1e-9))
+    bounded = min(max(n, s.min_replicas), s.max_replicas)
+    why = (f"{needed_rate:,.0f} records/s to process (input + backlog over {s.catch_up_s:.0f} s) at "
+           f"{per_executor:,.0f} records/s per executor ({s.target_utilization}% of its capacity): {n}")
+    if bounded != n:
+        why += f", within {s.min_replicas}..{s.max_replicas}: {bounded}"
+    return bounded, why
+
+
+@dataclass
+class History:
+    """The recommendations of one app, oldest first: (time, executors)."""
+
+    recommended: list[tuple[float, int]] = field(default_factory=list)
+
+    def add(self, at: float, n: int, keep_s: float) -> None:
+        self.recommended.append((at, n))
+        self.recommended = [(t, x) for t, x in self.recommended if t >= at - keep_s]
+
+    def clear(self) -> None:
+        self.recommended = []
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Scale from `current` to `target` executors."""
+
+    current: int
+    target: int
+    reason: str
+
+
+def decide(history: History, now: float, current: int, s: AutoscalingSpec) -> Decision | None:
+    """Scale out to the least recommendation over the scale-out window, in to the most over the
+    scale-in window, once the recommendations span that window; at most `maxStep` at once."""
+    recs = history.recommended
+    if not recs:
+        return None
+
+    def over(window_s: float) -> list[int] | None:
+        if recs[0][0] > now - window_s:
+            return None  # not seen for the whole window yet
+        return [n for t, n in recs if t >= now - window_s]
+
+    out = over(s.scale_out_stabilization_s)
+    if out and min(out) > current:
+        target = min(min(out), current + s.max_step, s.max_replicas)
+        return Decision(current, target, f"at least {min(out)} recommended for {s.scale_out_stabilization_s:.0f} s")
+    in_ = over(s.scale_in_stabilization_s)
+    if in_ and max(in_) < current:
+        target = max(max(in_), current - s.max_step, s.min_replicas)
+        return Decision(current, target, f"at most {max(in_)} recommended for {s.scale_in_stabilization_s:.0f} s")
+    if current < s.min_replicas or current > s.max_replicas:
+        target = min(max(current, s.min_replicas), s.max_replicas)
+        return Decision(current, target, f"outside {s.min_replicas}..{s.max_replicas}")
+    return None

@@ -1,0 +1,98 @@
+"""The autoscaler's model (eddy_operator.autoscaler): rates from two runtime states, the executors
+they need, and decisions held back by the stabilization windows and the step."""
+
+from __future__ import annotations
+
+import pytest
+
+from eddy_contract.spec import AutoscalingSpec
+from eddy_operator.autoscaler import History, Sample, decide, rates, recommend
+
+pytestmark = pytest.mark.unit
+
+SETTINGS = AutoscalingSpec(enabled=True, min_replicas=1, max_replicas=8, target_utilization=50, catch_up_s=100,
+                           window_s=60, scale_out_stabilization_s=30, scale_in_stabilization_s=120, max_step=2)
+
+
+def _sample(at: float, records: dict[str, int], busy: dict[str, float], backlog: int, since: str = "d1") -> Sample:
+    return Sample(at, since, records, busy, backlog)
+
+
+def test_rates_are_taken_over_the_window_from_the_same_counters() -> None:
+    samples = [
+        _sample(0, {"1": 0, "2": 0}, {"1": 0.0, "2": 0.0}, 1000, since="old"),
+        _sample(10, {"1": 100, "2": 100}, {"1": 1.0, "2": 1.0}, 1000),
+        _sample(70, {"1": 6100, "2": 6100}, {"1": 31.0, "2": 31.0}, 4000),
+    ]
+    r = rates(samples, window_s=60)
+    assert r is not None
+    assert r.window_s == 60 and r.executors == 2
+    assert r.processed == pytest.approx(200.0)  # 12,000 records in 60 s
+    assert r.backlog_growth == pytest.approx(50.0)  # 3,000 more in 60 s
+    assert r.input_rate == pytest.approx(250.0)
+    assert r.capacity == pytest.approx(200.0)  # 12,000 records in 60 busy seconds
+    assert r.busy == pytest.approx(0.5)
+    # half a window at least, and never across a driver's new counters
+    assert rates(samples[:2], window_s=60) is None
+    assert rates([samples[0], _sample(70, {"1": 5}, {"1": 1.0}, 0)], window_s=60) is None
+
+
+def test_a_counter_that_went_down_gives_no_rates() -> None:
+    samples = [_sample(0, {"1": 500}, {"1": 5.0}, 0), _sample(60, {"1": 100}, {"1": 6.0}, 0)]
+    assert rates(samples, 60) is None
+
+
+def test_the_executors_needed_follow_input_backlog_and_capacity() -> None:
+    r = rates([_sample(0, {"1": 0}, {"1": 0.0}, 0), _sample(60, {"1": 6000}, {"1": 30.0}, 0)], 60)
+    assert r is not None and r.capacity == pytest.approx(200.0) and r.input_rate == pytest.approx(100.0)
+    # 100 records/s at 100 records/s per executor (50% of 200): one
+    assert recommend(r, 3, SETTINGS)[0] == 1
+    # plus a backlog of 30,000 to drain in 100 s: 400 records/s, four
+    backlogged = rates([_sample(0, {"1": 0}, {"1": 0.0}, 30_000), _sample(60, {"1": 6000}, {"1": 30.0}, 30_000)], 60)
+    assert backlogged is not None
+    n, why = recommend(backlogged, 1, SETTINGS)
+    assert n == 4 and "400 records/s" in why
+    # bounded by maxReplicas
+    huge = rates([_sample(0, {"1": 0}, {"1": 0.0}, 0), _sample(60, {"1": 6000}, {"1": 30.0}, 10**7)], 60)
+    assert huge is not None and recommend(huge, 1, SETTINGS)[0] == 8
+
+
+def test_idle_goes_to_the_minimum_and_unknown_capacity_keeps_what_there_is() -> None:
+    idle = rates([_sample(0, {"1": 10}, {"1": 1.0}, 0), _sample(60, {"1": 10}, {"1": 1.0}, 0)], 60)
+    assert idle is not None and recommend(idle, 4, SETTINGS) == (1, "no input and no backlog")
+    stuck = rates([_sample(0, {"1": 10}, {"1": 1.0}, 0), _sample(60, {"1": 10}, {"1": 1.0}, 500)], 60)
+    assert stuck is not None and recommend(stuck, 4, SETTINGS)[0] == 4
+
+
+def test_scale_out_waits_for_its_window_and_takes_the_least_recommendation_within_the_step() -> None:
+    h = History()
+    h.add(0, 5, keep_s=200)
+    assert decide(h, 10, 2, SETTINGS) is None  # not seen for 30 s yet
+    h.add(20, 6, keep_s=200)
+    h.add(35, 7, keep_s=200)
+    d = decide(h, 35, 2, SETTINGS)
+    # least over the last 30 s is 6 (the 5 at t=0 is older), but at most 2 at once
+    assert d is not None and (d.current, d.target) == (2, 4)
+
+
+def test_scale_in_needs_its_longer_window_and_takes_the_most_recommendation() -> None:
+    h = History()
+    for t in range(0, 121, 10):
+        h.add(t, 2 if t != 60 else 3, keep_s=200)
+    d = decide(h, 120, 5, SETTINGS)
+    assert d is not None and (d.current, d.target) == (5, 3)
+    short = History()
+    short.add(60, 1, keep_s=200)
+    assert decide(short, 120, 5, SETTINGS) is None
+    # nothing to do when the recommendations agree with what runs
+    same = History()
+    for t in range(0, 121, 10):
+        same.add(t, 5, keep_s=200)
+    assert decide(same, 120, 5, SETTINGS) is None
+
+
+def test_a_count_outside_the_bounds_is_brought_inside() -> None:
+    h = History()
+    h.add(0, 9, keep_s=200)
+    d = decide(h, 0, 9, SETTINGS)
+    assert d is not None and d.target == 8
