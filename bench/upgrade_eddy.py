@@ -462,12 +462,14 @@ class NodeDrained(EddyChange):
              "--ignore-daemonsets", "--delete-emptydir-data", "--force", f"--timeout={self.s.change_timeout_s:g}s"],
             capture_output=True, text=True, timeout=self.s.change_timeout_s + 60)
         took = time.monotonic() - t0
-        refused = (proc.stdout + proc.stderr).count("disruption budget")
+        said = (proc.stdout + proc.stderr).splitlines()
+        # the executors' budget's refusals (an operator replica's budget may refuse one too)
+        refused = sum(1 for line in said if "disruption budget" in line and f'pods/"{pod.metadata.name}"' in line)
         try:
             if proc.returncode != 0:
                 raise RuntimeError(f"kubectl drain {node} failed after {took:.0f} s: {proc.stdout}{proc.stderr}")
-            marks.step(f"kubectl drain {node} completed in {took:.1f} s ({refused} evictions refused by the budget)")
-            marks.notes.append(f"the drain took {took:.1f} s; {refused} evictions refused by the budget")
+            marks.step(f"kubectl drain {node} completed in {took:.1f} s ({refused} evictions of the executor refused)")
+            marks.notes.append(f"the drain took {took:.1f} s; {refused} evictions of the executor refused")
         finally:
             self.c.node.kubectl("uncordon", node)
         marks.step(f"{node} uncordoned")
