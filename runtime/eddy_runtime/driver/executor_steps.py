@@ -10,7 +10,9 @@ planned for (`placement.ensure_on_executor`) before it touches any state.
 from __future__ import annotations
 
 import pickle
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from eddy_contract.spec import BadRecordPolicy
@@ -147,7 +149,8 @@ def sink_step(settings: BatchSettings, program: Program, works: list[SlotWork], 
         from eddy_runtime.processing.batch import TaskState
         from eddy_runtime.processing.operators import process_batch
 
-        received = list(batches)
+        started = time.monotonic()
+        received = list(batches)  # the read step and the user's steps run as these are pulled
         ctx = TaskContext.get()
         slot = ctx.partitionId() - offset if ctx is not None else 0
         work = works[slot]
@@ -159,7 +162,11 @@ def sink_step(settings: BatchSettings, program: Program, works: list[SlotWork], 
         data: pa.Table | BatchOutput = rows
         if stateless is not None and rows.num_rows:
             data = process_batch(stateless, rows, None, TaskState())
-        yield _result_batch(_call_runner(settings, program, work, data))
+        results = _call_runner(settings, program, work, data)
+        # what the runner counted as processing input took the whole partition's time, Spark's
+        # steps included (the runner saw only the sink's share)
+        busy = time.monotonic() - started
+        yield _result_batch([replace(r, busy_s=busy) if r.busy_s > 0.0 else r for r in results])
 
     return sink
 

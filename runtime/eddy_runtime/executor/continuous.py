@@ -29,10 +29,12 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from eddy_contract.spec import ProcessingGuarantee
 from eddy_contract.tasks import Role, TaskId
+from eddy_runtime.executor.busy_clock import BusyClock
 from eddy_runtime.executor.commit_cycle import CommitCycle
 from eddy_runtime.executor.continuous_assignment import CommittingTasks, ContinuousAssignment, Release
 from eddy_runtime.executor.input_poller import MAX_BUFFERED_RECORDS, InputPoller
 from eddy_runtime.executor.producer import RunnerProducer
+from eddy_runtime.executor.results import share_busy
 from eddy_runtime.executor.task_metadata import RETRY_AFTER_S, TaskExecutionMetadata
 from eddy_runtime.kafka.partitions import InputRange, TopicPartition
 from eddy_runtime.kafka.records import RawRecords
@@ -84,6 +86,8 @@ class TaskHost(Protocol):
 
     executor_id: str
     metrics: ExecutorMetrics | None
+    #: the runner's time processing input (an executor's load)
+    busy: BusyClock
 
     def positions(self, task_id: str) -> Mapping[TopicPartition, int] | None:
         """A running active's input positions: None unless held open as an active, restored, with
@@ -351,7 +355,10 @@ class ContinuousLoop:
                 committing.clean = True
                 return
             try:
-                results = self.runner.run_round(subs, settings, entries, committer)
+                # the round's records are in hand: its time is processing and committing, not waiting
+                with self.runner.busy.busy() as share:
+                    results = self.runner.run_round(subs, settings, entries, committer)
+                results = share_busy(results, share.seconds)
             except Exception:  # noqa: BLE001 - the loop goes on; the tasks read their positions again
                 log.exception("a commit round failed")
                 for item, _ in entries:  # their records were taken off the poller, and not committed
@@ -432,8 +439,13 @@ class ContinuousLoop:
         exactly_once = settings.guarantee == ProcessingGuarantee.EXACTLY_ONCE
         slot = SlotWork(self.runner.executor_id, (item,), runner_transactions=exactly_once)
         started = time.monotonic()
-        result = replace(self.runner.run_item(subs, settings, slot, item, None, records),
-                         duration_s=time.monotonic() - started)
+        if records is None:  # open, restore, tail: no input processed
+            result = self.runner.run_item(subs, settings, slot, item, None, records)
+        else:  # from its records in hand to its commit: the poll that fetched them is not counted
+            with self.runner.busy.busy() as share:
+                result = self.runner.run_item(subs, settings, slot, item, None, records)
+            result = replace(result, busy_s=share.seconds)
+        result = replace(result, duration_s=time.monotonic() - started)
         if result.status not in _STEP_WENT_ON:
             log.warning("task %s (%s): %s %s", task, role, result.status, result.message.splitlines()[:1])
             self._tasks.back_off(task)

@@ -1,14 +1,16 @@
 """What the continuous loop did for a task since the driver's last sync: `merge_results` adds up
-the `ItemResult`s of its steps and rounds into one (executor/continuous.py hands them back).
+the `ItemResult`s of its steps and rounds into one (executor/continuous.py hands them back);
+`share_busy` splits a round's busy time among its tasks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from eddy_runtime.protocol.work import ItemResult
 
-__all__ = ["merge_results"]
+__all__ = ["merge_results", "share_busy"]
 
 
 def merge_results(old: ItemResult | None, new: ItemResult) -> ItemResult:
@@ -32,7 +34,20 @@ def merge_results(old: ItemResult | None, new: ItemResult) -> ItemResult:
         latency_counts=counts,
         latency_sum_s=old.latency_sum_s + new.latency_sum_s,
         duration_s=old.duration_s + new.duration_s,
+        busy_s=old.busy_s + new.busy_s,
         restored=old.restored + new.restored,
         figures=new.figures or old.figures,
         message=new.message or old.message,
     )
+
+
+def share_busy(results: Sequence[ItemResult], seconds: float) -> list[ItemResult]:
+    """`results` of one round, which kept the runner busy `seconds` in all, each with its share:
+    by the records it processed (evenly when none processed any), so that the shares add up to
+    the round's time."""
+    records = sum(r.records_in for r in results)
+    if not results:
+        return []
+    if not records:
+        return [replace(r, busy_s=seconds / len(results)) for r in results]
+    return [replace(r, busy_s=seconds * r.records_in / records) for r in results]

@@ -24,6 +24,7 @@ from eddy_contract.tasks import Role, TaskId
 from eddy_runtime.dsl.errors import PipelineRuntimeError
 from eddy_runtime.dsl.subtopology import SubTopology
 from eddy_runtime.executor.active_batch import PreparedBatch, ReadStash, committed_result, prepare_batch
+from eddy_runtime.executor.busy_clock import BusyClock
 from eddy_runtime.executor.commit import write_stores
 from eddy_runtime.executor.continuous import ContinuousLoop, RoundEntry
 from eddy_runtime.executor.metrics import ExecutorMetrics
@@ -72,6 +73,8 @@ class TaskRunner:
         #: (batch, task) -> what a read step found, for the sink step
         self._stash: dict[tuple[int, str], ReadStash] = {}
         #: the tasks of sub-topologies that run continuously (executor/continuous.py)
+        #: how long this runner's actives spend processing input (an executor's load: executor/busy_clock.py)
+        self.busy = BusyClock()
         self.continuous = ContinuousLoop(self)
         #: where this runner serves interactive queries (host:port; "" if it does not), reported
         #: on the first result of every reply; and the newest routing the driver sent (queries/server.py)
@@ -120,7 +123,13 @@ class TaskRunner:
         results = []
         for item in slot.items:
             started = time.monotonic()
-            result = self.run_item(subs, settings, slot, item, data)
+            if item.role == Role.ACTIVE and not item.restore_only:
+                with self.busy.busy() as share:
+                    result = self.run_item(subs, settings, slot, item, data)
+                if result.status != ItemStatus.RESTORING:  # a restore chunk processes no input
+                    result = replace(result, busy_s=share.seconds)
+            else:
+                result = self.run_item(subs, settings, slot, item, data)
             results.append(replace(result, duration_s=time.monotonic() - started))
         if self.metrics is not None:
             self.metrics.observe(settings.app, results)

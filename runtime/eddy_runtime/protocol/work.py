@@ -194,6 +194,10 @@ class ItemResult:
     latency_counts: tuple[int, ...] = ()
     latency_sum_s: float = 0.0
     duration_s: float = 0.0
+    #: an active's item or round share: seconds the runner spent processing its records (reading,
+    #: processing, committing; never waiting for input), its fair share where the runner processed
+    #: other records at the same time (executor/busy_clock.py); 0 for restores and standbys
+    busy_s: float = 0.0
     message: str = ""
     figures: TaskFigures | None = None
     restored: int = 0
