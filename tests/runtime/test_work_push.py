@@ -19,8 +19,10 @@ from dataclasses import replace
 import pytest
 from prometheus_client import CollectorRegistry
 
+from eddy_contract.channel import ExecutorLoad
 from eddy_contract.spec import BadRecordPolicy, ProcessingGuarantee
 from eddy_contract.tasks import Role
+from eddy_runtime.driver.executor_load import ExecutorLoads
 from eddy_runtime.executor.continuous import ContinuousLoop
 from eddy_runtime.executor.task_runner import TaskRunner
 from eddy_runtime.kafka.client import KafkaClientConfig
@@ -203,7 +205,7 @@ def test_item_results_round_trip_as_json_and_anything_else_is_refused():
         ItemResult("1_2", "1", Role.ACTIVE, ItemStatus.PROCESSED, records_in=50, records_out=9,
                    committed={TopicPartition("wc-repartition", 2): 1234}, skipped=1,
                    bad_records=(BadRecordInfo("wc-words", 2, 17, "not UTF-8"),), latency_counts=(3, 0, 1),
-                   latency_sum_s=0.25, duration_s=0.031, message="",
+                   latency_sum_s=0.25, duration_s=0.031, busy_s=0.027, message="",
                    figures=TaskFigures("wc", "1_2", Role.ACTIVE, False, (store,), (0.004, 0.012), 2),
                    query_address="127.0.0.1:4040"),
         ItemResult("1_3", "1", Role.STANDBY, ItemStatus.STANDBY, restored=8, restore_remaining=2),
@@ -258,12 +260,17 @@ def test_what_a_runner_did_before_it_took_a_new_executor_id_is_handed_over_under
     monkeypatch.setenv(OUTLIVES_EXECUTOR_ENV, "1")
     loop, address = served
     loop.sync({}, SETTINGS, work(3))
-    loop.assignment.add_results(work(3), [ItemResult("0_1", "1", Role.ACTIVE, ItemStatus.PROCESSED, records_in=5)])
+    loop.assignment.add_results(work(3), [ItemResult("0_1", "1", Role.ACTIVE, ItemStatus.PROCESSED, records_in=5,
+                                                     busy_s=0.5)])
     runner = loop.runner
     assert isinstance(runner, TaskRunner)
     runner.adopt_executor("2")
     (result,) = runner.collect(work(3))
     assert (result.task, result.executor, result.query_address) == ("0_1", "2", address)
+    # and so is its load: the new driver counts it for executor 2, the pod this runner serves
+    loads = ExecutorLoads()
+    loads.record([result], live={"1", "2"})
+    assert loads.of(["1", "2"]) == {"1": ExecutorLoad(), "2": ExecutorLoad(records=5, busy_s=0.5)}
 
 
 def test_a_sync_over_http_reports_the_volume_inventory_when_asked(served, tmp_path):

@@ -12,6 +12,7 @@ from eddy_contract.assignor import Assignment
 from eddy_contract.tasks import Role
 from eddy_runtime.driver.assignment_source import AssignmentSource
 from eddy_runtime.driver.channel_io import ChannelLocation, write_runtime_state
+from eddy_runtime.driver.executor_load import ExecutorLoads
 from eddy_runtime.driver.metrics import DriverMetrics
 from eddy_runtime.driver.offsets import OffsetReader, changelog_partitions
 from eddy_runtime.driver.outcomes import BatchOutcome, BatchReport, stop_error
@@ -45,12 +46,15 @@ class BatchAccounting:
         self.failed_batches = 0
         #: restore progress of every copy catching up (published for the operator's status)
         self.restores = CopyProgressTracker()
+        #: each executor's load since this driver started (published for the operator's autoscaler)
+        self.loads = ExecutorLoads()
 
     def account(self, compiled: CompiledApp, report: BatchReport, wall: float, assignment: Assignment,
                 live: Sequence[ExecutorRef], lag: Mapping[str, int]) -> None:
-        """Metrics, progress and the runtime state from a batch; `DriverError` if the app must stop."""
+        """Metrics, progress, load and the runtime state from a batch; `DriverError` if the app must stop."""
         live_ids = {e.id for e in live}
         self.source.volumes.record_results(report.results, live_ids)
+        self.loads.record(report.results, live_ids)
         self.runner_addresses.update((r.executor, r.query_address) for r in report.results if r.query_address)
         self.restores.update(report.results, assignment, live_ids, complete=report.outcome == BatchOutcome.OK)
         restoring = sum(1 for r in report.results if r.role == Role.ACTIVE and r.status == ItemStatus.RESTORING)
@@ -79,10 +83,10 @@ class BatchAccounting:
 
     def publish_runtime_state(self, compiled: CompiledApp, report: BatchReport, lag: Mapping[str, int],
                               live: Sequence[ExecutorRef]) -> None:
-        """Write the runtime state (changelog ends, volumes, restores, lag) where the operator reads it."""
+        """Write the runtime state (changelog ends, volumes, restores, lag, load) where the operator reads it."""
         assert self.runtime_state_target is not None
         changelogs = [tp for tps in changelog_partitions(compiled).values() for tp in tps]
         ends = self.offsets.list_offsets(changelogs, "latest")
         state = runtime_state(compiled, ends, self.source.volumes, live, self.restores.in_progress(), lag,
-                              report.generation, report.batch_id)
+                              report.generation, report.batch_id, self.loads)
         write_runtime_state(self.runtime_state_target, state)

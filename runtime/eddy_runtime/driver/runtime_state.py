@@ -4,7 +4,7 @@ the operator's assignor and status (docs/DESIGN.md, "The operator's part").
 `Volumes` tracks, per live executor, the changelog offsets each task's stores hold there (from
 inventories and from each batch's figures) and which actives are still restoring;
 `probe_inventories` reads the volumes of executors new to the driver; `runtime_state` builds the
-message `channel_io.write_runtime_state` publishes.
+message `channel_io.write_runtime_state` publishes (with each executor's load, driver/executor_load.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from eddy_contract.channel import ExecutorInventory, RestoreProgress, RuntimeState
 from eddy_contract.tasks import Role, TaskId
+from eddy_runtime.driver.executor_load import ExecutorLoads
 from eddy_runtime.driver.progress import CopyProgress
 from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.protocol.placement import BatchWatch, ExecutorRef, PinnedSlots, current_executor_id
@@ -120,9 +121,10 @@ def probe_inventories(sc: SparkContext, executors: Sequence[ExecutorRef],
 
 def runtime_state(compiled: CompiledApp, changelog_ends: Mapping[TopicPartition, int], volumes: Volumes,
                   live: Sequence[ExecutorRef], restores: Iterable[CopyProgress], lag: Mapping[str, int],
-                  generation: int, batch_id: int) -> RuntimeState:
+                  generation: int, batch_id: int, loads: ExecutorLoads | None = None) -> RuntimeState:
     """The runtime state for the operator: changelog ends per task and store, what each live
-    executor's volume holds, restores under way, input lag."""
+    executor's volume holds, restores under way, input lag, and each live executor's load since
+    `loads` started counting."""
     app = compiled.app
     per_task = {
         task: {st.name: changelog_ends[TopicPartition(changelog_topic_name(app, st.name), TaskId.parse(task).partition)]
@@ -133,4 +135,5 @@ def runtime_state(compiled: CompiledApp, changelog_ends: Mapping[TopicPartition,
     progress = tuple(RestoreProgress(c.task, c.executor, c.role, c.restored, c.restored + c.remaining)
                      for c in restores)
     return RuntimeState(app, datetime.now(UTC).isoformat(), generation, per_task, executors, progress, dict(lag),
-                        batch_id)
+                        batch_id, load=loads.of(executors) if loads is not None else {},
+                        load_since=loads.since if loads is not None else None)
