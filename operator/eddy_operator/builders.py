@@ -112,6 +112,13 @@ def executor_statefulset_name(app: str) -> str:
     return f"spark-s-{spark_app_id(app)}-0"
 
 
+def executor_ordinal(app: str, pod: str) -> int | None:
+    """The ordinal of an executor pod of the app's StatefulSet (`<statefulset>-<n>`), else None."""
+    prefix = executor_statefulset_name(app) + "-"
+    rest = pod[len(prefix):] if pod.startswith(prefix) else ""
+    return int(rest) if rest.isdigit() else None
+
+
 def state_claim_name(app: str, ordinal: int) -> str:
     return f"{STATE_VOLUME}-{executor_statefulset_name(app)}-{ordinal}"
 

@@ -38,7 +38,7 @@ from typing import Any
 from eddy_contract.assignor import Assignment, Executor
 from eddy_operator.pods import PodInfo
 
-__all__ = ["HAND_OVER_ENV", "REMOVAL_TAINTS", "drained", "hands_over", "is_draining", "leaving"]
+__all__ = ["HAND_OVER_ENV", "REMOVAL_TAINTS", "drained", "emptied", "hands_over", "is_draining", "leaving"]
 
 #: the operator's switch (the chart's `drains.handOver`): "false" turns the hand-over off
 HAND_OVER_ENV = "EDDY_OPERATOR_DRAIN_HANDOVER"
@@ -72,6 +72,13 @@ def drained(pods: Iterable[PodInfo], draining: Iterable[str], assignment: Assign
     driver to ask the runner to let go, its actives would wait for the next one), and pods that are
     not running."""
     marked = set(draining)
+    return emptied([p for p in pods if p.role == "executor" and p.node in marked], assignment, taken)
+
+
+def emptied(pods: Iterable[PodInfo], assignment: Assignment, taken: bool) -> list[PodInfo]:
+    """Those of `pods` (leaving executors' pods: drained, or scaled in) that may go now: registered
+    executors to which the assignment gives no copy, once the driver runs it (`taken`), and pods
+    that are not running; none going already."""
     holding = set(assignment.executors())
 
     def may_go(p: PodInfo) -> bool:
@@ -79,5 +86,4 @@ def drained(pods: Iterable[PodInfo], draining: Iterable[str], assignment: Assign
             return taken and p.exec_id not in holding
         return p.phase != "Running"
 
-    return sorted((p for p in pods if p.role == "executor" and p.node in marked and not p.deleting and may_go(p)),
-                  key=lambda p: p.name)
+    return sorted((p for p in pods if not p.deleting and may_go(p)), key=lambda p: p.name)

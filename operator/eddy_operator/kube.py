@@ -83,9 +83,14 @@ class Kube:
                 return str(meta.name)
         return None
 
-    def scale_statefulset(self, namespace: str, name: str, replicas: int) -> bool:
-        """Set replicas on a StatefulSet if it exists; False when it does not (yet)."""
+    def scale_statefulset(self, namespace: str, name: str, replicas: int, only_up: bool = False) -> bool:
+        """Set replicas on a StatefulSet if it exists; False when it does not (yet). `only_up`: never
+        lower them (a scale-in is the orchestrator's, once the leaving executors hold nothing)."""
         try:
+            if only_up:
+                current = self.apps.read_namespaced_stateful_set_scale(name, namespace).spec.replicas or 0
+                if current >= replicas:
+                    return True
             self.apps.patch_namespaced_stateful_set_scale(name, namespace, {"spec": {"replicas": replicas}})
             return True
         except ApiException as err:
@@ -103,6 +108,11 @@ class Kube:
                 if err.status != 404:
                     raise
         return names
+
+    def scale_streamapp(self, namespace: str, name: str, replicas: int) -> None:
+        """`kubectl scale sapp`: spec.executors.replicas through the StreamApp's scale subresource."""
+        self.custom.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, name,
+                                                         {"spec": {"replicas": replicas}})
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         try:

@@ -91,8 +91,9 @@ def reconcile(kube: Kube, body: Mapping[str, Any]) -> ReconcileResult:
         else:
             kube.apply(obj)
         applied.append(name)
+    # Up at once; down by the orchestrator, once the executors that go hold nothing (scale_in).
     scaled = kube.scale_statefulset(
-        spec.namespace, builders.executor_statefulset_name(spec.name), spec.executors.replicas
+        spec.namespace, builders.executor_statefulset_name(spec.name), spec.executors.replicas, only_up=True
     )
     log.info("reconciled %s/%s: %s", spec.namespace, spec.name, ", ".join(applied))
     return ReconcileResult(spec, storage_class, tuple(applied), scaled)
