@@ -42,6 +42,16 @@ PODS_OFF_LOST_NODES = Counter(
     "volume lives only on a node gone, down or drained (their node-local claims released)",
     ["namespace", "app"],
 )
+AUTOSCALER_DECISIONS = Counter(
+    "eddy_operator_autoscaler_decisions_total",
+    "Executor count changes the autoscaler made (direction: out or in)",
+    ["namespace", "app", "direction"],
+)
+AUTOSCALER_RECOMMENDED = Gauge(
+    "eddy_operator_autoscaler_recommended_executors",
+    "Executors the autoscaler's model recommends now (before the stabilization windows and the step)",
+    ["namespace", "app"],
+)
 PODS_DRAINED = Counter(
     "eddy_operator_pods_drained_total",
     "Executor pods deleted off nodes being drained, once every active they had was on a caught-up copy",
@@ -69,9 +79,12 @@ def forget_app(namespace: str, app: str) -> None:
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, app, state)
     for metric in (ASSIGNMENT_GENERATION, ASSIGNMENTS_PUBLISHED, FAILOVERS, FAILOVER_DURATION, PODS_OFF_LOST_NODES,
-                   PODS_DRAINED):
+                   PODS_DRAINED, AUTOSCALER_RECOMMENDED):
         with contextlib.suppress(KeyError):
             metric.remove(namespace, app)
+    for direction in ("out", "in"):
+        with contextlib.suppress(KeyError):
+            AUTOSCALER_DECISIONS.remove(namespace, app, direction)
 
 
 LEADER = Gauge("eddy_operator_leader", "1 while this replica holds the leader Lease and handles StreamApps")

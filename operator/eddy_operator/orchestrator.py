@@ -43,8 +43,9 @@ from eddy_contract.assignor import (
 from eddy_contract.spec import SpecError, StreamAppSpec
 from eddy_operator import builders, metrics
 from eddy_operator.assignment_events import describe_moves
+from eddy_operator.autoscaler import History, Sample, decide, rates, recommend
 from eddy_operator.builders import Owner
-from eddy_operator.drains import drained, hands_over, leaving
+from eddy_operator.drains import drained, emptied, hands_over, leaving
 from eddy_operator.executor_ids import (
     REREGISTRATION_GRACE_S,
     executor_renames,
@@ -54,7 +55,7 @@ from eddy_operator.executor_ids import (
 )
 from eddy_operator.kube import Kube
 from eddy_operator.node_loss import HOSTNAME_LABEL, release, release_unplaceable, stranded, unplaceable
-from eddy_operator.pods import LossReason, PodInfo, live_executors
+from eddy_operator.pods import LossReason, PodInfo, instant, live_executors
 from eddy_operator.reconcile import reconcile, write_versions
 from eddy_operator.status import Failover, Observed, compute_status, without_times
 from eddy_operator.upgrades import RejectionKind, VersionBook, driver_seen, judge
@@ -80,6 +81,10 @@ class AppController:
     last_status: dict[str, Any] | None = None
     #: the executors announced as leaving (on a node being drained), so that each is said once
     leaving: frozenset[str] = frozenset()
+    #: the autoscaler's samples of the executors' load, its recommendations, and what status shows
+    samples: list[Sample] = field(default_factory=list)
+    history: History = field(default_factory=History)
+    autoscaling: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,39 @@ def lost_executors(
             LossReason.NODE_DOWN if pod.node in down_nodes and not pod.deleting else pod.loss_reason)
         lost.append(LostExecutor(gone, reason, moved))
     return lost
+
+
+def _surplus(snap: Snapshot, spec: StreamAppSpec) -> set[str]:
+    """The executor pods past the wanted count (ordinal >= spec.executors.replicas): they go."""
+    return {p.name for p in snap.pods if p.role == "executor" and not p.deleting
+            and (n := builders.executor_ordinal(spec.name, p.name)) is not None and n >= spec.executors.replicas}
+
+
+def _load_sample(runtime: channel.RuntimeState) -> Sample | None:
+    """The autoscaler's sample of a runtime state: the executors' load and the input backlog."""
+    if not runtime.load or not runtime.updated_at:
+        return None
+    return Sample(instant(runtime.updated_at).timestamp(), runtime.load_since,
+                  {e: load.records for e, load in runtime.load.items()},
+                  {e: load.busy_s for e, load in runtime.load.items()}, sum(runtime.input_lag.values()))
+
+
+def _warming(message: channel.AssignmentMessage | None, runtime: channel.RuntimeState, executors: list[Executor],
+             wanted: int, snap: Snapshot, spec: StreamAppSpec) -> str | None:
+    """Why the autoscaler takes no recommendation now (a move under way), or None."""
+    if message is None:
+        return "no assignment yet"
+    if len(executors) != wanted or _surplus(snap, spec):
+        return f"{len(executors)} live executor(s), {wanted} wanted"
+    warmups = sum(len(a.warmups) for a in message.assignment.tasks.values())
+    if warmups:
+        return f"{warmups} warmup(s) catching up"
+    restoring = [r for r in runtime.restores if r.role == "active"]
+    if restoring:
+        return f"{len(restoring)} active task(s) restoring"
+    if runtime.assignment_generation != message.assignment.generation:
+        return "the driver has not taken the newest assignment yet"
+    return None
 
 
 class Orchestrator:
@@ -195,6 +233,8 @@ class Orchestrator:
                     and not self._awaiting_registrations(ctl, snap, runtime, app):
                 await self._assign(ctl, snap, spec, executors, runtime, cause, started)
                 await self._evict_drained(ctl, snap, spec, runtime)
+                await self._scale_in(ctl, snap, spec, runtime)
+            await self._autoscale(ctl, snap, spec, executors, runtime)
             await self._publish_live_settings(ctl, snap, spec)
             await self._judge_upgrade(snap, spec, runtime)
             await self._update_status(ctl, snap, spec, executors, runtime)
@@ -291,6 +331,7 @@ class Orchestrator:
         )
         stateful = [t for t, stores in runtime.changelog_end_offsets.items() if stores]
         going = leaving(executors, snap.pods, snap.draining_nodes) if self.hand_over else []
+        going += [e.id for e in executors if e.id not in going and e.pod in _surplus(snap, spec)]
         self._announce_leaving(ctl, snap, executors, going, previous)
         try:
             new = assign_app(executors, runtime.end_offsets(), held_by_live_id(runtime, executors), previous, settings,
@@ -365,6 +406,73 @@ class Orchestrator:
                         f"pod {pod.name} (executor {pod.exec_id}) on node {pod.node}, which is being drained, deleted: "
                         f"it {held}, every active it had is on a caught-up copy; the drain can go on")
             log.info("app %s/%s: drained pod %s off node %s", spec.namespace, spec.name, pod.name, pod.node)
+
+    async def _scale_in(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec,
+                        runtime: channel.RuntimeState) -> None:
+        """Fewer executors wanted (`kubectl scale`, the autoscaler): the pods past the wanted count
+        are leaving executors (their actives go to caught-up copies first, as in a drain); once they
+        hold no copy and the driver runs that assignment, the executor StatefulSet is scaled down
+        and its controller deletes them (their preStop hook waits for their runners to let go)."""
+        surplus = _surplus(snap, spec)
+        if ctl.message is None or not surplus:
+            return
+        taken = runtime.assignment_generation == ctl.message.assignment.generation
+        pods = [p for p in snap.pods if p.name in surplus]
+        if len(emptied(pods, ctl.message.assignment, taken)) < len([p for p in pods if not p.deleting]):
+            return
+        name = builders.executor_statefulset_name(spec.name)
+        await asyncio.to_thread(self.kube.scale_statefulset, spec.namespace, name, spec.executors.replicas)
+        self._event(snap.streamapp, "Normal", "ScaledIn",
+                    f"{', '.join(sorted(surplus))} hold no copy (their actives are on caught-up copies): executor "
+                    f"StatefulSet scaled to {spec.executors.replicas}")
+        log.info("app %s/%s: scaled in to %d executors", spec.namespace, spec.name, spec.executors.replicas)
+
+    async def _autoscale(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec, executors: list[Executor],
+                         runtime: channel.RuntimeState | None) -> None:
+        """spec.autoscaling: sample the executors' load, recommend, and scale through the scale
+        subresource when the stabilization windows agree (eddy_operator.autoscaler)."""
+        a = spec.autoscaling
+        if not a.enabled or runtime is None:
+            ctl.autoscaling = None
+            return
+        now = time.time()
+        sample = _load_sample(runtime)
+        if sample is not None and (not ctl.samples or sample.at > ctl.samples[-1].at):
+            ctl.samples = [s for s in ctl.samples if s.at >= sample.at - 2 * a.window_s] + [sample]
+        current = spec.executors.replicas
+        figures = rates(ctl.samples, a.window_s)
+        status: dict[str, Any] = {"executors": current}
+        if figures is not None:
+            status.update(inputRate=round(figures.input_rate, 1), processedRate=round(figures.processed, 1),
+                          backlog=figures.backlog, busyPercent=round(100 * figures.busy, 1))
+            if figures.capacity is not None:
+                status["capacityPerExecutor"] = round(figures.capacity, 1)
+        hold = _warming(ctl.message, runtime, executors, current, snap, spec)
+        if ctl.autoscaling and ctl.autoscaling.get("lastDecision"):
+            status["lastDecision"] = ctl.autoscaling["lastDecision"]
+        if hold is not None:
+            # lag a move causes is no evidence: the windows start over once it is done
+            ctl.history.clear()
+            status["holding"] = hold
+        elif figures is not None:
+            n, why = recommend(figures, current, a)
+            ctl.history.add(now, n, keep_s=max(a.scale_in_stabilization_s, a.scale_out_stabilization_s) + a.window_s)
+            status.update(recommended=n, reason=why)
+            decision = decide(ctl.history, now, current, a)
+            if decision is not None:
+                await asyncio.to_thread(self.kube.scale_streamapp, spec.namespace, spec.name, decision.target)
+                message = (f"executors {decision.current} -> {decision.target}: {decision.reason}; {why}; "
+                           f"{figures.describe()}")
+                self._event(snap.streamapp, "Normal", "Autoscaled", message)
+                metrics.AUTOSCALER_DECISIONS.labels(spec.namespace, spec.name,
+                                                    "out" if decision.target > current else "in").inc()
+                log.info("app %s/%s: autoscaler: %s", spec.namespace, spec.name, message)
+                status["lastDecision"] = {"time": now_iso(), "from": decision.current, "to": decision.target,
+                                          "reason": f"{decision.reason}; {why}"}
+                ctl.history.clear()
+                ctl.samples = []
+            metrics.AUTOSCALER_RECOMMENDED.labels(spec.namespace, spec.name).set(n)
+        ctl.autoscaling = status
 
     async def _write_channel(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec,
                              message: channel.AssignmentMessage) -> None:
@@ -498,6 +606,7 @@ class Orchestrator:
             spec_error=spec_error,
             wanted_version=book.wanted.hash if book.wanted is not None else None,
             rejection=book.rejected.get(book.wanted.hash) if book.wanted is not None else None,
+            autoscaling=ctl.autoscaling,
         )
         previous = ctl.last_status if ctl.last_status is not None else snap.streamapp.get("status")
         status = compute_status(observed, previous)

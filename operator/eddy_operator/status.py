@@ -78,6 +78,8 @@ class Observed:
     #: the wanted version's config hash and, if it was rejected, how (eddy_operator.upgrades)
     wanted_version: str | None = None
     rejection: Rejection | None = None
+    #: the autoscaler's figures, recommendation and last decision (eddy_operator.autoscaler)
+    autoscaling: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,8 @@ def compute_status(observed: Observed, previous: Mapping[str, Any] | None = None
         status["observedGeneration"] = o.generation
     if o.assignment is not None:
         status["assignmentGeneration"] = o.assignment.generation
+    if o.autoscaling is not None:
+        status["autoscaling"] = dict(o.autoscaling)
     if o.last_failover is not None:
         status["lastFailover"] = o.last_failover.to_status()
     elif previous and previous.get("lastFailover"):

@@ -219,17 +219,24 @@ class FakeSparkDriver:
         return {p.metadata.name: self.ids[p.metadata.uid] for p in pods}
 
     def publish(
-        self, end_offsets: Mapping[str, int], held: Mapping[str, Mapping[str, int]], generation: int | None = None
+        self, end_offsets: Mapping[str, int], held: Mapping[str, Mapping[str, int]], generation: int | None = None,
+        load: Mapping[str, tuple[int, float]] | None = None, input_lag: Mapping[str, int] | None = None,
+        updated_at: str = "2025-01-01T00:00:00.000Z",
     ) -> None:
+        """A runtime state as a driver would write it; `load`: executor -> (records, busy seconds)
+        since this fake driver started."""
         state = channel.RuntimeState(
             app=self.app,
-            updated_at="2025-01-01T00:00:00.000Z",
+            updated_at=updated_at,
             assignment_generation=generation,
             changelog_end_offsets={t: {"counts": o} for t, o in end_offsets.items()},
             executors={
                 e: channel.ExecutorInventory(e, stores={t: {"counts": o} for t, o in h.items()})
                 for e, h in held.items()
             },
+            load={e: channel.ExecutorLoad(r, b) for e, (r, b) in (load or {}).items()},
+            load_since="2025-01-01T00:00:00.000Z" if load else None,
+            input_lag=dict(input_lag or {}),
         )
         self.core.patch_namespaced_config_map(
             channel.runtime_state_configmap_name(self.app),

@@ -632,3 +632,58 @@ def test_a_drained_nodes_executor_hands_its_actives_to_caught_up_copies_and_then
                f"generation {after.assignment.generation}, then its pod was deleted")
     finally:
         kube.kubectl("uncordon", node)
+
+
+def test_a_scale_in_moves_the_leaving_executors_actives_to_caught_up_copies_before_their_pods_go(
+        kube, operator, namespace):
+    driver, first = start_app_with_executors(kube, namespace)
+    sts_name = builders.executor_statefulset_name(APP)
+    leaving_pod = f"{sts_name}-2"
+    (victim,) = [e.id for e in first.executors if e.pod == leaving_pod]
+    moved = first.assignment.active_tasks(victim)
+    kube.kubectl("scale", "sapp", APP, "-n", namespace, "--replicas=2")
+    after = wait_for(lambda: (m := driver.assignment()) and victim not in m.assignment.executors() and m,
+                     10, what=f"an assignment with no copy on executor {victim}")
+    for task in moved:
+        assert after.assignment.tasks[task].active in first.assignment.tasks[task].standbys, task
+    # the pod stays until the driver runs that assignment (its runner lets go of its actives first)
+    time.sleep(1)
+    assert get(kube, "statefulset", sts_name, namespace)["spec"]["replicas"] == 3
+    driver.publish(TASKS, caught_up_inventory(after, TASKS), after.assignment.generation)
+    wait_for(lambda: get(kube, "statefulset", sts_name, namespace)["spec"]["replicas"] == 2, 15,
+             what="the executor StatefulSet scaled to 2")
+    assert "ScaledIn" in event_reasons(kube, namespace)
+    assert "lastFailover" not in get(kube, "streamapp", APP, namespace).get("status", {})
+    report(f"\nscaled in: executor {victim} handed {len(moved)} active(s) over in generation "
+           f"{after.assignment.generation}, then the StatefulSet went to 2")
+
+
+def test_the_autoscaler_scales_out_on_backlog_and_says_why(kube, operator, namespace):
+    driver, first = start_app_with_executors(kube, namespace, executors=2)
+    kube.kubectl("patch", "sapp", APP, "-n", namespace, "--type", "merge", "-p", json.dumps({"spec": {"autoscaling": {
+        "enabled": True, "minReplicas": 2, "maxReplicas": 5, "targetUtilization": 50, "catchUpDuration": "10s",
+        "metricsWindow": "4s", "scaleOutStabilization": "3s", "scaleInStabilization": "60s", "maxStep": 1}}}))
+    held = caught_up_inventory(first, TASKS)
+    ids = sorted(e.id for e in first.executors)
+    # each executor busy all the time at 100 records per busy second; the backlog grows 100 records/s
+    t0 = time.time()
+    for i in range(40):
+        now = t0 + i * 0.5
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
+        driver.publish(TASKS, held, first.assignment.generation,
+                       load={e: (int(100 * i * 0.5), i * 0.5) for e in ids},
+                       input_lag={"0_0": 1000 + int(100 * i * 0.5)}, updated_at=stamp)
+        if get(kube, "streamapp", APP, namespace)["spec"]["executors"]["replicas"] == 3:
+            break
+        time.sleep(0.5)
+    app = wait_for(lambda: (a := get(kube, "streamapp", APP, namespace))["spec"]["executors"]["replicas"] == 3 and a,
+                   10, what="spec.executors.replicas scaled to 3 (one step)")
+    status = wait_for(lambda: (s := get(kube, "streamapp", APP, namespace)["status"]).get("autoscaling", {})
+                      .get("lastDecision") and s, 10, what="status.autoscaling.lastDecision")
+    decision = status["autoscaling"]["lastDecision"]
+    assert (decision["from"], decision["to"]) == (2, 3), decision
+    events = json.loads(kube.kubectl("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
+    said = [e["message"] for e in events if e["reason"] == "Autoscaled"]
+    assert said and "executors 2 -> 3" in said[0] and "backlog" in said[0], said
+    assert app["spec"]["executors"]["replicas"] == 3
+    report(f"\nautoscaler: {said[0]}")

@@ -205,7 +205,10 @@ def test_compute_status_produces_exactly_the_fields_of_the_crds_status_schema():
     runtime = RuntimeState("wc", "t", 4, MappingProxyType({"0_0": {"s": 100}}),
                            restores=(RestoreProgress("0_0", "2", "standby", 40, 100),))
     failover = Failover("2025-01-01T00:00:00.000Z", "3", "pod deleted", ("0_1",), 0.02)
-    status = compute_status(observed(runtime=runtime, last_failover=failover))
+    autoscaling = {"executors": 2, "recommended": 3, "reason": "r", "holding": "h", "inputRate": 10.5,
+                   "processedRate": 9.5, "backlog": 100, "busyPercent": 71.2, "capacityPerExecutor": 20.1,
+                   "lastDecision": {"time": "2025-01-01T00:00:00.000Z", "from": 1, "to": 2, "reason": "r"}}
+    status = compute_status(observed(runtime=runtime, last_failover=failover, autoscaling=autoscaling))
     assert _shape_mismatches(status, schema) == []
     # and the other way round: every field in the schema names something compute_status writes
     assert set(status) == set(schema["properties"])
