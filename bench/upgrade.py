@@ -108,6 +108,8 @@ class Marks:
     restored: int | None = None
     restored_label: str = ""
     notes: list[str] = field(default_factory=list)
+    #: parts of the change measured apart: (name, start ms, end ms), e.g. a drain and the return after it
+    phases: list[tuple[str, float, float]] = field(default_factory=list)
 
     def start(self) -> None:
         self.started_ms = time.time() * 1000
@@ -172,6 +174,8 @@ class Upgrade:
     late_records: int = 0
     #: when the late records were sent (`late_spans`)
     late_spans: list[tuple[float, float, float]] = field(default_factory=list)
+    #: per phase of the change (`Marks.phases`): (name, seconds, records sent in it, p99 ms, max ms, late)
+    phases: list[tuple[str, float, int, float, float, int]] = field(default_factory=list)
     back_s: float = math.nan
     back: bool = False
     holds_all_s: float = math.nan
@@ -247,6 +251,12 @@ def analyse(result: Upgrade, s: Settings, sent: Sequence[tuple[bytes, int]], see
         result.change_max_ms = window[-1] if window else math.nan
         result.late_records = sum(1 for x in window if x > s.late_ms)
         result.late_spans = late_spans(sent[first:], lat[first:], marks.started_ms, s.late_ms)
+        for name, start_ms, end_ms in marks.phases:
+            # a record sent from G before the phase's start (it may have met the phase in flight) to its end
+            part = sorted(math.inf if math.isnan(x) else x for (_, ts), x in zip(sent, lat, strict=True)
+                          if start_ms - g <= ts < end_ms)
+            result.phases.append((name, (end_ms - start_ms) / 1000, len(part), tp.percentile(part, 0.99),
+                                  part[-1] if part else math.nan, sum(1 for x in part if x > s.late_ms)))
         back_s, result.back, _, _ = fo.recovery(sent, lat, marks.started_ms, s.late_ms, sent[first][1]
                                                 if first < len(sent) else math.inf)
         result.back_s = back_s
@@ -403,7 +413,9 @@ def summary(r: Upgrade) -> str:
             f"({tp.fmt(r.ratio, '.1f')}x), max {tp.fmt(r.change_max_ms)} ms, {r.late_records} late"
             + "".join(f" (sent +{a:.1f}-{b:.1f} s)" for a, b, _ in r.late_spans[:4]) + ", holds all after "
             f"{tp.fmt(r.holds_all_s, '.1f')} s, restored {r.restored if r.restored is not None else '-'}, counts "
-            + ("exact" if not r.wrong else f"WRONG {r.wrong[:3]}"))
+            + ("exact" if not r.wrong else f"WRONG {r.wrong[:3]}")
+            + "".join(f"; {name} ({secs:.1f} s, {n} records): p99 {tp.fmt(p99)} ms, max {tp.fmt(mx)} ms, {late} late"
+                      for name, secs, n, p99, mx, late in r.phases))
 
 
 def middle(runs: list[Upgrade]) -> Upgrade:

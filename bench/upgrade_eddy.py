@@ -456,7 +456,7 @@ class NodeDrained(EddyChange):
         others = [name for name, p in self._pods_on(node) if name != pod.metadata.name]
         marks.notes.append(f"drained {node}: executor pod {pod.metadata.name}"
                            + (f", and {', '.join(others)}" if others else ""))
-        t0 = time.monotonic()
+        t0, t0_ms = time.monotonic(), time.time() * 1000
         proc = subprocess.run(
             [str(self.c.node.bin_dir / "kubectl"), "--kubeconfig", str(self.c.node.kubeconfig), "drain", node,
              "--ignore-daemonsets", "--delete-emptydir-data", "--force", f"--timeout={self.s.change_timeout_s:g}s"],
@@ -472,12 +472,14 @@ class NodeDrained(EddyChange):
             marks.notes.append(f"the drain took {took:.1f} s; {refused} evictions of the executor refused")
         finally:
             self.c.node.kubectl("uncordon", node)
-        marks.step(f"{node} uncordoned")
         since = time.time() * 1000
+        marks.phases.append(("the drain", t0_ms, since))
+        marks.step(f"{node} uncordoned")
         self.wait(lambda: self._back(pod.metadata.name, node, pod.metadata.uid), self.s.change_timeout_s,
                   f"{pod.metadata.name} back on {node}")
         marks.step(f"{pod.metadata.name} back on {node}")
         self.wait_holds_every_task(marks, since)
+        marks.phases.append(("the return", since, marks.done_ms))
 
     def _pods_on(self, node: str) -> list[tuple[str, str]]:
         found = json.loads(self.c.node.kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={node}",
