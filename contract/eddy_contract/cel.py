@@ -26,6 +26,11 @@ RESERVED_SPARK_CONF: tuple[str, ...] = (
     "spark.kubernetes.container.image",
     "spark.kubernetes.executor.podTemplateFile",
 )
+# What spec.executors.cpu sets; sparkConf may not set it as well.
+EXECUTOR_CPU_SPARK_CONF: tuple[str, ...] = (
+    "spark.kubernetes.executor.request.cores",
+    "spark.kubernetes.executor.limit.cores",
+)
 # Kafka client settings that carry credentials: only Secret references may provide them.
 SECRET_CONFIG_WORDS: tuple[str, ...] = ("password", "secret", "sasl.jaas.config", "ssl.key.pem", "ssl.keystore")
 # A Kubernetes label key ([prefix/]name); `[.]` rather than `\.` so the CEL string needs no escape.
@@ -35,6 +40,11 @@ LABEL_KEY_PATTERN = (
 _LABEL_KEY_RE = re.compile(LABEL_KEY_PATTERN)
 _CREDENTIAL_KEYS = " || ".join(f"k.lowerAscii().contains('{w}')" for w in SECRET_CONFIG_WORDS)
 _RESERVED_KEYS = ", ".join(f"'{k}'" for k in RESERVED_SPARK_CONF)
+
+
+def cpu_cores(quantity: str) -> float:
+    """A CPU quantity as the CRD's pattern allows it ("500m", "2", "1.5") in cores."""
+    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
 
 
 def _first_key(judged: Mapping[str, Any], bad: Callable[[str], bool]) -> str | None:
@@ -53,6 +63,12 @@ CEL_RULES: Mapping[str, Callable[[Any], str | None]] = MappingProxyType(
             s["state"]["standbyReplicas"] < s["executors"]["replicas"]
         ),
         "self.minReplicas <= self.maxReplicas": lambda a: _holds(a["minReplicas"] <= a["maxReplicas"]),
+        "!has(self.request) || !has(self.limit) || quantity(self.request).compareTo(quantity(self.limit)) <= 0":
+            lambda cpu: _holds("request" not in cpu or "limit" not in cpu
+                               or cpu_cores(cpu["request"]) <= cpu_cores(cpu["limit"])),
+        "!has(self.executors.cpu) || !has(self.sparkConf) || !self.sparkConf.exists(k, k in "
+        "['spark.kubernetes.executor.request.cores', 'spark.kubernetes.executor.limit.cores'])": lambda s: _holds(
+            "cpu" not in s["executors"] or not set(s.get("sparkConf", {})) & set(EXECUTOR_CPU_SPARK_CONF)),
         "!has(self.deadLetterTopic) || self.badRecordPolicy == 'dead-letter'": lambda s: _holds(
             "deadLetterTopic" not in s or s["badRecordPolicy"] == "dead-letter"
         ),

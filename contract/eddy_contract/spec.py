@@ -203,6 +203,9 @@ class ExecutorsSpec(PodResources):
     node_selector: Mapping[str, str]
     tolerations: tuple[Toleration, ...]
     zone_topology_key: str
+    #: the pods' CPU request and limit (quantities), when set apart from `cores`
+    cpu_request: str | None = None
+    cpu_limit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -458,6 +461,8 @@ def _executors(e: Mapping[str, Any]) -> ExecutorsSpec:
         node_selector=MappingProxyType(e.get("nodeSelector", {})),
         tolerations=tolerations,
         zone_topology_key=e["zoneTopologyKey"],
+        cpu_request=(e.get("cpu") or {}).get("request"),
+        cpu_limit=(e.get("cpu") or {}).get("limit"),
     )
 
 

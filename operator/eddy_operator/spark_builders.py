@@ -97,6 +97,10 @@ def build_spark_conf(spec: StreamAppSpec, storage_class: str) -> dict[str, str]:
         "spark.driver.memory": f"{spec.driver.memory_mib}m",
         "spark.executor.instances": str(spec.executors.replicas),
         "spark.executor.cores": str(spec.executors.cores),
+        # spec.executors.cpu: the pods' CPU apart from the cores Spark schedules by
+        **({"spark.kubernetes.executor.request.cores": spec.executors.cpu_request}
+           if spec.executors.cpu_request else {}),
+        **({"spark.kubernetes.executor.limit.cores": spec.executors.cpu_limit} if spec.executors.cpu_limit else {}),
         "spark.executor.memory": f"{spec.executors.memory_mib}m",
         "spark.dynamicAllocation.enabled": "false",
         "spark.kubernetes.allocation.pods.allocator": "statefulset",

@@ -289,3 +289,19 @@ def test_the_wordcount_example_is_a_valid_streamapp():
     spec = load_streamapp_file(CRD_PATH.parent.parent / "examples" / "wordcount" / "streamapp.yaml")
     assert spec.name == "wordcount"
     assert spec.executors.replicas == 3 and spec.state.standby_replicas == 1
+
+
+def test_the_executors_cpu_is_read_and_checked_against_its_limit_and_spark_conf():
+    spec = StreamAppSpec.from_manifest(minimal(executors={"cpu": {"request": "250m", "limit": "500m"}}))
+    assert (spec.executors.cpu_request, spec.executors.cpu_limit) == ("250m", "500m")
+    assert StreamAppSpec.from_manifest(minimal()).executors.cpu_request is None
+    with pytest.raises(SpecError) as err:
+        StreamAppSpec.from_manifest(minimal(executors={"cpu": {"request": "2", "limit": "500m"}}))
+    assert (err.value.field, err.value.reason) == ("spec.executors.cpu.request", "must not be more than limit")
+    with pytest.raises(SpecError) as err:
+        StreamAppSpec.from_manifest(minimal(executors={"cpu": {"limit": "1"}},
+                                            sparkConf={"spark.kubernetes.executor.limit.cores": "2"}))
+    assert err.value.field == "spec.sparkConf" and "spec.executors.cpu" in err.value.reason
+    with pytest.raises(SpecError) as err:
+        StreamAppSpec.from_manifest(minimal(executors={"cpu": {"request": "half"}}))
+    assert err.value.field == "spec.executors.cpu.request"

@@ -113,6 +113,21 @@ RULE_BREAKERS: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
         lambda s: s.update(executors={"nodeSelector": {"not a key": "x"}}),
         "spec.executors.nodeSelector.not a key",
     ),
+    (
+        "autoscaling-bounds",
+        lambda s: s.update(autoscaling={"minReplicas": 4, "maxReplicas": 3}),
+        "spec.autoscaling.minReplicas",
+    ),
+    (
+        "cpu-request-over-limit",
+        lambda s: s.update(executors={"cpu": {"request": "1500m", "limit": "1"}}),
+        "spec.executors.cpu.request",
+    ),
+    (
+        "cpu-twice",
+        lambda s: s.update(executors={"cpu": {"limit": "1"}}, sparkConf={"spark.kubernetes.executor.limit.cores": "2"}),
+        "spec.sparkConf",
+    ),
 ]
 
 

@@ -231,3 +231,12 @@ def test_the_driver_pod_requests_what_spark_kubernetes_driver_request_cores_says
 
     assert driver_cpu() == str(StreamAppSpec.from_manifest(full()).driver.cores)
     assert driver_cpu(**{"spark.kubernetes.driver.request.cores": "300m"}) == "300m"
+
+
+def test_the_executors_cpu_becomes_sparks_pod_request_and_limit():
+    spec = StreamAppSpec.from_manifest(minimal(executors={"cpu": {"request": "250m", "limit": "500m"}}))
+    conf = spark_builders.build_spark_conf(spec, "fast")
+    assert conf["spark.kubernetes.executor.request.cores"] == "250m"
+    assert conf["spark.kubernetes.executor.limit.cores"] == "500m"
+    plain = spark_builders.build_spark_conf(StreamAppSpec.from_manifest(minimal()), "fast")
+    assert "spark.kubernetes.executor.limit.cores" not in plain

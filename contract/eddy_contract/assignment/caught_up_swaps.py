@@ -1,7 +1,11 @@
 """Rule 1, last step: trade the targets of two stateful tasks when that puts more of them on
-caught-up copies, or as many and more of them on their previous (sticky) executor, without
-leaving any executor's per-core bounds of any sub-topology. Each swap raises (caught up, sticky)
-summed over all tasks, so the swapping ends."""
+caught-up copies, or as many and more of them on their previous (sticky) executor, or as many of
+both and leaves fewer records to restore (Kafka Streams ranks the copies that are not caught up
+by lag), without leaving any executor's per-core bounds of any sub-topology. Each swap raises
+(caught up, sticky, - records to restore) summed over all tasks, so the swapping ends.
+
+Records to restore: the target's lag if it is not caught up, else none (caught-up copies are
+equals, as in Kafka Streams; their lags move with every commit and must not move actives)."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ class _Bounds(NamedTuple):
 class _Score(NamedTuple):
     caught_up: int
     sticky: int
+    unrestored: int  # minus the records to restore
 
 
 def swap_towards_caught_up(target: dict[str, str], tasks: AppTasks, clients: ClientState) -> None:
@@ -35,7 +40,8 @@ def swap_towards_caught_up(target: dict[str, str], tasks: AppTasks, clients: Cli
         by_target[target[t]].append(t)
 
     def score(t: str, e: str) -> _Score:
-        return _Score(int(clients.caught_up(e, t)), int(clients.sticky(t) == e))
+        caught_up = clients.caught_up(e, t)
+        return _Score(int(caught_up), int(clients.sticky(t) == e), 0 if caught_up else -clients.lag(e, t))
 
     def within_bounds(gt: TaskGroup, gu: TaskGroup, x: str, y: str) -> bool:
         """A task of `gt` may leave x for y and one of `gu` leave y for x."""
@@ -53,9 +59,8 @@ def swap_towards_caught_up(target: dict[str, str], tasks: AppTasks, clients: Cli
                 for u in by_target[y]:
                     gu = TaskGroup.of(u)
                     ty, ux, tx, uy = score(t, y), score(u, x), score(t, x), score(u, y)
-                    gain = (ty.caught_up + ux.caught_up - tx.caught_up - uy.caught_up,
-                            ty.sticky + ux.sticky - tx.sticky - uy.sticky)
-                    if gain <= (0, 0):
+                    gain = tuple(a + b - c - d for a, b, c, d in zip(ty, ux, tx, uy, strict=True))
+                    if gain <= (0, 0, 0):
                         continue
                     if gu != gt and not within_bounds(gt, gu, x, y):
                         continue

@@ -55,14 +55,16 @@ def place_warmups(
     clients: ClientState,
     max_warmup_replicas: int,
 ) -> dict[str, list[str]]:
-    """A warmup on each planned move's executor, at most maxWarmupReplicas over the app: warmups
-    under way keep their budget first, then actives' moves, then standbys'."""
+    """A warmup on a planned move's executor, at most one per task (Kafka Streams places one
+    extra copy per task) and maxWarmupReplicas over the app: warmups under way keep their budget
+    first, then actives' moves, then standbys'. A move left without a warmup waits: the copy
+    stays where it is, and the move gets its warmup once the task's warmup has done its work."""
     order = sorted(moves, key=lambda m: (not clients.was_warmup(m.executor, m.task), m.role != Role.ACTIVE,
                                          task_sort_key(m.task), m.executor))
     budget = max_warmup_replicas
     warmups: dict[str, list[str]] = {}
     for t, e, _ in order:
-        if e == active[t] or e in standbys.get(t, ()) or e in warmups.get(t, ()):
+        if e == active[t] or e in standbys.get(t, ()) or t in warmups:
             continue
         if budget <= 0:
             break
