@@ -274,3 +274,33 @@ def test_a_killed_node_leaves_nothing_running_and_goes_not_ready(
     assert status == "Unknown"  # nothing posts its status any more
     for node in survivors:
         assert ready(kubectl_json(cluster, "get", "node", node.name)) == "True", node.name
+
+
+def test_a_killed_node_restarts_and_runs_its_pods_again(three_nodes: NodeCluster, echo: dict[str, dict[str, Any]]):
+    """``node.sh restart-node``, as a machine that rebooted: the node is Ready again, and the echo
+    pod still bound to it runs again (its kubelet finds its containers dead and starts them), on
+    the pod network. The node is killed again after: the apps' modules run on nodes 1 and 3."""
+    cluster = three_nodes
+    victim = cluster.nodes[1]
+    source = echo[cluster.nodes[0].name]["metadata"]["name"]
+    pod_name = echo[victim.name]["metadata"]["name"]
+    t0 = time.monotonic()
+    said = cluster.restart_node(victim)
+    back_in = time.monotonic() - t0
+    assert ready(kubectl_json(cluster, "get", "node", victim.name)) == "True"
+    assert sorted(daemons_of(cluster, victim).values()) == ["containerd", "kubelet"]
+
+    def answers() -> str:
+        pod = kubectl_json(cluster, "get", "pod", "-n", NAMESPACE, pod_name)
+        ip = pod["status"].get("podIP")
+        ready_now = any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+        answer = get(cluster, source, f"http://{ip}:{ECHO_PORT}/", timeout_s=3) if ip and ready_now else ""
+        return answer if answer.startswith(victim.name) else ""
+
+    answer = until(answers, 180, f"the echo pod on {victim.name} answering again")
+    running_in = time.monotonic() - t0
+    report(f"\n{victim.name} restarted ({said}); its echo pod answered {running_in:.1f} s after: {answer}")
+    assert back_in < 120
+    cluster.kill_node(victim)
+    until(lambda: ready(kubectl_json(cluster, "get", "node", victim.name)) != "True", NOT_READY_WITHIN_S,
+          f"{victim.name} NotReady after the second kill")

@@ -335,6 +335,11 @@ class NodeCluster(ControlPlane):
         (shared by the nodes) go on. Returns node.sh's line saying what it killed."""
         return run_script(REPO / "infra/cluster/node.sh", "kill-node", self.dir, node.name, timeout=120).strip()
 
+    def restart_node(self, node: ClusterNode) -> str:
+        """Bring a killed `node` back (``node.sh restart-node``), as a machine that rebooted: its
+        containerd and kubelet start on their state, and it is Ready when this returns."""
+        return run_script(REPO / "infra/cluster/node.sh", "restart-node", self.dir, node.name, timeout=300).strip()
+
     def processes_of(self, node: ClusterNode) -> dict[int, str]:
         """The live processes of `node` (PID: command line), found from /proc independently of
         node.sh: those in its cgroup root (any hierarchy: the containers) and those whose command

@@ -20,6 +20,11 @@
 #                          a name or a 1-based index. Its mounts stay until
 #                          stop; its address stays (node 1's carries the
 #                          control plane): nothing listens there any more.
+#   node.sh restart-node <dir> <node>
+#                          a killed node comes back, as after a reboot: its pod
+#                          network reachable again, its containerd and kubelet
+#                          started on their state directories; waits until the
+#                          node is Ready
 #   node.sh stop <dir>     stop pods, nodes and control plane (etcd last),
 #                          unmount what they mounted under <dir>, remove the
 #                          nodes' cgroups, bridges, extra addresses and routes,
@@ -652,17 +657,7 @@ cmd_start() {
     launch_controllers "$dir" "${node_flags[@]}" \
         --service-cluster-ip-range="$SERVICE_CIDR" \
         --use-service-account-credentials=true
-    for ((i = 1; i <= NODES; i++)); do
-        nd="${N_DIR[i]}"
-        launch "$nd" kubelet "$BIN/kubelet" \
-            --config="$nd/kubelet/config.yaml" \
-            --kubeconfig="$dir/kubeconfig" \
-            --root-dir="$nd/kubelet" \
-            --cert-dir="$nd/kubelet/pki" \
-            --hostname-override="${N_NAME[i]}" \
-            --node-ip="${N_IP[i]}" \
-            --node-labels="topology.kubernetes.io/zone=${N_ZONE[i]}"
-    done
+    for ((i = 1; i <= NODES; i++)); do launch_kubelet "$dir" "$i"; done
     launch "$dir" kube-proxy "$BIN/kube-proxy" --config="$dir/kube-proxy.yaml"
     launch "$dir" coredns "$BIN/coredns" -conf "$dir/Corefile"
 
@@ -714,6 +709,19 @@ NODES=$NODES
 EOF
     stage "storage created"
     echo "$NODES node(s) ready in $(elapsed) s: KUBECONFIG=$dir/kubeconfig (apiserver https://$NODE_IP:$API_PORT, DNS $NODE_IP, StorageClass $STORAGE_CLASS, $PVS PVs per node); see $dir/cluster.env and $dir/nodes"
+}
+
+# launch_kubelet <cluster dir> <i>: node i's kubelet (its start, and restart-node's).
+launch_kubelet() {
+    local dir="$1" i="$2" nd="${N_DIR[$2]}"
+    launch "$nd" kubelet "$BIN/kubelet" \
+        --config="$nd/kubelet/config.yaml" \
+        --kubeconfig="$dir/kubeconfig" \
+        --root-dir="$nd/kubelet" \
+        --cert-dir="$nd/kubelet/pki" \
+        --hostname-override="${N_NAME[i]}" \
+        --node-ip="${N_IP[i]}" \
+        --node-labels="topology.kubernetes.io/zone=${N_ZONE[i]}"
 }
 
 # ----------------------------------------------------------------- stop ----
@@ -826,6 +834,44 @@ cmd_kill_node() {
     echo "node ${N_NAME[i]} killed: $killed process(es) SIGKILLed; its pod range ${N_CIDR[i]} is a blackhole"
 }
 
+# restart-node: a killed node comes back, as a machine that rebooted: its pod
+# network is reachable again, its containerd and kubelet start on their state
+# directories, and the kubelet registers, finds its pods' containers dead and
+# cleans them up (the pods the control plane still binds to it are started
+# again; those deleted meanwhile are not).
+cmd_restart_node() {
+    (($# == 2)) || die "usage: $0 restart-node <dir> <node name or index>"
+    local dir i nd name deadline
+    [[ -d "$1" ]] || die "no cluster in $1"
+    dir="$(cd "$1" && pwd)"
+    load_nodes "$dir"
+    i="$(node_index "$2")" || die "no node $2 in $dir/nodes"
+    nd="${N_DIR[i]}"
+    [[ -f "$nd/killed" ]] || die "node ${N_NAME[i]} was not killed (kill-node) or is back already"
+    [[ -z "$(node_pids "$i")" ]] || die "node ${N_NAME[i]} still has processes: $(node_pids "$i" | xargs)"
+    T0="$(date +%s.%N)"
+    ip route del blackhole "${N_CIDR[i]}" 2>/dev/null || true
+    ip link set "${N_BRIDGE[i]}" up 2>/dev/null || true
+    for name in containerd kubelet; do
+        [[ -f "$nd/$name.log" ]] && mv -f "$nd/$name.log" "$nd/$name.log.killed"
+    done
+    launch "$nd" containerd /usr/bin/containerd --config "$nd/containerd/config.toml"
+    deadline=$((SECONDS + READY_TIMEOUT))
+    until ctr --address "$nd/containerd/containerd.sock" version >/dev/null 2>&1; do
+        pid_of "$nd" containerd >/dev/null || fail "$nd" containerd "containerd of ${N_NAME[i]} exited on restart"
+        ((SECONDS < deadline)) || fail "$nd" containerd "containerd of ${N_NAME[i]} not serving after ${READY_TIMEOUT}s"
+        sleep 0.2
+    done
+    launch_kubelet "$dir" "$i"
+    until kubectl_in "$dir" wait --for=condition=Ready "node/${N_NAME[i]}" --timeout=1s >/dev/null 2>&1; do
+        pid_of "$nd" kubelet >/dev/null || fail "$nd" kubelet "the kubelet of ${N_NAME[i]} exited on restart"
+        ((SECONDS < deadline)) || fail "$nd" kubelet "node ${N_NAME[i]} not Ready after ${READY_TIMEOUT}s"
+        sleep 0.5
+    done
+    rm -f "$nd/killed"
+    echo "node ${N_NAME[i]} restarted and Ready in $(elapsed) s"
+}
+
 cmd_stop() {
     (($# == 1)) || die "usage: $0 stop <dir>"
     # During a failed start, fail passes the failing node's directory.
@@ -912,8 +958,9 @@ node_main() {
         start) cmd_start "$@" ;;
         stop) cmd_stop "$@" ;;
         kill-node) cmd_kill_node "$@" ;;
+        restart-node) cmd_restart_node "$@" ;;
         dns) (($# == 1)) || die "usage: $0 dns <name>"; dns_a "$1" ;;
-        *) die "usage: $0 build | start <dir> | kill-node <dir> <node> | stop <dir> | dns <name>" ;;
+        *) die "usage: $0 build | start <dir> | kill-node <dir> <node> | restart-node <dir> <node> | stop <dir> | dns <name>" ;;
     esac
 }
 
