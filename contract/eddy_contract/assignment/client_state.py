@@ -88,6 +88,13 @@ class ClientState:
         p = self.previous_active(task)
         return p if p is not None and (p in self.cores or p in self.leaving) and self.caught_up(p, task) else None
 
+    def as_balanced(self, counts: Mapping[str, int], src: str, dst: str) -> bool:
+        """One of `counts` (per executor) may leave `src` for `dst` as balanced: neither one's count
+        per core leaves the range the two spanned (with equal cores: they trade counts, or come
+        closer)."""
+        a, b = counts[src] / self.cores[src], counts[dst] / self.cores[dst]
+        return (counts[dst] + 1) / self.cores[dst] <= a and (counts[src] - 1) / self.cores[src] >= b
+
     def freshest(self, task: str) -> Callable[[str], tuple[bool, int, bool, str]]:
         """Order executors for `task`: caught up, then least lag, then a previous copy, then id."""
         return lambda e: (not self.caught_up(e, task), self.lag(e, task), not self.was_copy(e, task), e)

@@ -1,11 +1,14 @@
 """Stateless tasks' actives (they have no standbys and nothing to restore): each fills up the
 least loaded executor per core, in total first, then within its sub-topology, then among
-stateless tasks; the previous executor only breaks ties."""
+stateless tasks. Then each goes back to its previous executor wherever that is as balanced: it
+moves there when no executor's load leaves the range it was in, or trades places with a stateless
+task there, so that a balanced previous assignment comes back as it was."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from eddy_contract.assignment.app_tasks import AppTasks
 from eddy_contract.assignment.client_state import ClientState
@@ -14,24 +17,71 @@ from eddy_contract.tasks import task_sort_key
 
 def place_stateless(tasks: AppTasks, clients: ClientState, stateful_actives: Mapping[str, str]) -> dict[str, str]:
     """The executor of every stateless task, given where the stateful actives are."""
-    total = Counter({e: 0 for e in clients.live})
-    total.update(stateful_actives.values())
-    stateless = Counter({e: 0 for e in clients.live})
-    per_subtopology: defaultdict[int, Counter[str]] = defaultdict(Counter)
+    loads = _Loads(clients.cores)
+    loads.total.update(e for e in stateful_actives.values() if e in clients.cores)
     active: dict[str, str] = {}
     for t in tasks.ordered:
         if t in tasks.stateful:
             continue
-        placed = per_subtopology[task_sort_key(t)[0]]
         p = clients.previous_active(t)
-
-        def load(e: str, placed: Counter[str] = placed, p: str | None = p) -> tuple[float, float, float, bool, str]:
-            c = clients.cores[e]
-            return ((total[e] + 1) / c, (placed[e] + 1) / c, (stateless[e] + 1) / c, e != p, e)
-
-        best = min(clients.live, key=load)
+        best = min(clients.live, key=lambda e: (*loads.after_adding(t, e), e != p, e))  # noqa: B023
         active[t] = best
-        total[best] += 1
-        stateless[best] += 1
-        placed[best] += 1
+        loads.add(t, best)
+    _back_to_previous(active, clients, loads)
     return active
+
+
+@dataclass
+class _Loads:
+    """Tasks per executor: in total, stateless ones, and stateless ones per sub-topology."""
+
+    cores: Mapping[str, int]
+    total: Counter[str] = field(default_factory=Counter)
+    stateless: Counter[str] = field(default_factory=Counter)
+    per_subtopology: defaultdict[int, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+
+    def of(self, task: str) -> tuple[Counter[str], Counter[str], Counter[str]]:
+        return self.total, self.per_subtopology[task_sort_key(task)[0]], self.stateless
+
+    def after_adding(self, task: str, e: str) -> tuple[float, ...]:
+        return tuple((c[e] + 1) / self.cores[e] for c in self.of(task))
+
+    def add(self, task: str, e: str, n: int = 1) -> None:
+        for c in self.of(task):
+            c[e] += n
+
+
+def _back_to_previous(active: dict[str, str], clients: ClientState, loads: _Loads) -> None:
+    """Move stateless tasks back to their previous executor in place, alone or trading places
+    with a stateless task there; each step puts more of them where they were, so it ends."""
+    def was(t: str, e: str) -> int:
+        return int(clients.previous_active(t) == e)
+
+    changed = True
+    while changed:
+        changed = False
+        for t in active:
+            x, y = active[t], clients.previous_active(t)
+            if y is None or y == x or y not in clients.cores:
+                continue
+            if all(clients.as_balanced(c, x, y) for c in loads.of(t)):
+                loads.add(t, x, -1)
+                loads.add(t, y)
+                active[t] = y
+                changed = True
+                continue
+            same = task_sort_key(t)[0]
+            for u in [u for u in active if active[u] == y]:
+                if was(u, x) - was(u, y) + 1 <= 0:
+                    continue
+                other = task_sort_key(u)[0]
+                if other != same and not (clients.as_balanced(loads.per_subtopology[same], x, y)
+                                          and clients.as_balanced(loads.per_subtopology[other], y, x)):
+                    continue
+                loads.per_subtopology[same][x] -= 1
+                loads.per_subtopology[same][y] += 1
+                loads.per_subtopology[other][y] -= 1
+                loads.per_subtopology[other][x] += 1
+                active[t], active[u] = y, x
+                changed = True
+                break
