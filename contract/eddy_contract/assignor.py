@@ -11,8 +11,11 @@ The rules (Kafka Streams' guarantees; "balanced" = per core, loads differ by at 
 
 1. Targets: where each stateful active belongs once every copy has caught up - balanced per
    sub-topology and in total, preferring caught-up copies, then the previous actives (those live
-   and caught up, lag <= acceptableRecoveryLag), as far as that balance allows. Stateless
-   tasks then fill up the least loaded executors (in total, then per sub-topology and kind).
+   and caught up, lag <= acceptableRecoveryLag), then previous copies, then the copies with the
+   least to restore (Kafka Streams ranks by lag), as far as that balance allows. Stateless
+   tasks then fill up the least loaded executors (in total, then per sub-topology and kind), and
+   stay on their previous executor wherever that is as balanced. So a balanced previous
+   assignment with every copy caught up comes back unchanged.
 2. An active goes to its target only if the target is caught up; else it stays on its previous
    executor if that is caught up, else on the least loaded caught-up copy, else (nobody caught
    up) on the freshest copy. A target that did not get its active is a planned move.
@@ -20,9 +23,10 @@ The rules (Kafka Streams' guarantees; "balanced" = per core, loads differ by at 
    one executor, in a zone the task's copies do not use yet (KIP-708), else where stateful copies
    (actives + standbys) stay balanced. A standby that would have to restore gives way to a
    caught-up copy while one exists: the hot copy stays and the new place is a planned move.
-4. Warmups: each planned move's destination gets a warmup (a copy that exists only to catch up),
-   at most maxWarmupReplicas over the app, warmups under way first, then actives, then
-   standbys. Once a warmup has caught up, rules 2 and 3 move the copy onto it.
+4. Warmups: a planned move's destination gets a warmup (a copy that exists only to catch up),
+   at most one per task (Kafka Streams' one extra copy) and maxWarmupReplicas over the app,
+   warmups under way first, then actives, then standbys; a move left without one waits. Once a
+   warmup has caught up, rules 2 and 3 move the copy onto it.
 5. Leaving executors (their node is drained) take no new copy: their stateless actives and their
    standbys go elsewhere at once, and each stateful active they hold stays (rule 2's "previous
    caught-up executor") until its target elsewhere has caught up, a warmup there first if need
