@@ -147,6 +147,19 @@ def _surplus(snap: Snapshot, spec: StreamAppSpec) -> set[str]:
             and (n := builders.executor_ordinal(spec.name, p.name)) is not None and n >= spec.executors.replicas}
 
 
+def unknown_to_driver(executors: Iterable[Executor], runtime: channel.RuntimeState, previous: Assignment | None,
+                      going: Collection[str] = ()) -> list[str]:
+    """Live executors that take no new copy yet: registered (their pod carries an id) but not named
+    by the driver's runtime state, so their volume's inventory is not known, and holding nothing in
+    the last assignment. Given copies now, an executor back on its own volume under a new id would
+    get warmups restoring whole changelogs for tasks whose tails it holds (the inventory comes with
+    its first batch); a leaving executor takes none (eddy_contract.assignor, rule 5)."""
+    if previous is None or not runtime.executors:
+        return []
+    holding = set(previous.executors())
+    return [e.id for e in executors if e.id not in runtime.executors and e.id not in holding and e.id not in going]
+
+
 def _load_sample(runtime: channel.RuntimeState) -> Sample | None:
     """The autoscaler's sample of a runtime state: the executors' load and the input backlog."""
     if not runtime.load or not runtime.updated_at:
@@ -332,6 +345,7 @@ class Orchestrator:
         stateful = [t for t, stores in runtime.changelog_end_offsets.items() if stores]
         going = leaving(executors, snap.pods, snap.draining_nodes) if self.hand_over else []
         going += [e.id for e in executors if e.id not in going and e.pod in _surplus(snap, spec)]
+        going += unknown_to_driver(executors, runtime, previous, going)
         self._announce_leaving(ctl, snap, executors, going, previous)
         try:
             new = assign_app(executors, runtime.end_offsets(), held_by_live_id(runtime, executors), previous, settings,

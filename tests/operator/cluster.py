@@ -259,8 +259,9 @@ class FakeSparkDriver:
 def caught_up_inventory(
     message: channel.AssignmentMessage, end_offsets: Mapping[str, int]
 ) -> dict[str, dict[str, int]]:
-    """Every copy in the assignment holds the task's whole changelog (standbys are hot)."""
-    held: dict[str, dict[str, int]] = {}
+    """Every copy in the assignment holds the task's whole changelog (standbys are hot); every
+    executor it names is in the inventory (as a driver that has probed each one's volume)."""
+    held: dict[str, dict[str, int]] = {e.id: {} for e in message.executors}
     for task, placement in message.assignment.tasks.items():
         for e in placement.copies:
             held.setdefault(e, {})[task] = end_offsets[task]

@@ -332,6 +332,8 @@ def test_a_returning_executor_gets_standbys_then_its_share_of_actives_once_caugh
     ids = driver.register_running_executors(3)
     new_id = ids[victim_pod]
     assert new_id == "4"
+    # the driver probes the new executor's volume (empty here) and names it in its runtime state
+    driver.publish(TASKS, {**caught_up_inventory(failed_over, TASKS), new_id: {}}, failed_over.assignment.generation)
     placed = wait_for(
         lambda: (m := driver.assignment()) and new_id in m.assignment.executors() and m,
         10,
@@ -532,7 +534,11 @@ def test_failover_stays_under_one_second_over_repeated_executor_losses(kube, ope
         times.append(time.monotonic() - t0)
         for task in current.assignment.active_tasks(victim):
             assert after.assignment.tasks[task].active in current.assignment.tasks[task].standbys
-        driver.register_running_executors(3)
+        ids = driver.register_running_executors(3)
+        # the driver probes the replacement's volume and names it in its runtime state
+        driver.publish(TASKS, {**caught_up_inventory(after, TASKS), **{i: {} for i in ids.values()
+                                                                         if i not in after.assignment.executors()}},
+                       after.assignment.generation)
         current = settle(
             driver,
             wait_for(

@@ -10,7 +10,7 @@ import pytest
 from eddy_contract.assignor import Assignment, Executor, TaskAssignment
 from eddy_contract.channel import AssignmentMessage, ExecutorInventory, RuntimeState
 from eddy_operator.executor_ids import executor_renames, held_by_live_id, renamed, reregistering
-from eddy_operator.orchestrator import LostExecutor, lost_executors
+from eddy_operator.orchestrator import LostExecutor, lost_executors, unknown_to_driver
 from eddy_operator.pods import LossReason, PodInfo, live_executors
 
 pytestmark = pytest.mark.unit
@@ -109,3 +109,19 @@ def test_what_a_volume_holds_follows_its_pod_to_the_new_id() -> None:
     })
     live = [Executor("7", "wc-exec-1"), Executor("2", "wc-exec-2")]
     assert held_by_live_id(state, live) == {"7": {"0_0": 10}, "2": {"0_1": 20}}
+
+
+def test_an_executor_the_driver_has_not_named_yet_takes_no_new_copy_unless_it_holds_some():
+    previous = Assignment(3, MappingProxyType({"0_0": TaskAssignment("1", ("2",)), "0_1": TaskAssignment("2", ("1",))}))
+    named = RuntimeState("wc", "t", 3, MappingProxyType({"0_0": {}, "0_1": {}}),
+                         executors=MappingProxyType({"1": ExecutorInventory("1"), "2": ExecutorInventory("2")}))
+    executors = [Executor("1", "p-1"), Executor("2", "p-2"), Executor("5", "p-3")]
+    # 5: back on its volume under a new id, its inventory not known yet
+    assert unknown_to_driver(executors, named, previous) == ["5"]
+    # 2 holds copies: it is never held back, named or not
+    only_one = RuntimeState("wc", "t", 3, MappingProxyType({}),
+                            executors=MappingProxyType({"1": ExecutorInventory("1")}))
+    assert unknown_to_driver(executors, only_one, previous) == ["5"]
+    # before any generation, or before the driver names anyone: nobody is held back
+    assert unknown_to_driver(executors, named, None) == []
+    assert unknown_to_driver(executors, RuntimeState("wc", "t", 3, MappingProxyType({})), previous) == []
