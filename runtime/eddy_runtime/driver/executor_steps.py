@@ -163,10 +163,11 @@ def sink_step(settings: BatchSettings, program: Program, works: list[SlotWork], 
         if stateless is not None and rows.num_rows:
             data = process_batch(stateless, rows, None, TaskState())
         results = _call_runner(settings, program, work, data)
-        # what the runner counted as processing input took the whole partition's time, Spark's
-        # steps included (the runner saw only the sink's share)
+        # processing the input the runner counted took the whole partition's time, Spark's steps
+        # included (the runner saw only the sink's share); a partition with no input to process
+        # is the batch's overhead, and keeps the runner's share
         busy = time.monotonic() - started
-        yield _result_batch([replace(r, busy_s=busy) if r.busy_s > 0.0 else r for r in results])
+        yield _result_batch([replace(r, busy_s=busy) if r.busy_s > 0.0 and r.records_in else r for r in results])
 
     return sink
 

@@ -439,13 +439,9 @@ class ContinuousLoop:
         exactly_once = settings.guarantee == ProcessingGuarantee.EXACTLY_ONCE
         slot = SlotWork(self.runner.executor_id, (item,), runner_transactions=exactly_once)
         started = time.monotonic()
-        if records is None:  # open, restore, tail: no input processed
-            result = self.runner.run_item(subs, settings, slot, item, None, records)
-        else:  # from its records in hand to its commit: the poll that fetched them is not counted
-            with self.runner.busy.busy() as share:
-                result = self.runner.run_item(subs, settings, slot, item, None, records)
-            result = replace(result, busy_s=share.seconds)
-        result = replace(result, duration_s=time.monotonic() - started)
+        # its records are in hand: the busy time it reports (`TaskRunner.run_item`) is not the poll's
+        result = replace(self.runner.run_item(subs, settings, slot, item, None, records),
+                         duration_s=time.monotonic() - started)
         if result.status not in _STEP_WENT_ON:
             log.warning("task %s (%s): %s %s", task, role, result.status, result.message.splitlines()[:1])
             self._tasks.back_off(task)

@@ -123,13 +123,7 @@ class TaskRunner:
         results = []
         for item in slot.items:
             started = time.monotonic()
-            if item.role == Role.ACTIVE and not item.restore_only:
-                with self.busy.busy() as share:
-                    result = self.run_item(subs, settings, slot, item, data)
-                if result.status != ItemStatus.RESTORING:  # a restore chunk processes no input
-                    result = replace(result, busy_s=share.seconds)
-            else:
-                result = self.run_item(subs, settings, slot, item, data)
+            result = self.run_item(subs, settings, slot, item, data)
             results.append(replace(result, duration_s=time.monotonic() - started))
         if self.metrics is not None:
             self.metrics.observe(settings.app, results)
@@ -227,7 +221,10 @@ class TaskRunner:
     def run_item(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork, item: WorkItem,
                  data: pa.Table | BatchOutput | None, records: Sequence[RawRecords] | None = None) -> ItemResult:
         """Run one item. `records`: the item's input, already fetched (the continuous path):
-        one `RawRecords` per range, each from the task's position."""
+        one `RawRecords` per range, each from the task's position. An active's item that processes
+        input (or punctuates) reports its share of the runner's busy time (`busy`), from its task
+        held to its commit: opening the task, waiting for its lock and an item with no input are
+        not processing."""
         base = ItemResult(item.task, slot.executor, item.role, ItemStatus.PROCESSED)  # every reply sets its status
         try:
             if slot.executor != self.executor_id:
@@ -251,7 +248,15 @@ class TaskRunner:
         with t.lock:
             if t.closed:  # released (a newer generation) or failed since it was looked up
                 return replace(base, status=ItemStatus.ABORTED, message=f"task {item.task} was closed meanwhile")
-            result = self._run_held(settings, sub, item, t, data, base, records)
+            if item.role == Role.ACTIVE and not item.restore_only and (
+                    sub.punctuates or not all(r.empty for r in item.ranges)):
+                # the task open and its lock held: from here on the item reads, processes and commits
+                with self.busy.busy() as share:
+                    result = self._run_held(settings, sub, item, t, data, base, records)
+                if result.status != ItemStatus.RESTORING:  # a restore chunk processes no input
+                    result = replace(result, busy_s=share.seconds)
+            else:
+                result = self._run_held(settings, sub, item, t, data, base, records)
             if isinstance(t, StreamTask) and result.status not in _KEEPS_PROCESSOR:
                 t.drop_processor()  # what it advanced in memory was not committed
             return result
