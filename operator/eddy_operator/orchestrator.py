@@ -182,8 +182,6 @@ def _warming(message: channel.AssignmentMessage | None, runtime: channel.Runtime
     restoring = [r for r in runtime.restores if r.role == "active"]
     if restoring:
         return f"{len(restoring)} active task(s) restoring"
-    if runtime.assignment_generation != message.assignment.generation:
-        return "the driver has not taken the newest assignment yet"
     return None
 
 
