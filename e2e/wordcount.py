@@ -481,8 +481,9 @@ def deploy_word_count(node: NodeCluster, kafka: KafkaBroker, namespace: str, exe
         state__standbyReplicas=standbys,
         state__acceptableRecoveryLag=recovery_lag,
         sparkConf={
-            # Two cores on the test node: the executors ask for a fifth of one each.
-            "spark.kubernetes.executor.request.cores": "200m",
+            # Two cores on the test node: the executors ask for a fifth of one each (unless the
+            # test sets spec.executors.cpu, which owns this then).
+            **({} if "executors__cpu" in spec else {"spark.kubernetes.executor.request.cores": "200m"}),
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.sql.shuffle.partitions": "4",

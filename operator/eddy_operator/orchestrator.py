@@ -472,7 +472,16 @@ class Orchestrator:
             status.update(recommended=n, reason=why)
             decision = decide(ctl.history, now, current, a)
             if decision is not None:
-                await asyncio.to_thread(self.kube.scale_streamapp, spec.namespace, spec.name, decision.target)
+                try:
+                    await asyncio.to_thread(self.kube.scale_streamapp, spec.namespace, spec.name, decision.target)
+                except ApiException as err:
+                    # the app goes on as it is; the decision is taken again at the next sync
+                    self._event(snap.streamapp, "Warning", "AutoscalingFailed",
+                                f"executors {decision.current} -> {decision.target} could not be set: {err.reason} "
+                                f"({err.status})")
+                    status["holding"] = f"the scale subresource refused: {err.reason} ({err.status})"
+                    ctl.autoscaling = status
+                    return
                 message = (f"executors {decision.current} -> {decision.target}: {decision.reason}; {why}; "
                            f"{figures.describe()}")
                 self._event(snap.streamapp, "Normal", "Autoscaled", message)
