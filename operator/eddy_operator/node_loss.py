@@ -117,13 +117,7 @@ def release(kube: Kube, namespace: str, s: Stranded, hostnames: Mapping[str, str
     -> its `kubernetes.io/hostname` label), then the pod itself at once (grace 0). The claim first:
     it stays (protected) while the pod exists, and goes once the pod has; the StatefulSet then makes
     the pod and a new claim again. None if the pod was gone already (or made again since)."""
-    try:
-        current = kube.core.read_namespaced_pod(s.pod.name, namespace)
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    if current.metadata.uid != s.pod.uid:
+    if _still_there(kube, namespace, s.pod) is None:
         return None
     lost = hostnames.get(s.node, s.node)
     released, kept = _release_claims(kube, namespace, s.pod, lambda pinned: pinned == lost)
@@ -158,13 +152,8 @@ def release_unplaceable(kube: Kube, namespace: str, u: Unplaceable, usable: Coll
     `kubernetes.io/hostname` of every node that is up and not being drained), then delete the pod
     so that the StatefulSet makes it again with new claims. What was done, or None if nothing
     (no claim pinned to such a node: the pod waits for something else; or the pod is gone)."""
-    try:
-        current = kube.core.read_namespaced_pod(u.pod.name, namespace)
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    if current.metadata.uid != u.pod.uid or current.spec.node_name:
+    current = _still_there(kube, namespace, u.pod)
+    if current is None or current.spec.node_name:
         return None
     pinned_to: dict[str, str] = {}
     released, _ = _release_claims(kube, namespace, u.pod, lambda pinned: pinned not in usable, pinned_to)
@@ -175,6 +164,18 @@ def release_unplaceable(kube: Kube, namespace: str, u: Unplaceable, usable: Coll
     return (f"pod {u.pod.name} unschedulable for {u.pending_s:.0f} s (since {u.since}): claim "
             f"{', '.join(released)} released (its volume lives only on {nodes}, which is gone, down or being "
             "drained); the executor is made again on a live node with a fresh volume, restored from the changelog")
+
+
+def _still_there(kube: Kube, namespace: str, pod: PodInfo) -> Any | None:
+    """The pod as the apiserver has it now, if it is still the one read (not gone, not made again
+    under its name since)."""
+    try:
+        current = kube.core.read_namespaced_pod(pod.name, namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return current if current.metadata.uid == pod.uid else None
 
 
 def _release_claims(kube: Kube, namespace: str, pod: PodInfo, release_if: Callable[[str], bool],
