@@ -55,8 +55,9 @@ from eddy_operator.executor_ids import (
 )
 from eddy_operator.kube import Kube
 from eddy_operator.node_loss import HOSTNAME_LABEL, release, release_unplaceable, stranded, unplaceable
-from eddy_operator.pods import LossReason, PodInfo, instant, live_executors
+from eddy_operator.pods import LossReason, PodInfo, live_executors
 from eddy_operator.reconcile import reconcile, write_versions
+from eddy_operator.scaling import figures_status, load_sample, surplus, unknown_to_driver, warming
 from eddy_operator.status import Failover, Observed, compute_status, without_times
 from eddy_operator.upgrades import RejectionKind, VersionBook, driver_seen, judge
 
@@ -139,50 +140,6 @@ def lost_executors(
             LossReason.NODE_DOWN if pod.node in down_nodes and not pod.deleting else pod.loss_reason)
         lost.append(LostExecutor(gone, reason, moved))
     return lost
-
-
-def _surplus(snap: Snapshot, spec: StreamAppSpec) -> set[str]:
-    """The executor pods past the wanted count (ordinal >= spec.executors.replicas): they go."""
-    return {p.name for p in snap.pods if p.role == "executor" and not p.deleting
-            and (n := builders.executor_ordinal(spec.name, p.name)) is not None and n >= spec.executors.replicas}
-
-
-def unknown_to_driver(executors: Iterable[Executor], runtime: channel.RuntimeState, previous: Assignment | None,
-                      going: Collection[str] = ()) -> list[str]:
-    """Live executors that take no new copy yet: registered (their pod carries an id) but not named
-    by the driver's runtime state, so their volume's inventory is not known, and holding nothing in
-    the last assignment. Given copies now, an executor back on its own volume under a new id would
-    get warmups restoring whole changelogs for tasks whose tails it holds (the inventory comes with
-    its first batch); a leaving executor takes none (eddy_contract.assignor, rule 5)."""
-    if previous is None or not runtime.executors:
-        return []
-    holding = set(previous.executors())
-    return [e.id for e in executors if e.id not in runtime.executors and e.id not in holding and e.id not in going]
-
-
-def _load_sample(runtime: channel.RuntimeState) -> Sample | None:
-    """The autoscaler's sample of a runtime state: the executors' load and the input backlog."""
-    if not runtime.load or not runtime.updated_at:
-        return None
-    return Sample(instant(runtime.updated_at).timestamp(), runtime.load_since,
-                  {e: load.records for e, load in runtime.load.items()},
-                  {e: load.busy_s for e, load in runtime.load.items()}, sum(runtime.input_lag.values()))
-
-
-def _warming(message: channel.AssignmentMessage | None, runtime: channel.RuntimeState, executors: list[Executor],
-             wanted: int, snap: Snapshot, spec: StreamAppSpec) -> str | None:
-    """Why the autoscaler takes no recommendation now (a move under way), or None."""
-    if message is None:
-        return "no assignment yet"
-    if len(executors) != wanted or _surplus(snap, spec):
-        return f"{len(executors)} live executor(s), {wanted} wanted"
-    warmups = sum(len(a.warmups) for a in message.assignment.tasks.values())
-    if warmups:
-        return f"{warmups} warmup(s) catching up"
-    restoring = [r for r in runtime.restores if r.role == "active"]
-    if restoring:
-        return f"{len(restoring)} active task(s) restoring"
-    return None
 
 
 class Orchestrator:
@@ -342,7 +299,7 @@ class Orchestrator:
         )
         stateful = [t for t, stores in runtime.changelog_end_offsets.items() if stores]
         going = leaving(executors, snap.pods, snap.draining_nodes) if self.hand_over else []
-        going += [e.id for e in executors if e.id not in going and e.pod in _surplus(snap, spec)]
+        going += [e.id for e in executors if e.id not in going and e.pod in surplus(snap.pods, spec)]
         going += unknown_to_driver(executors, runtime, previous, going)
         self._announce_leaving(ctl, snap, executors, going, previous)
         try:
@@ -425,17 +382,17 @@ class Orchestrator:
         are leaving executors (their actives go to caught-up copies first, as in a drain); once they
         hold no copy and the driver runs that assignment, the executor StatefulSet is scaled down
         and its controller deletes them (their preStop hook waits for their runners to let go)."""
-        surplus = _surplus(snap, spec)
-        if ctl.message is None or not surplus:
+        going = surplus(snap.pods, spec)
+        if ctl.message is None or not going:
             return
         taken = runtime.assignment_generation == ctl.message.assignment.generation
-        pods = [p for p in snap.pods if p.name in surplus]
+        pods = [p for p in snap.pods if p.name in going]
         if len(emptied(pods, ctl.message.assignment, taken)) < len([p for p in pods if not p.deleting]):
             return
         name = builders.executor_statefulset_name(spec.name)
         await asyncio.to_thread(self.kube.scale_statefulset, spec.namespace, name, spec.executors.replicas)
         self._event(snap.streamapp, "Normal", "ScaledIn",
-                    f"{', '.join(sorted(surplus))} hold no copy (their actives are on caught-up copies): executor "
+                    f"{', '.join(sorted(going))} hold no copy (their actives are on caught-up copies): executor "
                     f"StatefulSet scaled to {spec.executors.replicas}")
         log.info("app %s/%s: scaled in to %d executors", spec.namespace, spec.name, spec.executors.replicas)
 
@@ -448,18 +405,13 @@ class Orchestrator:
             ctl.autoscaling = None
             return
         now = time.time()
-        sample = _load_sample(runtime)
+        sample = load_sample(runtime)
         if sample is not None and (not ctl.samples or sample.at > ctl.samples[-1].at):
             ctl.samples = [s for s in ctl.samples if s.at >= sample.at - 2 * a.window_s] + [sample]
         current = spec.executors.replicas
         figures = rates(ctl.samples, a.window_s)
-        status: dict[str, Any] = {"executors": current}
-        if figures is not None:
-            status.update(inputRate=round(figures.input_rate, 1), processedRate=round(figures.processed, 1),
-                          backlog=figures.backlog, busyPercent=round(100 * figures.busy, 1))
-            if figures.capacity is not None:
-                status["capacityPerExecutor"] = round(figures.capacity, 1)
-        hold = _warming(ctl.message, runtime, executors, current, snap, spec)
+        status: dict[str, Any] = {"executors": current, **figures_status(figures)}
+        hold = warming(ctl.message, runtime, executors, current, surplus(snap.pods, spec))
         if ctl.autoscaling and ctl.autoscaling.get("lastDecision"):
             status["lastDecision"] = ctl.autoscaling["lastDecision"]
         if hold is not None:

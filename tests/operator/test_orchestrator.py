@@ -10,8 +10,9 @@ import pytest
 from eddy_contract.assignor import Assignment, Executor, TaskAssignment
 from eddy_contract.channel import AssignmentMessage, ExecutorInventory, RuntimeState
 from eddy_operator.executor_ids import executor_renames, held_by_live_id, renamed, reregistering
-from eddy_operator.orchestrator import LostExecutor, lost_executors, unknown_to_driver
+from eddy_operator.orchestrator import LostExecutor, lost_executors
 from eddy_operator.pods import LossReason, PodInfo, live_executors
+from eddy_operator.scaling import unknown_to_driver
 
 pytestmark = pytest.mark.unit
 

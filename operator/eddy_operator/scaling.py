@@ -1,0 +1,75 @@
+"""What the orchestrator's scaling steps decide from (docs/operations.md, "Scaling" and
+"Autoscaling"): which executor pods a scale-in removes, which executors take no new copy yet, the
+autoscaler's sample of a runtime state and its figures in status, and what holds a recommendation
+back. Pure functions of pods, assignments and runtime states; `orchestrator` carries them out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from eddy_contract import channel
+from eddy_contract.assignor import Assignment, Executor
+from eddy_contract.spec import StreamAppSpec
+from eddy_operator import builders
+from eddy_operator.autoscaler import Rates, Sample
+from eddy_operator.pods import PodInfo, instant
+
+__all__ = ["figures_status", "load_sample", "surplus", "unknown_to_driver", "warming"]
+
+
+def surplus(pods: Iterable[PodInfo], spec: StreamAppSpec) -> set[str]:
+    """The executor pods past the wanted count (ordinal >= spec.executors.replicas): they go."""
+    return {p.name for p in pods if p.role == "executor" and not p.deleting
+            and (n := builders.executor_ordinal(spec.name, p.name)) is not None and n >= spec.executors.replicas}
+
+
+def unknown_to_driver(executors: Iterable[Executor], runtime: channel.RuntimeState, previous: Assignment | None,
+                      going: Collection[str] = ()) -> list[str]:
+    """Live executors that take no new copy yet: registered (their pod carries an id) but not named
+    by the driver's runtime state, so their volume's inventory is not known, and holding nothing in
+    the last assignment. Given copies now, an executor back on its own volume under a new id would
+    get warmups restoring whole changelogs for tasks whose tails it holds (the inventory comes with
+    its first batch); a leaving executor takes none (eddy_contract.assignor, rule 5)."""
+    if previous is None or not runtime.executors:
+        return []
+    holding = set(previous.executors())
+    return [e.id for e in executors if e.id not in runtime.executors and e.id not in holding and e.id not in going]
+
+
+def load_sample(runtime: channel.RuntimeState) -> Sample | None:
+    """The autoscaler's sample of a runtime state: the executors' load and the input backlog."""
+    if not runtime.load or not runtime.updated_at:
+        return None
+    return Sample(instant(runtime.updated_at).timestamp(), runtime.load_since,
+                  {e: load.records for e, load in runtime.load.items()},
+                  {e: load.busy_s for e, load in runtime.load.items()}, sum(runtime.input_lag.values()))
+
+
+def figures_status(figures: Rates | None) -> dict[str, Any]:
+    """The autoscaler's figures as `status.autoscaling` shows them (nothing before it has any)."""
+    if figures is None:
+        return {}
+    status: dict[str, Any] = {"inputRate": round(figures.input_rate, 1), "processedRate": round(figures.processed, 1),
+                              "backlog": figures.backlog, "busyPercent": round(100 * figures.busy, 1)}
+    if figures.capacity is not None:
+        status["capacityPerExecutor"] = round(figures.capacity, 1)
+    return status
+
+
+def warming(message: channel.AssignmentMessage | None, runtime: channel.RuntimeState, executors: list[Executor],
+            wanted: int, going: Collection[str]) -> str | None:
+    """Why the autoscaler takes no recommendation now (a move under way: `going` are the pods a
+    scale-in removes), or None."""
+    if message is None:
+        return "no assignment yet"
+    if len(executors) != wanted or going:
+        return f"{len(executors)} live executor(s), {wanted} wanted"
+    warmups = sum(len(a.warmups) for a in message.assignment.tasks.values())
+    if warmups:
+        return f"{warmups} warmup(s) catching up"
+    restoring = [r for r in runtime.restores if r.role == "active"]
+    if restoring:
+        return f"{len(restoring)} active task(s) restoring"
+    return None
