@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from eddy_contract import cel, crd
+from eddy_contract.autoscaling import AutoscalingSpec, parse_autoscaling
 from eddy_contract.units import DURATION_LIKE, SIZE_LIKE, parse_duration, quantity_to_mib
 from eddy_contract.upgrade import ResetOffsets, UpgradeMode
 
@@ -247,26 +248,6 @@ class UpgradeSpec:
 
 
 @dataclass(frozen=True)
-class AutoscalingSpec:
-    """The operator's autoscaler (eddy_operator.autoscaler; docs/operations.md, "Autoscaling").
-    The defaults are the CRD's; an app that never mentions `spec.autoscaling` is not scaled."""
-
-    enabled: bool = False
-    min_replicas: int = 1
-    max_replicas: int = 10
-    #: percent of its time each executor should spend processing input
-    target_utilization: int = 70
-    #: the backlog is to be drained within this time, on top of the input's rate
-    catch_up_s: float = 300.0
-    #: rates and busy time are averaged over this window
-    window_s: float = 60.0
-    scale_out_stabilization_s: float = 60.0
-    scale_in_stabilization_s: float = 300.0
-    #: executors one decision may add or remove
-    max_step: int = 2
-
-
-@dataclass(frozen=True)
 class StreamAppSpec:
     """A parsed, defaulted and validated StreamApp (metadata name/namespace included)."""
 
@@ -376,7 +357,7 @@ def _parse_manifest(manifest: Mapping[str, Any]) -> StreamAppSpec:
         metrics_port=s["metricsPort"],
         execution=s["execution"],
         upgrade=_upgrade(s.get("upgrade")),
-        autoscaling=_autoscaling(s.get("autoscaling")),
+        autoscaling=parse_autoscaling(s.get("autoscaling")),
         generation=generation if isinstance(generation, int) else None,
     )
 
@@ -389,22 +370,6 @@ def _upgrade(u: Mapping[str, Any] | None) -> UpgradeSpec:
         reset_offsets=ResetOffsets(u["resetOffsets"]),
         rollback=u["rollback"],
         health_timeout_s=parse_duration(u["healthTimeout"]),
-    )
-
-
-def _autoscaling(a: Mapping[str, Any] | None) -> AutoscalingSpec:
-    if a is None:
-        return AutoscalingSpec()
-    return AutoscalingSpec(
-        enabled=a["enabled"],
-        min_replicas=a["minReplicas"],
-        max_replicas=a["maxReplicas"],
-        target_utilization=a["targetUtilization"],
-        catch_up_s=parse_duration(a["catchUpDuration"]),
-        window_s=parse_duration(a["metricsWindow"]),
-        scale_out_stabilization_s=parse_duration(a["scaleOutStabilization"]),
-        scale_in_stabilization_s=parse_duration(a["scaleInStabilization"]),
-        max_step=a["maxStep"],
     )
 
 

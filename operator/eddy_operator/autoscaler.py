@@ -28,7 +28,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from eddy_contract.spec import AutoscalingSpec
+from eddy_contract.autoscaling import AutoscalingSpec
 
 __all__ = ["Decision", "History", "Rates", "Sample", "decide", "rates", "recommend"]
 

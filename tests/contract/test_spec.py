@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from eddy_contract.autoscaling import AutoscalingSpec
 from eddy_contract.crd import with_defaults
 from eddy_contract.spec import (
-    AutoscalingSpec,
     BadRecordPolicy,
     ProcessingGuarantee,
     SaslMechanism,

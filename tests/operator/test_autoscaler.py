@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from eddy_contract.spec import AutoscalingSpec
+from eddy_contract.autoscaling import AutoscalingSpec
 from eddy_operator.autoscaler import History, Sample, decide, rates, recommend
 
 pytestmark = pytest.mark.unit
