@@ -27,6 +27,8 @@ class Exported:
     samples: dict[str, set[str]]
     #: component -> metric name -> Prometheus type
     types: dict[str, dict[str, str]]
+    #: histogram name -> the upper bounds of its buckets (+Inf included), as scraped
+    buckets: dict[str, tuple[float, ...]]
 
     def all_samples(self) -> set[str]:
         return set().union(*self.samples.values())
@@ -58,13 +60,14 @@ def _operator() -> CollectorRegistry:
     m.RECONCILE_DURATION.observe(0.05)
     m.ASSIGNMENTS_PUBLISHED.labels(NAMESPACE, APP).inc()
     m.FAILOVERS.labels(NAMESPACE, APP).inc()
+    m.EXECUTOR_LOSSES.labels(NAMESPACE, APP, "exited").inc()
     m.FAILOVER_DURATION.labels(NAMESPACE, APP).observe(0.02)
     m.set_app_gauges(NAMESPACE, APP, {"tasks": {"running": 4}, "executors": {"desired": 2, "ready": 2},
                                       "assignmentGeneration": 3})
     return REGISTRY
 
 
-def _scrape(registry: CollectorRegistry) -> tuple[set[str], set[str], dict[str, str]]:
+def _scrape(registry: CollectorRegistry) -> tuple[set[str], set[str], dict[str, str], dict[str, tuple[float, ...]]]:
     from prometheus_client import start_http_server
 
     server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
@@ -74,6 +77,7 @@ def _scrape(registry: CollectorRegistry) -> tuple[set[str], set[str], dict[str, 
         server.shutdown()
         thread.join(10)
     metrics, samples, types = set(), set(), {}
+    buckets: dict[str, tuple[float, ...]] = {}
     for family in text_string_to_metric_families(text):
         if not family.name.startswith("eddy_") or family.name.endswith("_created"):
             continue  # the process and Python collectors of the default registry; creation times
@@ -81,7 +85,12 @@ def _scrape(registry: CollectorRegistry) -> tuple[set[str], set[str], dict[str, 
         metrics.add(name)
         types[name] = family.type
         samples.update(s.name for s in family.samples if not s.name.endswith("_created"))
-    return metrics, samples, types
+        if family.type == "histogram":
+            first = next(s.labels for s in family.samples if s.name.endswith("_bucket"))
+            others = {k: v for k, v in first.items() if k != "le"}
+            buckets[name] = tuple(float(s.labels["le"]) for s in family.samples if s.name.endswith("_bucket")
+                                  and {k: v for k, v in s.labels.items() if k != "le"} == others)
+    return metrics, samples, types, buckets
 
 
 def exported() -> Exported:
@@ -91,10 +100,10 @@ def exported() -> Exported:
     driver.failovers.labels(APP).inc()
     executor = ExecutorMetrics()
     executor.observe(APP, _results())
-    out: dict[str, tuple[set[str], set[str], dict[str, str]]] = {
+    out: dict[str, tuple[set[str], set[str], dict[str, str], dict[str, tuple[float, ...]]]] = {
         "operator": _scrape(_operator()),
         "driver": _scrape(driver.registry),
         "executor": _scrape(executor.registry),
     }
     return Exported({k: v[0] for k, v in out.items()}, {k: v[1] for k, v in out.items()},
-                    {k: v[2] for k, v in out.items()})
+                    {k: v[2] for k, v in out.items()}, {n: b for v in out.values() for n, b in v[3].items()})

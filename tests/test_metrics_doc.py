@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from eddy_contract.histograms import DURATION_BUCKETS_S
 from tests.exported_metrics import exported
 from tests.operator.manifests import REPO
 
@@ -44,3 +45,13 @@ def test_the_metrics_reference_names_each_metrics_labels():
     wrong = {n: (sorted(documented.get(n, set())), sorted(ls)) for n, ls in labels.items()
              if not ls <= documented.get(n, set())}
     assert wrong == {}, "metrics whose labels docs/metrics.md does not name: {documented, declared}"
+
+
+def test_every_histogram_has_the_fine_duration_buckets_the_reference_states():
+    # Coarse buckets made a p99 of 150 ms read as "<= 250 ms" and a few slow records as "<= 5000 ms".
+    stated = re.search(r"^Every histogram's buckets \(seconds\): ([0-9., ]+), \+Inf", DOC.read_text(), re.M)
+    assert stated, "docs/metrics.md does not state the histograms' buckets"
+    assert tuple(float(x) for x in stated.group(1).split(", ")) == DURATION_BUCKETS_S
+    found = exported().buckets
+    assert found, "no histogram scraped"
+    assert {name: b for name, b in found.items() if b != (*DURATION_BUCKETS_S, float("inf"))} == {}

@@ -12,6 +12,9 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from eddy_contract.histograms import DURATION_BUCKETS_S
+from eddy_operator.pods import LossReason
+
 log = logging.getLogger(__name__)
 
 RECONCILES = Counter("eddy_operator_reconciles_total", "StreamApp reconciles, by result (success|error)", ["result"])
@@ -19,7 +22,7 @@ RECONCILE_ERRORS = Counter("eddy_operator_reconcile_errors_total", "StreamApp re
 RECONCILE_DURATION = Histogram(
     "eddy_operator_reconcile_duration_seconds",
     "Time to reconcile one StreamApp into its objects",
-    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    buckets=DURATION_BUCKETS_S,
 )
 ASSIGNMENT_GENERATION = Gauge(
     "eddy_operator_assignment_generation", "Generation of the last published assignment", ["namespace", "app"]
@@ -30,11 +33,23 @@ ASSIGNMENTS_PUBLISHED = Counter(
 FAILOVERS = Counter(
     "eddy_operator_failovers_total", "Executors lost whose active tasks moved to standbys", ["namespace", "app"]
 )
+EXECUTOR_LOSSES = Counter(
+    "eddy_operator_executor_losses_total",
+    "Executors of the published assignment lost, by why (reason), whether they held actives or not",
+    ["namespace", "app", "reason"],
+)
+
+
+def loss_label(reason: LossReason) -> str:
+    """The `reason` label of eddy_operator_executor_losses_total: the reason's name (no blanks)."""
+    return reason.name.lower()
+
+
 FAILOVER_DURATION = Histogram(
     "eddy_operator_failover_duration_seconds",
     "From the executor pod event to the new assignment being published",
     ["namespace", "app"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+    buckets=DURATION_BUCKETS_S,
 )
 PODS_OFF_LOST_NODES = Counter(
     "eddy_operator_pods_off_lost_nodes_total",
@@ -85,6 +100,9 @@ def forget_app(namespace: str, app: str) -> None:
     for direction in ("out", "in"):
         with contextlib.suppress(KeyError):
             AUTOSCALER_DECISIONS.remove(namespace, app, direction)
+    for reason in LossReason:
+        with contextlib.suppress(KeyError):
+            EXECUTOR_LOSSES.remove(namespace, app, loss_label(reason))
 
 
 LEADER = Gauge("eddy_operator_leader", "1 while this replica holds the leader Lease and handles StreamApps")

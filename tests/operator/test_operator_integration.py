@@ -317,6 +317,8 @@ def test_deleting_an_executor_pod_promotes_its_standbys_within_one_second(kube, 
 
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5).read().decode()
     assert f'eddy_operator_failovers_total{{app="{APP}",namespace="{namespace}"}} 1.0' in metrics
+    # every loss counted once, by its kind
+    assert f'eddy_operator_executor_losses_total{{app="{APP}",namespace="{namespace}",reason="deleted"}} 1.0' in metrics
     assert "eddy_operator_failover_duration_seconds_bucket" in metrics
     assert f'eddy_operator_assignment_generation{{app="{APP}",namespace="{namespace}"}}' in metrics
 

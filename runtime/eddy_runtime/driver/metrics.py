@@ -10,17 +10,35 @@ the same registry.
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily
 
+from eddy_contract.histograms import DURATION_BUCKETS_S
 from eddy_runtime.protocol.work import LATENCY_BUCKETS_S, ItemResult
 from eddy_runtime.state import StateMetrics
 
-__all__ = ["DriverMetrics"]
+__all__ = ["DriverMetrics", "quantile_upper_bound"]
+
+log = logging.getLogger("eddy.driver")
+
+
+def quantile_upper_bound(counts: Sequence[int], q: float) -> float | None:
+    """The upper bound (seconds) of the `LATENCY_BUCKETS_S` bucket the `q` quantile of a histogram
+    falls in (`counts`: per bucket, plus the overflow, which reads as inf); None when empty."""
+    n = sum(counts)
+    if n == 0:
+        return None
+    seen = 0
+    for i, c in enumerate(counts):
+        seen += c
+        if seen >= q * n:
+            return LATENCY_BUCKETS_S[i] if i < len(LATENCY_BUCKETS_S) else float("inf")
+    return float("inf")
 
 
 class _LatencyCollector:
@@ -32,24 +50,29 @@ class _LatencyCollector:
         self.sum = 0.0
         self._lock = threading.Lock()
 
-    def add(self, counts: Iterable[int], total: float) -> None:
+    def add(self, counts: Sequence[int], total: float) -> None:
+        if not counts:
+            return
+        if len(counts) != len(self.counts):
+            # a runner of another version, with other buckets (during an upgrade): its counts
+            # would land in the wrong buckets
+            log.warning("end-to-end latency counts over %d buckets, not %d: not counted", len(counts),
+                        len(self.counts))
+            return
         with self._lock:
             for i, c in enumerate(counts):
                 self.counts[i] += c
             self.sum += total
 
-    def quantile(self, q: float) -> float | None:
-        """An upper bound of the `q` quantile (the bucket it falls in), None when empty."""
+    def snapshot(self) -> tuple[int, ...]:
+        """The counts per bucket so far (the histogram is cumulative: subtract an earlier snapshot
+        for the latencies of a span of time)."""
         with self._lock:
-            n = sum(self.counts)
-            if n == 0:
-                return None
-            seen = 0
-            for i, c in enumerate(self.counts):
-                seen += c
-                if seen >= q * n:
-                    return LATENCY_BUCKETS_S[i] if i < len(LATENCY_BUCKETS_S) else float("inf")
-        return None
+            return tuple(self.counts)
+
+    def quantile(self, q: float) -> float | None:
+        """An upper bound of the `q` quantile since the driver started (the bucket it falls in), None when empty."""
+        return quantile_upper_bound(self.snapshot(), q)
 
     def collect(self) -> Iterable[Any]:
         with self._lock:
@@ -78,7 +101,7 @@ class DriverMetrics:
         self.batches = Counter("eddy_driver_batches", "Micro-batches run, by outcome", ["app", "outcome"], registry=r)
         self.batch_duration = Histogram(
             "eddy_driver_batch_duration_seconds", "Wall time of a micro-batch's Spark job", ["app"],
-            buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0), registry=r,
+            buckets=DURATION_BUCKETS_S, registry=r,
         )
         self.records_in = Counter("eddy_driver_records_in", "Input records processed (committed)", ["app"],
                                   registry=r)

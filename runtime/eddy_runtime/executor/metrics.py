@@ -13,13 +13,14 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from eddy_contract.histograms import DURATION_BUCKETS_S
 from eddy_runtime.protocol.work import ItemResult, ItemStatus
 from eddy_runtime.state import StateMetrics
 
 __all__ = ["PROCESS_LATENCY_BUCKETS_S", "ExecutorMetrics"]
 
 #: seconds per work item (a micro-batch's share of one task)
-PROCESS_LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+PROCESS_LATENCY_BUCKETS_S = DURATION_BUCKETS_S
 
 
 class ExecutorMetrics:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from eddy_contract.histograms import DURATION_BUCKETS_S
 from eddy_contract.spec import BadRecordPolicy, ProcessingGuarantee
 from eddy_contract.tasks import Role
 from eddy_runtime.kafka.client import KafkaClientConfig
@@ -48,7 +49,7 @@ class ItemStatus(StrEnum):
 
 
 #: end-to-end latency buckets (seconds) for the histogram items report and the driver exports
-LATENCY_BUCKETS_S: tuple[float, ...] = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+LATENCY_BUCKETS_S: tuple[float, ...] = DURATION_BUCKETS_S
 
 
 @dataclass(frozen=True)

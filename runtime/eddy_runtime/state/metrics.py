@@ -16,11 +16,12 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
+from eddy_contract.histograms import DURATION_BUCKETS_S
 from eddy_contract.tasks import Role
 
 __all__ = ["COMMIT_LATENCY_BUCKETS_S", "StateMetrics", "StoreFigures", "TaskFigures"]
 
-COMMIT_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+COMMIT_LATENCY_BUCKETS_S = DURATION_BUCKETS_S
 
 
 @dataclass(frozen=True)
