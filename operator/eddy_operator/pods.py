@@ -21,8 +21,13 @@ class LossReason(StrEnum):
     EVICTED = "evicted"
     FAILED = "failed"
     NOT_READY = "not ready"
+    #: a container of the pod ended (its executor JVM died: the entrypoint ends the container,
+    #: which restarts in the same pod) and is not running again yet
+    EXITED = "exited"
     #: its node is not Ready (its kubelet stopped reporting): the pod's status is the last it sent
     NODE_DOWN = "on a node that is down"
+    #: its task runner has not answered the operator's probes for a while (eddy_operator.reachability)
+    UNREACHABLE = "not answering the operator's probes"
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,10 @@ class PodInfo:
     config_hash: str | None = None
     #: restarts of its containers, summed
     restarts: int = 0
+    #: a container ended and is not running again yet (terminated, or waiting after it ended)
+    exited: bool = False
+    #: since when every container has been running (the latest container start, ISO 8601), if they are
+    running_since: str | None = None
     #: when the pod started (status.startTime, ISO 8601), if it did
     started_at: str | None = None
     #: the PersistentVolumeClaims its volumes name
@@ -54,6 +63,9 @@ class PodInfo:
     uid: str | None = None
     #: since when the scheduler has found no node for it (its PodScheduled condition), if so
     unschedulable_since: str | None = None
+    #: its container restarted since Spark labelled it with `exec_id`: that executor ended with the
+    #: container, and the new JVM has not registered under its new id yet (executor_ids.Incarnations)
+    stale_id: bool = False
 
     @property
     def live_executor(self) -> bool:
@@ -68,6 +80,7 @@ class PodInfo:
             and not self.deleting
             and self.exec_id is not None
             and self.exec_id.isdigit()
+            and not self.stale_id
         )
 
     @property
@@ -78,6 +91,8 @@ class PodInfo:
             return LossReason.EVICTED
         if self.phase == "Failed":
             return LossReason.FAILED
+        if self.exited or self.stale_id:
+            return LossReason.EXITED
         return LossReason.NOT_READY
 
 
@@ -105,6 +120,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         ip=status.get("podIP"),
         config_hash=(meta.get("annotations") or {}).get(builders.CONFIG_HASH_ANNOTATION),
         restarts=sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or []),
+        exited=any(_exited(c) for c in status.get("containerStatuses") or []),
         started_at=status.get("startTime"),
         claims=tuple(str(v["persistentVolumeClaim"]["claimName"]) for v in (pod.get("spec") or {}).get("volumes") or []
                      if (v.get("persistentVolumeClaim") or {}).get("claimName")),
@@ -112,7 +128,22 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable" else None,
         running=bool(status.get("containerStatuses"))
         and all((c.get("state") or {}).get("running") is not None for c in status.get("containerStatuses") or []),
+        running_since=_running_since(status.get("containerStatuses") or []),
     )
+
+
+def _running_since(containers: Iterable[Mapping[str, Any]]) -> str | None:
+    """The latest start among the containers, if every one is running (ISO 8601 compares as text)."""
+    starts = [str(((c.get("state") or {}).get("running") or {}).get("startedAt") or "") for c in containers]
+    return max(starts) if starts and all(starts) else None
+
+
+def _exited(container: Mapping[str, Any]) -> bool:
+    """A container status that says it ended and is not running again yet."""
+    state = container.get("state") or {}
+    if state.get("running") is not None:
+        return False
+    return state.get("terminated") is not None or (container.get("lastState") or {}).get("terminated") is not None
 
 
 def pod_cores(pod: Mapping[str, Any]) -> int:
@@ -136,13 +167,14 @@ def zone_of(node: str | None, nodes: Mapping[str, Mapping[str, str]], zone_key: 
 
 
 def live_executors(pods: Iterable[PodInfo], nodes: Mapping[str, Mapping[str, str]], zone_key: str,
-                   down_nodes: Collection[str] = ()) -> list[Executor]:
+                   down_nodes: Collection[str] = (), unreachable: Collection[str] = ()) -> list[Executor]:
     """The executors the assignor may use: none on a node that is down (`down_nodes`: the pod's
-    status is the last its kubelet sent); if two pods claim one id (a stale pod and its
-    replacement) the live one wins by construction, because only live pods are kept."""
+    status is the last its kubelet sent) nor in a pod that stopped answering (`unreachable`: pod
+    names); if two pods claim one id (a stale pod and its replacement) the live one wins by
+    construction, because only live pods are kept."""
     seen: dict[str, Executor] = {}
     for p in pods:
-        if p.live_executor and p.exec_id is not None and p.node not in down_nodes:
+        if p.live_executor and p.exec_id is not None and p.node not in down_nodes and p.name not in unreachable:
             seen[p.exec_id] = Executor(p.exec_id, p.name, zone_of(p.node, nodes, zone_key), p.cores)
     return [seen[k] for k in sorted(seen, key=lambda e: (len(e), e))]
 
