@@ -77,6 +77,9 @@ class AssignmentMessage:
     #: same ids on other pods (a restarted driver hands ids out anew) knows the message is not
     #: for its executors yet
     hosts: Mapping[str, str] = field(default_factory=dict)
+    #: executor id -> the container life it was seen in, "<pod uid>/<restarts>": an operator
+    #: that takes over tells a pod made again or restarted from the same one under a new id
+    lives: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -170,8 +173,9 @@ def encode_assignment(message: AssignmentMessage) -> dict[str, str]:
         "generation": message.assignment.generation,
         "issuedAt": message.issued_at,
         "reason": message.reason,
-        "executors": {e.id: {"pod": e.pod, "zone": e.zone, **({"host": message.hosts[e.id]}
-                                                               if e.id in message.hosts else {})}
+        "executors": {e.id: {"pod": e.pod, "zone": e.zone,
+                             **({"host": message.hosts[e.id]} if e.id in message.hosts else {}),
+                             **({"life": message.lives[e.id]} if e.id in message.lives else {})}
                       for e in sorted(message.executors, key=lambda e: e.id)},
         "tasks": tasks,
     }
@@ -279,11 +283,15 @@ def decode_assignment(data: Mapping[str, str] | None) -> AssignmentMessage:
         raise r.fail("generation", "must be at least 1")
     executors: list[Executor] = []
     hosts: dict[str, str] = {}
+    lives: dict[str, str] = {}
     for e, info in r.obj(doc.get("executors", {}), "executors").items():
         info = r.obj(info, f"executors.{e}")
         host = r.str_(info.get("host"), f"executors.{e}.host", optional=True)
         if host:
             hosts[e] = host
+        life = r.str_(info.get("life"), f"executors.{e}.life", optional=True)
+        if life:
+            lives[e] = life
         executors.append(
             Executor(
                 id=e,
@@ -318,6 +326,7 @@ def decode_assignment(data: Mapping[str, str] | None) -> AssignmentMessage:
         issued_at=r.str_(doc.get("issuedAt"), "issuedAt") or "",
         reason=r.str_(doc.get("reason", ""), "reason", optional=True) or "",
         hosts=hosts,
+        lives=lives,
     )
 
 

@@ -3,19 +3,26 @@ task runners went on processing: docs/operations.md, "A driver restart without a
 same pod is the same executor: the operator renames the last published assignment's ids and what
 each volume holds by pod, so that the assignor keeps every task where it is. While those pods
 register with the new driver one by one, the operator waits for all of them (`reregistering`)
-instead of failing the others' tasks over. Pure.
+instead of failing the others' tasks over.
+
+The other way round, a pod whose container restarted (its JVM and runner killed, its node
+rebooted) still carries the executor id Spark gave its last container until the new JVM
+registers and Spark labels the pod anew: for those seconds the old id looks live again, and an
+assignment made then would hand the actives just failed over back to an executor that is gone
+(`Incarnations` tells which ids are stale). Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 from eddy_contract import channel
 from eddy_contract.assignor import Assignment, Executor, TaskAssignment
 from eddy_operator.pods import PodInfo, instant
 
-__all__ = ["REREGISTRATION_GRACE_S", "executor_renames", "held_by_live_id", "renamed", "reregistering"]
+__all__ = ["REREGISTRATION_GRACE_S", "Incarnations", "executor_renames", "held_by_live_id", "renamed",
+           "reregistering", "reused"]
 
 #: how long after a driver pod started the operator waits for the executor pods that outlived the
 #: last driver to register with it before it takes them for lost (their JVMs start, then register,
@@ -41,14 +48,18 @@ def reregistering(previous: channel.AssignmentMessage | None, pods: Iterable[Pod
                   and p.started_at is not None and instant(p.started_at) < instant(driver_started))
 
 
-def executor_renames(previous: channel.AssignmentMessage | None, live: Iterable[Executor]) -> dict[str, str]:
+def executor_renames(previous: channel.AssignmentMessage | None, live: Iterable[Executor],
+                     carried_over: Callable[[str, str], bool] = lambda old_id, pod: True) -> dict[str, str]:
     """Old id -> new id of each executor of `previous` whose pod is live under another id: a
     restarted driver hands executor ids out anew to the pods that outlived the old one (their task
-    runners went on processing), so the same pod is the same executor, and keeps its tasks."""
+    runners went on processing), so the same pod is the same executor, and keeps its tasks; but only
+    if `carried_over(old id, pod name)`: the same container life (`Incarnations.carried_over`), not
+    a pod made again under its name nor a container restarted."""
     if previous is None:
         return {}
     by_pod = {e.pod: e.id for e in live if e.pod}
-    return {e.id: by_pod[e.pod] for e in previous.executors if e.pod in by_pod and by_pod[e.pod] != e.id}
+    return {e.id: by_pod[e.pod] for e in previous.executors
+            if e.pod in by_pod and by_pod[e.pod] != e.id and carried_over(e.id, e.pod)}
 
 
 def renamed(message: channel.AssignmentMessage, renames: Mapping[str, str]) -> channel.AssignmentMessage:
@@ -60,7 +71,8 @@ def renamed(message: channel.AssignmentMessage, renames: Mapping[str, str]) -> c
              for t, a in message.assignment.tasks.items()}
     return replace(message, assignment=Assignment(message.assignment.generation, tasks),
                    executors=tuple(replace(e, id=new(e.id)) for e in message.executors),
-                   hosts={new(e): h for e, h in message.hosts.items()})
+                   hosts={new(e): h for e, h in message.hosts.items()},
+                   lives={new(e): life for e, life in message.lives.items()})
 
 
 def held_by_live_id(runtime: channel.RuntimeState, live: Iterable[Executor]) -> dict[str, dict[str, int]]:
@@ -75,3 +87,78 @@ def held_by_live_id(runtime: channel.RuntimeState, live: Iterable[Executor]) -> 
         if key not in held or key == e:
             held[key] = inventory.task_offsets()
     return held
+
+
+@dataclass
+class Incarnations:
+    """Which container life of its pod each executor id was seen in: the pod's uid and restart
+    count. A pod keeps the id label of its last registered JVM until the next one registers, so a
+    pod seen under the same label after its containers restarted, with no other label between,
+    carries a stale one. Ids are Spark's count per driver (a new driver counts from 1 again), so an
+    id names an executor only together with its pod. An executor of the last assignment that is on
+    its pod under another id moved there with its runner (a new driver) only if the pod is the same
+    container life, not a pod made again under its name nor a container restarted."""
+
+    #: pod uid -> (its executor-id label, its restarts) when the label was first seen on it
+    _labels: dict[str, tuple[str, int]] = field(default_factory=dict)
+    #: (pod name, executor id) -> (the pod's uid, its restarts) when first seen under that id
+    _lives: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+
+    def mark(self, pods: Iterable[PodInfo], keep: Iterable[tuple[str, str]] = ()) -> tuple[PodInfo, ...]:
+        """`pods` (one app's, all of them), each executor pod whose id is stale marked so
+        (`PodInfo.stale_id`); remembers the others' ids, and forgets the (pod, id) pairs neither on
+        a pod nor in `keep` (the last published assignment's). An operator that starts (or takes
+        over) knows the lives of the last assignment's executors from it (`learn`)."""
+        kept = set(keep)
+        lives = {k: life for k, life in self._lives.items() if k in kept}
+        labels: dict[str, tuple[str, int]] = {}
+        out = []
+        for p in pods:
+            if p.role != "executor" or not p.uid or p.exec_id is None:
+                out.append(p)
+                continue
+            before = self._labels.get(p.uid)
+            same_label = before is not None and before[0] == p.exec_id
+            labels[p.uid] = before if before is not None and same_label else (p.exec_id, p.restarts)
+            if same_label and p.exec_id.isdigit() and before is not None and p.restarts > before[1]:
+                out.append(replace(p, stale_id=True))
+                continue
+            if p.exec_id.isdigit():
+                key = (p.name, p.exec_id)
+                known = self._lives.get(key)
+                lives[key] = known if known is not None and known[0] == p.uid else (p.uid, p.restarts)
+            out.append(p)
+        self._labels, self._lives = labels, lives
+        return tuple(out)
+
+    def learn(self, message: channel.AssignmentMessage) -> None:
+        """What a published assignment says of its executors' lives (`AssignmentMessage.lives`),
+        for the pods this operator has not seen itself (it took over since)."""
+        for e in message.executors:
+            uid, _, restarts = message.lives.get(e.id, "").rpartition("/")
+            if uid and restarts.isdigit():
+                self._lives.setdefault((e.pod, e.id), (uid, int(restarts)))
+                self._labels.setdefault(uid, (e.id, int(restarts)))
+
+    def life(self, exec_id: str, pod: str) -> str | None:
+        """The container life `exec_id` was seen in on `pod`, as `AssignmentMessage.lives` says it."""
+        life = self._lives.get((pod, exec_id))
+        return f"{life[0]}/{life[1]}" if life is not None else None
+
+    def carried_over(self, old_id: str, pod: PodInfo) -> bool:
+        """Whether `pod`, now under another id, is the container life that held `old_id` (a new
+        driver gave its JVM a new id; its runner went on), so that it keeps `old_id`'s tasks.
+        Pairs whose life is unknown (an assignment published before lives were) are taken to be."""
+        life = self._lives.get((pod.name, old_id))
+        return life is None or life == (pod.uid or "", pod.restarts)
+
+
+def reused(previous: channel.AssignmentMessage | None, live: Iterable[Executor]) -> dict[str, str]:
+    """Old id -> a name of its own for each executor of `previous` (after any renames) whose id a
+    new driver has since handed to another pod: it is not the live executor of that id, and its
+    tasks fail over as a lost executor's (`<id>@<pod>`, the name its loss is reported under)."""
+    if previous is None:
+        return {}
+    pods = {e.id: e.pod for e in live}
+    return {e.id: f"{e.id}@{e.pod}" for e in previous.executors
+            if e.id in pods and e.pod and pods[e.id] and pods[e.id] != e.pod}

@@ -48,16 +48,18 @@ from eddy_operator.builders import Owner
 from eddy_operator.drains import drained, emptied, hands_over, leaving
 from eddy_operator.executor_ids import (
     REREGISTRATION_GRACE_S,
+    Incarnations,
     executor_renames,
     held_by_live_id,
     renamed,
     reregistering,
+    reused,
 )
 from eddy_operator.kube import Kube
 from eddy_operator.node_loss import HOSTNAME_LABEL, release, release_unplaceable, stranded, unplaceable
 from eddy_operator.pods import LossReason, PodInfo, live_executors
 from eddy_operator.reconcile import reconcile, write_versions
-from eddy_operator.scaling import figures_status, load_sample, surplus, unknown_to_driver, warming
+from eddy_operator.scaling import autoscaling_status, load_sample, surplus, unknown_to_driver, warming
 from eddy_operator.status import Failover, Observed, compute_status, without_times
 from eddy_operator.upgrades import RejectionKind, VersionBook, driver_seen, judge
 
@@ -86,6 +88,8 @@ class AppController:
     samples: list[Sample] = field(default_factory=list)
     history: History = field(default_factory=History)
     autoscaling: dict[str, Any] | None = None
+    #: which executor ids on pods are stale (their container restarted since)
+    incarnations: Incarnations = field(default_factory=Incarnations)
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,8 @@ class Snapshot:
     down_nodes: Mapping[str, str] = field(default_factory=dict)
     #: the nodes being drained: cordoned, or tainted for removal (eddy_operator.drains)
     draining_nodes: frozenset[str] = frozenset()
+    #: executor pods whose runner stopped answering, with for how long (eddy_operator.reachability)
+    unreachable: Mapping[str, float] = field(default_factory=dict)
 
 
 class AppKey(NamedTuple):
@@ -122,10 +128,11 @@ class LostExecutor(NamedTuple):
 
 def lost_executors(
     previous: channel.AssignmentMessage | None, live: Iterable[Executor], pods: Iterable[PodInfo],
-    down_nodes: Collection[str] = (),
+    down_nodes: Collection[str] = (), unreachable: Collection[str] = (),
 ) -> list[LostExecutor]:
     """The executors `previous` (the last published message) named that are not among `live`
-    (`down_nodes`: the nodes that are down, whose pods' executors are lost with them)."""
+    (`down_nodes`: the nodes that are down, whose pods' executors are lost with them;
+    `unreachable`: the pods whose runner stopped answering)."""
     if previous is None:
         return []
     live_ids = {e.id for e in live}
@@ -136,8 +143,16 @@ def lost_executors(
             continue
         moved = tuple(previous.assignment.active_tasks(gone.id))
         pod = pods_by_name.get(gone.pod)
-        reason = LossReason.DELETED if pod is None else (
-            LossReason.NODE_DOWN if pod.node in down_nodes and not pod.deleting else pod.loss_reason)
+        if pod is None:
+            reason = LossReason.DELETED
+        elif pod.deleting:
+            reason = pod.loss_reason
+        elif pod.node in down_nodes:
+            reason = LossReason.NODE_DOWN
+        elif pod.name in unreachable:
+            reason = LossReason.UNREACHABLE
+        else:
+            reason = pod.loss_reason
         lost.append(LostExecutor(gone, reason, moved))
     return lost
 
@@ -185,18 +200,23 @@ class Orchestrator:
         async with ctl.lock:
             if self.apps.get(AppKey(namespace, app, meta["uid"])) is not ctl:
                 return  # forgotten (deleted) while this sync waited
+            if not ctl.loaded:  # what the last leader published, before this one judges any pod
+                ctl.message = self._decode_previous(snap, app)
+                if ctl.message is not None:
+                    ctl.incarnations.learn(ctl.message)
+                ctl.last_failover = self._decode_failover(snap, app)
+                ctl.loaded = True
+            snap = replace(snap, pods=ctl.incarnations.mark(
+                snap.pods, keep=[(e.pod, e.id) for e in ctl.message.executors] if ctl.message is not None else []))
             try:
                 spec = StreamAppSpec.from_manifest(snap.streamapp)
             except SpecError as err:
                 await self._update_status(ctl, snap, None, [], None, spec_error=str(err))
                 return
             await self._release_stranded(snap, spec)
-            executors = live_executors(snap.pods, snap.nodes, spec.executors.zone_topology_key, snap.down_nodes)
+            executors = live_executors(snap.pods, snap.nodes, spec.executors.zone_topology_key, snap.down_nodes,
+                                       snap.unreachable)
             runtime = self._runtime_state(snap, app)
-            if not ctl.loaded:
-                ctl.message = self._decode_previous(snap, app)
-                ctl.last_failover = self._decode_failover(snap, app)
-                ctl.loaded = True
             if runtime is not None and runtime.changelog_end_offsets and executors \
                     and not self._awaiting_registrations(ctl, snap, runtime, app):
                 await self._assign(ctl, snap, spec, executors, runtime, cause, started)
@@ -287,10 +307,16 @@ class Orchestrator:
         cause: str,
         started: float,
     ) -> None:
-        renames = executor_renames(ctl.message, executors)
+        pods = {p.name: p for p in snap.pods}
+        renames = executor_renames(ctl.message, executors,
+                                   lambda old_id, pod: ctl.incarnations.carried_over(old_id, pods[pod]))
         if renames and ctl.message is not None:
             log.info("app %s: executors with new ids on the same pods (a new driver): %s", spec.name, renames)
             ctl.message = renamed(ctl.message, renames)
+        taken = reused(ctl.message, executors)
+        if taken and ctl.message is not None:
+            log.info("app %s: ids a new driver handed to other pods, their executors lost: %s", spec.name, taken)
+            ctl.message = renamed(ctl.message, taken)
         previous = ctl.message.assignment if ctl.message is not None else None
         settings = AssignorSettings(
             standby_replicas=spec.state.standby_replicas,
@@ -313,7 +339,7 @@ class Orchestrator:
                 return
             # the same placement under the new ids: a generation the new driver can take
             new = Assignment(previous.generation + 1, new.tasks)
-        lost = lost_executors(ctl.message, executors, snap.pods, snap.down_nodes)
+        lost = lost_executors(ctl.message, executors, snap.pods, snap.down_nodes, snap.unreachable)
         # The failover is written in the same ConfigMap update as the assignment that carries it
         # out, so a leader that dies right after the write still leaves it for the next one.
         for gone in lost:
@@ -321,8 +347,9 @@ class Orchestrator:
                 ctl.last_failover = Failover(now_iso(), gone.executor.id, gone.reason, gone.moved,
                                              time.monotonic() - started)
         ips = {p.exec_id: p.ip for p in snap.pods if p.live_executor and p.exec_id is not None and p.ip}
+        lives = {e.id: life for e in executors if (life := ctl.incarnations.life(e.id, e.pod)) is not None}
         message = channel.AssignmentMessage(spec.name, new, tuple(executors), now_iso(), cause,
-                                            {e.id: ips[e.id] for e in executors if e.id in ips})
+                                            {e.id: ips[e.id] for e in executors if e.id in ips}, lives)
         await self._write_channel(ctl, snap, spec, message)
         elapsed = time.monotonic() - started
         ctl.message = message
@@ -410,10 +437,8 @@ class Orchestrator:
             ctl.samples = [s for s in ctl.samples if s.at >= sample.at - 2 * a.window_s] + [sample]
         current = spec.executors.replicas
         figures = rates(ctl.samples, a.window_s)
-        status: dict[str, Any] = {"executors": current, **figures_status(figures)}
+        status = autoscaling_status(current, figures, (ctl.autoscaling or {}).get("lastDecision"))
         hold = warming(ctl.message, runtime, executors, current, surplus(snap.pods, spec))
-        if ctl.autoscaling and ctl.autoscaling.get("lastDecision"):
-            status["lastDecision"] = ctl.autoscaling["lastDecision"]
         if hold is not None:
             # lag a move causes is no evidence: the windows start over once it is done
             ctl.history.clear()
@@ -531,6 +556,7 @@ class Orchestrator:
                 f"executor {gone.executor.id} ({gone.executor.pod}) {gone.reason}; "
                 f"{len(gone.moved)} active task(s) failed over",
             )
+            metrics.EXECUTOR_LOSSES.labels(spec.namespace, spec.name, metrics.loss_label(gone.reason)).inc()
             if gone.moved:
                 metrics.FAILOVERS.labels(spec.namespace, spec.name).inc()
                 metrics.FAILOVER_DURATION.labels(spec.namespace, spec.name).observe(elapsed)

@@ -6,7 +6,7 @@ back. Pure functions of pods, assignments and runtime states; `orchestrator` car
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from eddy_contract import channel
@@ -16,7 +16,12 @@ from eddy_operator import builders
 from eddy_operator.autoscaler import Rates, Sample
 from eddy_operator.pods import PodInfo, instant
 
-__all__ = ["figures_status", "load_sample", "surplus", "unknown_to_driver", "warming"]
+__all__ = ["AUTOSCALING_STATUS_KEYS", "autoscaling_status", "figures_status", "load_sample", "surplus",
+           "unknown_to_driver", "warming"]
+
+#: every key `status.autoscaling` may carry
+AUTOSCALING_STATUS_KEYS = ("executors", "recommended", "reason", "holding", "inputRate", "processedRate", "backlog",
+                           "busyPercent", "capacityPerExecutor", "lastDecision")
 
 
 def surplus(pods: Iterable[PodInfo], spec: StreamAppSpec) -> set[str]:
@@ -58,14 +63,28 @@ def figures_status(figures: Rates | None) -> dict[str, Any]:
     return status
 
 
+def autoscaling_status(current: int, figures: Rates | None, last_decision: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`status.autoscaling` before this sync's recommendation: every key it may carry, None where
+    one does not apply now. The status is written as a merge patch, which keeps a key it does not
+    mention: without the Nones, a `holding` from a move long done would stay, beside the
+    recommendations taken since."""
+    status: dict[str, Any] = dict.fromkeys(AUTOSCALING_STATUS_KEYS)
+    status.update(executors=current, lastDecision=last_decision, **figures_status(figures))
+    return status
+
+
 def warming(message: channel.AssignmentMessage | None, runtime: channel.RuntimeState, executors: list[Executor],
             wanted: int, going: Collection[str]) -> str | None:
     """Why the autoscaler takes no recommendation now (a move under way: `going` are the pods a
-    scale-in removes), or None."""
+    scale-in removes, executors the driver has not named yet get their copies later), or None."""
     if message is None:
         return "no assignment yet"
     if len(executors) != wanted or going:
         return f"{len(executors)} live executor(s), {wanted} wanted"
+    # new executors take copies only once the driver names them: the move has not begun
+    unknown = unknown_to_driver(executors, runtime, message.assignment, going)
+    if unknown:
+        return f"executor(s) {', '.join(unknown)} not yet named by the driver"
     warmups = sum(len(a.warmups) for a in message.assignment.tasks.values())
     if warmups:
         return f"{warmups} warmup(s) catching up"

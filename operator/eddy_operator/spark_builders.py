@@ -121,6 +121,13 @@ def build_spark_conf(spec: StreamAppSpec, storage_class: str) -> dict[str, str]:
         # so that the next driver's pod template is the same but for the driver's owner reference,
         # and it adopts the running pods instead of replacing them (eddy_runtime.driver.executor_set).
         "spark.kubernetes.executor.deleteOnTermination": "false",
+        # Spark then labels the pod of an executor that failed `spark-exec-inactive` and leaves it
+        # out of its pod snapshots for good; an Eddy pod lives on (its container restarts in
+        # place, or a new driver adopts it), so every executor it registered next would be "not
+        # found in the cluster" this long after registering, and removed. Eddy learns of a dead
+        # executor from its closed connection, the operator's probes (eddy_runtime.driver.
+        # assignment_source) and Spark's heartbeat timeout: Spark's pod-snapshot check is off.
+        "spark.kubernetes.executor.missingPodDetectDelta": "365d",
         "spark.kubernetes.executor.disableConfigMap": "true",
         "spark.kubernetes.executor.podNamePrefix": app,
         f"spark.kubernetes.executor.label.{APP_LABEL}": app,

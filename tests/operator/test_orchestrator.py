@@ -3,15 +3,29 @@ and which actives fail over with them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
 
 from eddy_contract.assignor import Assignment, Executor, TaskAssignment
-from eddy_contract.channel import AssignmentMessage, ExecutorInventory, RuntimeState
-from eddy_operator.executor_ids import executor_renames, held_by_live_id, renamed, reregistering
+from eddy_contract.channel import (
+    AssignmentMessage,
+    ExecutorInventory,
+    RuntimeState,
+    decode_assignment,
+    encode_assignment,
+)
+from eddy_operator.executor_ids import (
+    Incarnations,
+    executor_renames,
+    held_by_live_id,
+    renamed,
+    reregistering,
+    reused,
+)
 from eddy_operator.orchestrator import LostExecutor, lost_executors
-from eddy_operator.pods import LossReason, PodInfo, live_executors
+from eddy_operator.pods import LossReason, PodInfo, live_executors, pod_info
 from eddy_operator.scaling import unknown_to_driver
 
 pytestmark = pytest.mark.unit
@@ -51,6 +65,31 @@ def test_an_executor_whose_pod_is_gone_was_deleted_and_one_without_actives_moves
     ]
 
 
+def killed_jvm_pod(container_state: dict) -> PodInfo:
+    """An executor pod whose JVM was SIGKILLed: the entrypoint ended the container, which restarts."""
+    return pod_info({
+        "metadata": {"name": "wc-exec-1", "labels": {"spark-role": "executor", "spark-exec-id": "1"}},
+        "spec": {"nodeName": "node-a"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}],
+                   "containerStatuses": [{"name": "executor", "restartCount": 1, "state": container_state,
+                                          "lastState": {"terminated": {"exitCode": 137, "reason": "Error"}}}]},
+    })
+
+
+@pytest.mark.parametrize("state", [{"terminated": {"exitCode": 137, "reason": "Error"}},
+                                   {"waiting": {"reason": "CrashLoopBackOff"}}])
+def test_an_executor_whose_jvm_was_killed_is_lost_because_its_container_exited(state: dict) -> None:
+    pod = killed_jvm_pod(state)
+    assert not pod.live_executor
+    live = [Executor("2", "wc-exec-2"), Executor("3", "wc-exec-3")]
+    assert lost_executors(PUBLISHED, live, [pod]) == [
+        LostExecutor(Executor("1", "wc-exec-1"), LossReason.EXITED, ("0_0", "0_2"))]
+
+
+def test_a_pod_whose_container_runs_again_is_not_called_exited() -> None:
+    assert not killed_jvm_pod({"running": {"startedAt": "2026-11-27T10:00:00Z"}}).exited
+
+
 def test_an_executor_on_a_node_that_is_down_is_lost_though_its_pod_still_says_ready() -> None:
     # the kubelet is gone: the pod's status (running, ready) is the last it sent
     pods = [PodInfo(f"wc-exec-{i}", "executor", str(i), node, "Running", True, False, None, None, running=True)
@@ -59,6 +98,18 @@ def test_an_executor_on_a_node_that_is_down_is_lost_though_its_pod_still_says_re
     assert [e.id for e in live] == ["2", "3"]
     assert lost_executors(PUBLISHED, live, pods, {"node-a": "2026-11-27T10:00:00Z"}) == [
         LostExecutor(Executor("1", "wc-exec-1"), LossReason.NODE_DOWN, ("0_0", "0_2"))]
+
+
+def test_an_executor_whose_runner_stopped_answering_is_lost_before_its_node_is_down() -> None:
+    pods = [PodInfo(f"wc-exec-{i}", "executor", str(i), "node-a", "Running", True, False, None, None, running=True)
+            for i in (1, 2, 3)]
+    live = live_executors(pods, {}, "zone", unreachable={"wc-exec-2"})
+    assert [e.id for e in live] == ["1", "3"]
+    assert lost_executors(PUBLISHED, live, pods, unreachable={"wc-exec-2"}) == [
+        LostExecutor(Executor("2", "wc-exec-2"), LossReason.UNREACHABLE, ("0_1",))]
+    # once its node is down too, that is the reason given
+    assert lost_executors(PUBLISHED, live, pods, {"node-a": "2026-11-27T10:00:00Z"}, {"wc-exec-2"})[0].reason \
+        == LossReason.NODE_DOWN
 
 
 def test_a_restarted_driver_s_new_ids_on_the_same_pods_are_the_same_executors_even_when_ids_swap() -> None:
@@ -126,3 +177,110 @@ def test_an_executor_the_driver_has_not_named_yet_takes_no_new_copy_unless_it_ho
     # before any generation, or before the driver names anyone: nobody is held back
     assert unknown_to_driver(executors, named, None) == []
     assert unknown_to_driver(executors, RuntimeState("wc", "t", 3, MappingProxyType({})), previous) == []
+
+
+def labelled_pod(exec_id: str, restarts: int, *, uid: str = "uid-1") -> PodInfo:
+    return PodInfo("wc-exec-1", "executor", exec_id, "node-a", "Running", False, False, None, None,
+                   running=True, restarts=restarts, uid=uid)
+
+
+def test_a_restarted_container_under_its_old_executor_id_is_not_live_until_spark_labels_it_anew() -> None:
+    # A SIGKILLed executor's container runs again before its new JVM registered: the pod still says
+    # executor 1, which ended with the old container. Taken for live, it got its actives back a
+    # second after they failed over, and lost them again (two ExecutorLost Events for one kill).
+    incarnations = Incarnations()
+    assert not incarnations.mark([labelled_pod("1", 0)])[0].stale_id
+    restarted = incarnations.mark([labelled_pod("1", 1)])[0]
+    assert restarted.stale_id and not restarted.live_executor
+    live = live_executors([restarted], {}, "zone")
+    assert live == []
+    assert lost_executors(PUBLISHED, live, [restarted])[0] == \
+        LostExecutor(Executor("1", "wc-exec-1"), LossReason.EXITED, ("0_0", "0_2"))
+    assert incarnations.mark([labelled_pod("1", 1)])[0].stale_id  # still, on the next look
+    # the new JVM registered: a new executor, live
+    assert incarnations.mark([labelled_pod("4", 1)])[0].live_executor
+    assert not incarnations.mark([labelled_pod("4", 1)])[0].stale_id
+
+
+def test_a_pod_made_again_under_its_name_or_relabelled_by_a_new_driver_is_not_stale() -> None:
+    incarnations = Incarnations()
+    incarnations.mark([labelled_pod("1", 3)])
+    # the same name, a new pod (deleted, made again by its StatefulSet)
+    assert incarnations.mark([labelled_pod("1", 0, uid="uid-2")])[0].live_executor
+    # a new driver hands the same pod (no restart) a new id
+    assert incarnations.mark([labelled_pod("7", 0, uid="uid-2")])[0].live_executor
+
+
+def test_an_executor_id_moves_to_the_new_id_only_with_the_same_container_life() -> None:
+    # A new driver relabels a pod that outlived the old one (same uid, no restart): the same
+    # executor, which keeps its tasks. A pod made again under its name, or a container restarted,
+    # is a new executor: its predecessor is lost (its tasks fail over), not renamed.
+    incarnations = Incarnations()
+    message = AssignmentMessage("wc", Assignment(1, MappingProxyType({"0_0": TaskAssignment("1", ())})),
+                                (Executor("1", "wc-exec-1"),), "2025-01-01T00:00:00.000Z")
+    incarnations.mark([labelled_pod("1", 0)], keep=[("wc-exec-1", "1")])
+    live = [Executor("5", "wc-exec-1")]
+    for pod, renames in ((labelled_pod("5", 0), {"1": "5"}),  # a new driver
+                         (labelled_pod("5", 0, uid="uid-2"), {}),  # the pod made again
+                         (labelled_pod("5", 1), {})):  # its container restarted
+        assert executor_renames(message, live, lambda old, _, p=pod: incarnations.carried_over(old, p)) == renames
+    # an id this operator never saw on a pod (it took over since) is taken to have moved
+    assert Incarnations().carried_over("1", labelled_pod("5", 1))
+
+
+def test_an_operator_that_takes_over_knows_each_executor_s_container_life_from_the_assignment() -> None:
+    # The leader that published the assignment saw executor 1 on wc-exec-1's first container life;
+    # one that took over since, while the pod was made again, must not rename 1 to the new pod's id.
+    before = Incarnations()
+    before.mark([labelled_pod("1", 0)])
+    message = AssignmentMessage("wc", Assignment(1, MappingProxyType({"0_0": TaskAssignment("1", ())})),
+                                (Executor("1", "wc-exec-1"),), "2025-01-01T00:00:00.000Z",
+                                lives={"1": before.life("1", "wc-exec-1") or ""})
+    published = decode_assignment(encode_assignment(message))
+    assert published.lives == {"1": "uid-1/0"}
+    after = Incarnations()
+    after.learn(published)
+    assert not after.carried_over("1", labelled_pod("5", 0, uid="uid-2"))
+    assert after.carried_over("1", labelled_pod("5", 0))
+    assert renamed(published, {"1": "5"}).lives == {"5": "uid-1/0"}
+    # and a pod between its container's restart and its new label carries a stale id
+    fresh = Incarnations()
+    fresh.learn(published)
+    assert fresh.mark([labelled_pod("1", 1)], keep=[("wc-exec-1", "1")])[0].stale_id
+
+
+def test_a_new_driver_may_hand_an_id_out_again_to_the_same_pod_after_its_container_restarted() -> None:
+    # Spark counts ids per driver: executor 1's pod, relabelled EXECID by a new driver, restarted,
+    # and got id 1 again from it. That is a new label, not the stale one.
+    incarnations = Incarnations()
+    incarnations.mark([labelled_pod("1", 0)])
+    incarnations.mark([labelled_pod("EXECID", 0)], keep=[("wc-exec-1", "1")])
+    incarnations.mark([labelled_pod("EXECID", 1)], keep=[("wc-exec-1", "1")])
+    assert incarnations.mark([labelled_pod("1", 1)], keep=[("wc-exec-1", "1")])[0].live_executor
+
+
+def test_an_id_a_new_driver_handed_to_another_pod_is_not_the_last_assignment_s_executor() -> None:
+    # The last assignment's executor 1 ran on wc-exec-1; a new driver handed 1 to wc-exec-3 and
+    # wc-exec-1 (its container restarted: not renamed) awaits its id. Executor 1 of the assignment
+    # is lost, under a name of its own, and its actives fail over.
+    live = [Executor("1", "wc-exec-3"), Executor("2", "wc-exec-2")]
+    taken = reused(PUBLISHED, live)
+    assert taken == {"1": "1@wc-exec-1"}
+    lost = lost_executors(renamed(PUBLISHED, taken), live, [executor_pod("wc-exec-1"), executor_pod("wc-exec-3")])
+    assert [(g.executor.id, g.moved) for g in lost] == [("1@wc-exec-1", ("0_0", "0_2")), ("3", ())]
+
+
+def test_a_new_driver_that_swaps_two_pods_ids_keeps_each_pod_s_tasks() -> None:
+    # e2e/test_changes.py: the new driver handed 2 to executor 1's pod and 1 to executor 2's; both
+    # outlived the old driver (same container life), so both are renamed, at once.
+    incarnations = Incarnations()
+    pods = [labelled_pod("1", 0), replace(labelled_pod("2", 0, uid="uid-2"), name="wc-exec-2")]
+    incarnations.mark(pods)
+    message = AssignmentMessage("wc", Assignment(1, MappingProxyType({"0_0": TaskAssignment("1", ("2",))})),
+                                (Executor("1", "wc-exec-1"), Executor("2", "wc-exec-2")), "2025-01-01T00:00:00.000Z")
+    keep = [("wc-exec-1", "1"), ("wc-exec-2", "2")]
+    swapped = incarnations.mark([replace(pods[0], exec_id="2"), replace(pods[1], exec_id="1")], keep=keep)
+    by_name = {p.name: p for p in swapped}
+    live = [Executor("2", "wc-exec-1"), Executor("1", "wc-exec-2")]
+    assert executor_renames(message, live, lambda old, pod: incarnations.carried_over(old, by_name[pod])) \
+        == {"1": "2", "2": "1"}
