@@ -814,6 +814,13 @@ cmd_kill_node() {
     dir="$(cd "$1" && pwd)"
     load_nodes "$dir"
     i="$(node_index "$2")" || die "no node $2 in $dir/nodes"
+    # Its pod network goes first, as when a machine dies: no FIN or RST from its dying
+    # processes reaches anyone, and connections to its pods' addresses now time out
+    # (dropped) instead of being refused by the kernel of their still-mounted network
+    # namespaces. Spark's driver, for one, then learns of its executors' deaths only
+    # from the API server (the pods' deletion) or its heartbeat timeout.
+    ip link set "${N_BRIDGE[i]}" down 2>/dev/null || true
+    ip route replace blackhole "${N_CIDR[i]}"
     # Several rounds: a process may fork between listing and killing.
     for ((round = 0; round < 20; round++)); do
         pids="$(node_pids "$i" | xargs)"
@@ -826,11 +833,6 @@ cmd_kill_node() {
     pids="$(node_pids "$i" | xargs)"
     [[ -z "$pids" ]] || die "node ${N_NAME[i]}: still alive after SIGKILL: $pids"
     date +%s.%N >"${N_DIR[i]}/killed"
-    # Its pod network goes with it: connections to its pods' addresses now
-    # time out (dropped), as they do when a machine dies, instead of being
-    # refused by the kernel of their still-mounted network namespaces.
-    ip link set "${N_BRIDGE[i]}" down 2>/dev/null || true
-    ip route replace blackhole "${N_CIDR[i]}"
     echo "node ${N_NAME[i]} killed: $killed process(es) SIGKILLed; its pod range ${N_CIDR[i]} is a blackhole"
 }
 

@@ -75,6 +75,10 @@ def test_an_executor_kill_and_the_generations_after_it_lose_and_duplicate_no_upd
         feeding.clear()
         run.stop()
     assert run.error is None, run.error
+    # The loss is reported once, in the batch reports and the driver's metric, though the driver
+    # learned of it during a sync over HTTP or between batches, with no Spark job cancelled.
+    assert [e for r in run.reports for e in r.lost_executors] == [victim]
+    assert driver.metrics.registry.get_sample_value("eddy_driver_executor_losses_total", {"app": app}) == 1
     # Between the Spark jobs that brought each generation, the driver synced the runners over HTTP,
     # and what they reported there is counted like the rest (the exact counts below cover it).
     assert sum(r.records_in for r in run.reports if r.over_http) > 0

@@ -181,9 +181,11 @@ def test_killed_executors_fail_over_to_standbys_and_tasks_move_back(kafka, spark
         feeding.set()
         feeder.start()
         seen = {e.id for e in live_executors(sc)}
+        victims = []
         for kill in range(1, kills + 1):
             before = driver.assignment
             victim = Counter(before.tasks[t].active for t in stateful).most_common(1)[0][0]
+            victims.append(victim)
             survivor = ({e.id for e in live_executors(sc)} - {victim}).pop()
             orphans = {t for t in stateful if before.tasks[t].active == victim}
             assert all(before.tasks[t].standbys == (survivor,) for t in orphans)
@@ -227,4 +229,5 @@ def test_killed_executors_fail_over_to_standbys_and_tasks_move_back(kafka, spark
     assert run.error is None, run.error
     losses = driver.metrics.registry.get_sample_value("eddy_driver_executor_losses_total", {"app": app})
     assert losses == kills
+    assert [e for r in run.reports for e in r.lost_executors] == victims
     assert latest_counts(kafka.bootstrap, out) == Counter(w for line in fed for w in line.split())

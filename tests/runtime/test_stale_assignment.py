@@ -25,8 +25,8 @@ def published(tmp_path: Path, hosts: dict[str, str]) -> ChannelLocation:
 
 def test_the_same_ids_on_the_same_hosts_are_this_driver_s_executors(tmp_path: Path) -> None:
     where = published(tmp_path, {"3": "10.0.0.1", "4": "10.0.0.2"})
-    assignment, _ = read_channel(where, {"3": "10.0.0.1", "4": "10.0.0.2"})
-    assert assignment is not None and assignment.generation == 3
+    message, _ = read_channel(where, {"3": "10.0.0.1", "4": "10.0.0.2"})
+    assert message is not None and message.assignment.generation == 3
 
 
 def test_ids_swapped_between_hosts_or_hosts_under_new_ids_are_an_earlier_driver_s(tmp_path: Path) -> None:

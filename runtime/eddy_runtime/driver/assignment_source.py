@@ -6,6 +6,10 @@ or, in local mode, the same assignor (`eddy_contract.assignor.assign_app`) run h
 each executor's volume holds (driver/runtime_state.py). `AssignmentSource` also tracks the
 executors' liveness (known, lost, ready to be given tasks), and hands a new generation on at once
 when an executor dies mid-batch or the operator's assignment changes (driver/handoff.py).
+
+Liveness is Spark's word, overruled by the operator's: an executor the operator stopped naming
+live (its node is down, or it stopped answering) is planned onto no more (`usable`), though
+Spark's scheduler may count it alive for minutes after a node died without a word.
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ from collections.abc import Callable, Sequence, Set
 from typing import TYPE_CHECKING
 
 from eddy_contract.assignor import Assignment, AssignorSettings, Executor, assign_app
-from eddy_contract.channel import LiveSettings
+from eddy_contract.channel import AssignmentMessage, LiveSettings
 from eddy_contract.spec import StreamAppSpec
-from eddy_runtime.driver.channel_io import AssignmentWatch, ChannelLocation, read_assignment, read_channel
+from eddy_runtime.driver.channel_io import AssignmentWatch, ChannelLocation, read_channel
 from eddy_runtime.driver.metrics import DriverMetrics
 from eddy_runtime.driver.runtime_state import Volumes, probe_inventories
 from eddy_runtime.dsl.subtopology import CompiledApp
@@ -56,8 +60,16 @@ class AssignmentSource:
         self.known: set[str] = set()
         #: executors seen dying (never reassigned: the hand-off keeps a reference to it)
         self.lost: set[str] = set()
+        #: of those, the ones no batch report has named yet (`take_losses`)
+        self._unreported: list[str] = []
         #: executors whose task runner answered a batch: only those are given tasks (`assignable`)
         self.ready: set[str] = set()
+        #: operator mode: the executors an earlier message named live and the newest does not (on
+        #: a node that is down, or silent to the operator's probes). Spark may count them alive
+        #: for minutes yet: it hears of a dead node's executor only from its pod's deletion or
+        #: its heartbeat timeout, and a job pinned to one waits that long. See `usable`.
+        self.dropped: frozenset[str] = frozenset()
+        self._named: set[str] = set()
         self._compiled: CompiledApp | None = None
         self._hand_on: NewGeneration | None = None
         self._watch: AssignmentWatch | None = None
@@ -111,10 +123,32 @@ class AssignmentSource:
         self.known = {e.id for e in live}
 
     def executor_lost(self, executor: str, what: str) -> None:
+        """Count a loss once, whichever way the driver learned of it first."""
+        if executor in self.lost:
+            return
         self.lost.add(executor)
+        self._unreported.append(executor)
         self.ready.discard(executor)
         self.metrics.failovers.labels(self.app).inc()
         log.warning("executor %s died (%s); re-planning on the live executors", executor, what)
+
+    def take_losses(self) -> tuple[str, ...]:
+        """The executors lost since the last call, in the order they were found lost."""
+        taken, self._unreported = tuple(self._unreported), []
+        return taken
+
+    def usable(self, live: Sequence[ExecutorRef]) -> list[ExecutorRef]:
+        """`live` (Spark's word) less the executors the operator dropped, each counted lost once:
+        no work is planned onto them, and a batch under way on one is cancelled (`BatchWatch`)."""
+        for e in sorted(self.dropped & {e.id for e in live}):
+            self.executor_lost(e, "the operator found it lost: its node is down or it stopped answering")
+        return [e for e in live if e.id not in self.dropped]
+
+    def _heard(self, message: AssignmentMessage) -> None:
+        """Note which executors the operator names live (`dropped`)."""
+        named = {e.id for e in message.executors}
+        self._named |= named
+        self.dropped = frozenset(self._named - named)
 
     def assignable(self, live: Sequence[ExecutorRef]) -> list[ExecutorRef]:
         """The live executors that may be given tasks. An executor that joins later (a replacement
@@ -128,10 +162,13 @@ class AssignmentSource:
     def next_assignment(self, live: Sequence[ExecutorRef]) -> Assignment | None:
         """The operator's assignment as it stands, or the local assignor's over `live`."""
         if self.channel is not None:
-            assignment, live_settings = read_channel(self.channel, {e.id: e.host for e in live_executors(self.sc)})
+            message, live_settings = read_channel(self.channel, {e.id: e.host for e in live_executors(self.sc)})
             if live_settings is not None:
                 self.live_settings = live_settings
-            return assignment
+            if message is None:
+                return None
+            self._heard(message)
+            return message.assignment
         assert self._compiled is not None
         live_ids = {e.id for e in live}
         held = {e: tasks for e, tasks in self.volumes.held.items() if e in live_ids}
@@ -159,14 +196,18 @@ class AssignmentSource:
             self._hand_on(assignment, {e.id for e in live})
 
     def _channel_changed(self) -> None:
-        """On the assignment watch's thread: the operator's new generation goes to the runners
-        now, not after the job under way."""
-        if self._hand_on is None or self.channel is None or self.current is None:
+        """On the assignment watch's thread: the executors the operator dropped are known now (a
+        job under way on one is cancelled), and its new generation goes to the runners now, not
+        after that job."""
+        if self.channel is None or self.current is None:
             return
         live = live_executors(self.sc)
-        assignment = read_assignment(self.channel, {e.id: e.host for e in live})
-        if assignment is not None and assignment.generation > self.current.generation:
-            self._hand_on(assignment, {e.id for e in live})
+        message = read_channel(self.channel, {e.id: e.host for e in live})[0]
+        if message is None:
+            return
+        self._heard(message)  # a batch under way on an executor dropped now is cancelled
+        if self._hand_on is not None and message.assignment.generation > self.current.generation:
+            self._hand_on(message.assignment, {e.id for e in live} - self.dropped)
 
     def take_inventories(self, results: list[ItemResult]) -> list[ItemResult]:
         """`results` less the volumes' inventories among them, which are recorded."""

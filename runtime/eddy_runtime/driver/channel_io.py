@@ -3,7 +3,7 @@
 The formats are the operator's (`eddy_contract.channel`); this module only moves the documents:
 a ConfigMap in the driver's namespace (what the operator writes and reads), or a file (a mounted
 ConfigMap, or tests). The driver's assignment source (driver/assignment_source.py) calls
-`read_assignment` before each batch, and its accounting (driver/accounting.py) `write_runtime_state`
+`read_channel` before each batch, and its accounting (driver/accounting.py) `write_runtime_state`
 after it; `AssignmentWatch` tells the source when the assignment changed, so that a new generation
 reaches the executors without waiting for the next sync.
 """
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eddy_contract.assignor import Assignment
 from eddy_contract.channel import (
     ASSIGNMENT_KEY,
     RUNTIME_STATE_KEY,
+    AssignmentMessage,
     LiveSettings,
     RuntimeState,
     decode_assignment,
@@ -29,7 +29,7 @@ from eddy_contract.channel import (
     encode_runtime_state,
 )
 
-__all__ = ["AssignmentWatch", "ChannelLocation", "read_assignment", "read_channel", "read_channel_data",
+__all__ = ["AssignmentWatch", "ChannelLocation", "read_channel", "read_channel_data",
            "write_channel_data", "write_runtime_state"]
 
 log = logging.getLogger("eddy.driver")
@@ -70,14 +70,9 @@ def _core_api() -> Any:
     return _api
 
 
-def read_assignment(where: ChannelLocation, hosts: Mapping[str, str] | None = None) -> Assignment | None:
-    """The newest assignment (`read_channel`)."""
-    return read_channel(where, hosts)[0]
-
-
 def read_channel(where: ChannelLocation,
-                 hosts: Mapping[str, str] | None = None) -> tuple[Assignment | None, LiveSettings | None]:
-    """The newest assignment, None while the operator has not published one; and the spec's live
+                 hosts: Mapping[str, str] | None = None) -> tuple[AssignmentMessage | None, LiveSettings | None]:
+    """The newest assignment message, None while the operator has not published one; and the spec's live
     settings beside it (None if none). `hosts` (executor id -> host, as this driver's executors
     registered): no assignment either while it names one of them on another host (it was made for
     an earlier driver's executor ids: a restarted driver hands ids out anew, and the operator
@@ -111,7 +106,7 @@ def read_channel(where: ChannelLocation,
         log.info("assignment generation %d names executors %s on other hosts (an earlier driver's ids); waiting "
                  "for the operator's next", message.assignment.generation, stale)
         return None, settings
-    return message.assignment, settings
+    return message, settings
 
 
 def read_channel_data(where: ChannelLocation, key: str) -> str | None:
@@ -156,7 +151,7 @@ def write_runtime_state(where: ChannelLocation, state: RuntimeState) -> None:
 class AssignmentWatch:
     """Sets `changed` whenever the assignment document may have changed: a watch on the ConfigMap
     (re-opened every minute, and 1 s after an error), or the file's size and modification time
-    looked at every 0.1 s. The driver reads the document itself (`read_assignment`)."""
+    looked at every 0.1 s. The driver reads the document itself (`read_channel`)."""
 
     def __init__(self, where: ChannelLocation, on_change: Callable[[], None] | None = None) -> None:
         self.where = where

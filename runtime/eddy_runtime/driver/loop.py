@@ -249,6 +249,7 @@ class Driver:
             time.sleep(1)
             return BatchReport(self.batch_id, BatchOutcome.FAILED, 0.0, 0, error="no live executor")
         self._source.notice_executors(live, self._settings)
+        live = self._source.usable(live)
         self._handoff.know_executors(live)
         inputs = input_partitions(compiled)
         changelogs = changelog_partitions(compiled)
@@ -271,6 +272,7 @@ class Driver:
             time.sleep(0.5)
             return BatchReport(self.batch_id, BatchOutcome.FAILED, 0.0, 0,
                                error=f"generation {assignment.generation}: executors {unknown} not registered yet")
+        live = self._source.usable(live)  # and those it dropped in the assignment just read
         self._take_live_settings()
         moves = diff(previous, assignment) if previous is None or assignment.generation != previous.generation else ()
         self._handoff.fence(assignment)  # before any runner hears of it (raises: the batch fails, nothing sent)
@@ -345,8 +347,11 @@ class Driver:
         work = {e: self._handoff.continuous_work(assignment.generation, e, plan.continuous[e]) for e in executors}
         # watched as a Spark job is: an executor that dies meanwhile has its tasks moved at once
         with BatchWatch(self.sc, f"eddy-{self.app}-sync-{self.batch_id}", executors,
-                        description=f"eddy {self.app} sync {self.batch_id}", on_lost=self._source.lost_mid_batch):
+                        description=f"eddy {self.app} sync {self.batch_id}",
+                        on_lost=self._source.lost_mid_batch, gone=lambda: self._source.dropped) as watch:
             answers = sync_runners(self._handoff.runner_addresses, work, self.app, self._handoff.token, inventory)
+        if watch.lost is not None:
+            self._source.executor_lost(watch.lost, f"it died during sync {self.batch_id}")
         results = self._source.take_inventories([r for results in answers.values() for r in results])
         return results, answers.keys() == work.keys()
 
@@ -358,7 +363,7 @@ class Driver:
         try:
             with BatchWatch(self.sc, f"eddy-{self.app}-batch-{self.batch_id}", [e.id for e in live],
                             description=f"eddy {self.app} batch {self.batch_id}",
-                            on_lost=self._source.lost_mid_batch) as watch:
+                            on_lost=self._source.lost_mid_batch, gone=lambda: self._source.dropped) as watch:
                 self._watch = watch
                 rows = job.collect()
             return self._source.take_inventories([pickle.loads(r) for r in rows])
@@ -367,7 +372,6 @@ class Driver:
             self._planned_generation = -1
             if self._watch is not None and self._watch.lost is not None:
                 report.outcome = BatchOutcome.CANCELLED
-                report.lost_executor = self._watch.lost
                 self._source.executor_lost(self._watch.lost, f"batch {self.batch_id} was cancelled")
             elif self._watch is not None and self._watch.cancelled_reason:
                 report.outcome = BatchOutcome.CANCELLED
@@ -417,6 +421,7 @@ class Driver:
                 started = time.monotonic()
                 self.progress.batch_started()
                 report = self.run_batch()
+                report.lost_executors = self._source.take_losses()
                 self.progress.batch_finished()
                 n += 1
                 if on_batch is not None:
@@ -438,7 +443,8 @@ class Driver:
     def close(self) -> None:
         """Close every executor's tasks (stores flushed, checkpoints written), then the clients."""
         try:
-            live = live_executors(self.sc)
+            # not the executors the operator found lost: a job pinned to a dead one waits an hour
+            live = self._source.usable(live_executors(self.sc))
             if live:
                 close_runners(self.sc, live, self._settings(live))
         finally:

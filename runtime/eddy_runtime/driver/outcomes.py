@@ -35,7 +35,9 @@ class BatchReport:
     duration_s: float
     generation: int
     results: list[ItemResult] = field(default_factory=list)
-    lost_executor: str | None = None
+    #: executors the driver learned were lost since the previous report, each once however it learned
+    #: it (a cancelled job, a sync over HTTP, or gone from the scheduler between batches)
+    lost_executors: tuple[str, ...] = ()
     error: str | None = None
     moves: tuple[TaskMove, ...] = ()
     #: seconds spent planning (offsets, assignment, plans) and in the Spark job

@@ -20,17 +20,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from eddy_contract.spec import StreamAppSpec, load_streamapp_file
 from eddy_runtime.driver.loop import Driver, DriverOptions
+from eddy_runtime.driver.metrics import quantile_upper_bound
 from eddy_runtime.driver.outcomes import BatchOutcome, BatchReport, DriverError
 from eddy_runtime.driver.startup import load_pipeline
 from eddy_runtime.dsl.pipeline import Topology
-from eddy_runtime.dsl.subtopology import TopicSink
+from eddy_runtime.dsl.subtopology import SubTopology, TopicSink
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig, KafkaCredentialsMissing, KafkaUnreachable
 from eddy_runtime.protocol.work import ItemStatus
@@ -114,6 +115,8 @@ class LocalRun:
         self._threads: list[threading.Thread] = []
         self._last_generation = 0
         self._last_print = 0.0
+        #: the end-to-end latency histogram's counts at the last progress line
+        self._latency_printed: tuple[int, ...] = ()
         self._lock = threading.Lock()
 
     def say(self, text: str) -> None:
@@ -236,9 +239,10 @@ class LocalRun:
         if report.generation != self._last_generation:
             self._last_generation = report.generation
             self.say(f"assignment {report.generation}: " + _describe_assignment(d))
-        if report.outcome == BatchOutcome.CANCELLED and report.lost_executor:
-            self.say(f"executor {report.lost_executor} died: batch {report.batch_id} cancelled; standbys take over")
-        elif report.outcome == BatchOutcome.FAILED and report.error:
+        for executor in report.lost_executors:
+            cancelled = f"batch {report.batch_id} cancelled; " if report.outcome == BatchOutcome.CANCELLED else ""
+            self.say(f"executor {executor} died: {cancelled}standbys take over")
+        if report.outcome == BatchOutcome.FAILED and report.error:
             self.say(f"batch {report.batch_id} failed: {report.error[:300]}")
         for r in report.by_status(ItemStatus.RESTORING):
             self.say(f"restoring task {r.task} on executor {r.executor}: {r.restored} records restored, "
@@ -250,9 +254,8 @@ class LocalRun:
         if report.records_in or now - self._last_print > 10:
             self._last_print = now
             lag = sum(d.last_lag.values())
-            p50, p99 = d.metrics.latency.quantile(0.5), d.metrics.latency.quantile(0.99)
-            latency = (f", end-to-end latency p50 <= {p50 * 1000:g} ms, p99 <= {p99 * 1000:g} ms"
-                       if p50 is not None and p99 is not None else "")
+            latency = recent_latency(self._latency_printed, counts := d.metrics.latency.snapshot())
+            self._latency_printed = counts
             if d.compiled is not None and len(d.continuous_subtopologies) == len(d.compiled.subtopologies):
                 what = f"sync {report.batch_id} (continuous)"  # no batches: what the runners did since
             else:
@@ -295,14 +298,7 @@ class LocalRun:
             self._driver = driver
             compiled = driver.prepare()
             for s in compiled.subtopologies:
-                steps = [getattr(f, "__name__", "step") for f in s.steps]
-                stateful = ""
-                if s.stateful is not None:
-                    store = s.stateful.store or (s.table.store if s.table else None)
-                    stateful = f" -> {s.stateful.kind}" + (f" (store {store.name})" if store else "")
-                sinks = ", ".join(getattr(k, "topic", "?") for k in s.sinks)
-                self.say(f"sub-topology {s.id}: {s.source.topic} -> {' -> '.join(steps) or '(no steps)'}"
-                         f"{stateful} -> {sinks}  [{s.partitions} tasks]")
+                self.say(subtopology_line(s))
             self.say(f"state stores under {state_dir}; metrics: "
                      + (f"http://127.0.0.1:{opts.metrics_port}/metrics" if opts.metrics_port else "off"))
             sample = app_dir / "sample.txt"
@@ -357,6 +353,31 @@ class LocalRun:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, handle)
         return previous
+
+
+def recent_latency(before: Sequence[int], now: Sequence[int]) -> str:
+    """The end-to-end latency of the records counted between two snapshots of the driver's
+    histogram, for a progress line (the upper bounds of the buckets p50 and p99 fall in); "" if
+    none was counted."""
+    recent = [b - a for a, b in zip(before, now, strict=True)] if before else list(now)
+    p50, p99 = quantile_upper_bound(recent, 0.5), quantile_upper_bound(recent, 0.99)
+    if p50 is None or p99 is None:
+        return ""
+    return f", end-to-end latency since the last line p50 <= {p50 * 1000:g} ms, p99 <= {p99 * 1000:g} ms"
+
+
+def subtopology_line(s: SubTopology) -> str:
+    """A sub-topology as `eddy run` shows it at start: its source, every step in the order records
+    meet them (DataFrame steps, record steps, the stateful step, the record steps over its results),
+    its sinks and its task count."""
+    chain = [getattr(f, "__name__", "step") for f in s.steps] + [r.label for r in s.record_steps]
+    if s.stateful is not None:
+        store = s.stateful.store or (s.table.store if s.table else None)
+        chain.append(s.stateful.kind + (f" (store {store.name})" if store else ""))
+    chain += [r.label for r in s.post_steps]
+    sinks = ", ".join(getattr(k, "topic", "?") for k in s.sinks)
+    return (f"sub-topology {s.id}: {' -> '.join([s.source.topic, *chain, sinks or '(no sink)'])}"
+            f"  [{s.partitions} tasks]")
 
 
 def _logged(fn: Callable[..., None]) -> Callable[..., None]:

@@ -12,8 +12,8 @@ The driver uses this module as follows (driver/loop.py, driver/spark_plan.py, dr
 - `PinnedSlots` once per assignment: one partition per slot (a task copy on an executor); the
   per-batch work items travel in the closure of the functions applied to it;
 - `BatchWatch` around each batch's Spark job: it cancels the job group as soon as one of the
-  batch's executors dies (a job pinned to a dead executor would otherwise wait for the locality
-  timeout, or silently run elsewhere on the same host);
+  batch's executors dies, in Spark's word or the operator's (a job pinned to a dead executor would
+  otherwise wait for the locality timeout, or silently run elsewhere on the same host);
 - inside a task, every piece of work calls `ensure_on_executor` (built on `current_executor_id`)
   before it touches any state: the one check that it runs where it was planned.
 """
@@ -27,7 +27,7 @@ import pickle
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -172,8 +172,12 @@ class BatchWatch:
     """
 
     def __init__(self, sc: SparkContext, group: str, executors: Iterable[str], poll_s: float = 0.1,
-                 description: str = "", on_lost: Callable[[str], None] | None = None) -> None:
+                 description: str = "", on_lost: Callable[[str], None] | None = None,
+                 gone: Callable[[], Collection[str]] = tuple) -> None:
         self.sc = sc
+        #: executors known dead by other means than Spark's scheduler (the operator's word): Spark
+        #: learns of a node that died without a word only minutes later
+        self.gone = gone
         #: called with the executor that died, on a thread of its own while the job is cancelled
         self.on_lost = on_lost
         self.group = group
@@ -184,6 +188,7 @@ class BatchWatch:
         self.cancelled_reason: str | None = None
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
+        self._warned = False
 
     def __enter__(self) -> BatchWatch:
         self.sc.setJobGroup(self.group, self.description, interruptOnCancel=True)
@@ -204,11 +209,20 @@ class BatchWatch:
                 # its job after the executor died, so keep cancelling until the block ends.
                 self.sc.cancelJobGroup(self.group)
                 continue
+            gone = self.gone()
             for executor_id in self.executors:
                 try:
-                    alive = executor_alive(self.sc, executor_id)
-                except Exception:  # noqa: BLE001 - the context is stopping; nothing left to watch
-                    return
+                    alive = executor_id not in gone and executor_alive(self.sc, executor_id)
+                except Exception as e:  # noqa: BLE001 - a py4j hiccup under load, or the context stopping
+                    if self.sc._jsc is None:
+                        return  # stopped: nothing left to watch
+                    # Never stop watching while the job runs: a job pinned to an executor that
+                    # dies unwatched waits for the locality timeout (an hour).
+                    if not self._warned:
+                        log.warning("%s: could not ask whether executor %s lives (%s); asking again",
+                                    self.description, executor_id, e)
+                        self._warned = True
+                    break
                 if not alive:
                     self.lost = executor_id
                     log.info("%s: executor %s died; cancelling it", self.description, executor_id)
