@@ -72,6 +72,15 @@ def test_a_stream_table_join_materializes_the_table_in_the_streams_sub_topology(
     assert sub.table.store.name == "users" and sub.stateful.how == "left"
 
 
+def test_a_joiner_given_to_a_stream_table_join_is_refused_not_ignored():
+    """The join writes the table's value beside the record (column `right_name`); a joiner there
+    used to be dropped without a word, so the records went on without what it would have made
+    (found by the fault campaign's first app, bench/chaos.py)."""
+    t = Topology()
+    with pytest.raises(PipelineError, match="takes no joiner.*'table_value'"):
+        t.stream("clicks").join(t.table("users"), lambda click, user: f"{click}/{user}")
+
+
 def test_a_join_with_a_table_partitioned_differently_is_rejected():
     t = Topology()
     t.stream("clicks").join(t.table("users")).to("out")

@@ -214,6 +214,10 @@ class Stream(RecordSteps):
             return self._join_stream(table, joiner, windows, how, name)
         if not isinstance(table.node, TableSource):
             raise PipelineError("join takes a table from topology.table(topic)")
+        if joiner is not None:
+            raise PipelineError(f"a stream-table join takes no joiner: it writes the table's value beside each record, "
+                                f"in column {right_name!r} (a joiner is for a join of two streams); use that column "
+                                "in group_by(...) or to(..., value=[...])")
         if how not in ("inner", "left"):
             raise PipelineError(f"join how must be 'inner' or 'left', got {how!r}")
         if self._after_stateful():
