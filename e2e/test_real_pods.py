@@ -148,13 +148,20 @@ def _lose_executor_and_come_back(app: WordCount, how: str) -> None:
                        and caught_up(s, m) and m,
                        300, f"copies on executor {new_id} caught up", alive=app.check_driver)
     t_caught_up = time.monotonic() - t_kill
-    first_on_new = next(m for m in app.channel.assignments if new_id in m.assignment.executors())
-    assert not any(first_on_new.assignment.tasks[t].active == new_id for t in stateful), (
-        f"an active moved to executor {new_id} before its copy caught up: {first_on_new}")
-
     # It restored from its own volume: what its checkpoint lacked, not the changelog from the start.
     restores = [(m[1], int(m[3]), int(m[4])) for m in
                 RESTORE_LINE.finditer(runner_log.read_text(errors="replace")[log_offset:])]
+    # An active goes to the new executor at once only where its volume's copy was caught up
+    # (within acceptableRecoveryLag: KIP-441); any other copy warms up first. Which copies lag
+    # depends on where the input fed meanwhile went, so the test checks the rule, not a count.
+    first_on_new = next(m for m in app.channel.assignments if new_id in m.assignment.executors())
+    lacked = {}
+    for task, start, end in restores:
+        lacked.setdefault(task, end - start)
+    early = {t: lacked.get(t) for t in stateful if first_on_new.assignment.tasks[t].active == new_id
+             and (lacked.get(t) is None or lacked[t] > RECOVERY_LAG + 1)}
+    assert not early, f"actives moved to executor {new_id} before their copies caught up (records lacked): " \
+                      f"{early}; {first_on_new}"
     restored = sum(end - start for _, start, end in restores)
     from_zero = [r for r in restores if r[1] == 0]
     assert not from_zero, f"copies restored from the changelog's start: {from_zero}"
