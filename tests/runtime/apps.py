@@ -53,20 +53,37 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, by
 
 
 def read_all(bootstrap: str, topic: str, idle_s: float = 2.0) -> list[Any]:
-    """Every committed record of `topic` (read_committed), until nothing new comes for `idle_s`."""
-    from confluent_kafka import Consumer
+    """Every committed record of `topic` (read_committed) up to each partition's end as it stands
+    when called: done once the reader's position passes every partition's high watermark (the
+    commit markers included), or once nothing new came for `idle_s` (a transaction still open
+    holds a read_committed reader back; a topic that does not exist yet has no end to reach)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
                   "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": False})
-    c.subscribe([topic])
     out = []
-    last = time.monotonic()
     try:
+        topics = c.list_topics(topic, timeout=10).topics
+        found = topics.get(topic)
+        partitions = sorted(found.partitions) if found is not None and found.error is None else []
+        ends: dict[int, int] = {}
+        for p in partitions:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high > low:
+                ends[p] = high
+        if partitions:
+            c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        else:
+            c.subscribe([topic])
+        last = time.monotonic()
         while time.monotonic() - last < idle_s:
-            for m in c.consume(10_000, timeout=0.3):
+            for m in c.consume(10_000, timeout=0.1):
                 if m.error() is None:
                     out.append(m)
                     last = time.monotonic()
+            if partitions and all(tp.offset >= ends[tp.partition]
+                                  for tp in c.position([TopicPartition(topic, p) for p in ends])):
+                break
     finally:
         c.close()
     return out
