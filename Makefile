@@ -7,7 +7,7 @@ PY      := .venv/bin/python
 PYTEST  := $(PY) -m pytest
 export EDDY_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: setup test test-unit test-properties test-integration test-e2e lint demo bench-failover clean-cache
+.PHONY: setup test test-unit test-properties test-integration test-e2e lint demo bench-failover bench-autoscale chaos clean-cache
 
 setup:
 	infra/python-env.sh
@@ -46,6 +46,18 @@ test-e2e:
 # Failover figures on real pods (bench/failover_pods.py): several minutes.
 bench-failover: setup
 	infra/cluster/netns.sh $(PY) bench/failover_pods.py
+
+# Autoscaling figures on real pods (bench/autoscale.py, docs/operations.md "Autoscaling"): a 3x step
+# in the input rate, Eddy's autoscaler, Eddy with fixed executors and Kafka Streams under a KEDA-style
+# rule; about half an hour a run. AUTOSCALE_ARGS passes options (`--repeat 3 --json out.json`).
+bench-autoscale: setup
+	infra/cluster/netns.sh $(PY) bench/autoscale.py $(AUTOSCALE_ARGS)
+
+# The fault campaign (bench/chaos.py, docs/reliability.md): three real nodes, three brokers, 56 faults
+# of seven kinds while data flows, then the verifier and the report; about an hour. CHAOS_ARGS
+# passes options (`--seed 2 --faults 14 --out /tmp/chaos`).
+chaos: setup
+	infra/cluster/netns.sh $(PY) bench/chaos.py $(CHAOS_ARGS)
 
 # Needs only the Python env: `eddy run` starts its own Kafka broker (fetching the jars on first use).
 demo:

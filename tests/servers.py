@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -195,6 +196,7 @@ class KafkaCluster(KafkaBroker):
     `data_dir` holds `node-<i>` per node."""
 
     nodes: int = 3
+    host: str = "127.0.0.1"
 
     def node_dir(self, i: int) -> Path:
         return self.data_dir / f"node-{i}"
@@ -203,9 +205,20 @@ class KafkaCluster(KafkaBroker):
         """Stop node `i` (1-based) cleanly (SIGTERM: controlled shutdown moves its leaderships)."""
         run_script(REPO / "infra/kafka/kafka.sh", "stop", self.node_dir(i), timeout=60)
 
+    def kill_broker(self, i: int) -> int:
+        """SIGKILL node `i`'s JVM (no controlled shutdown: its leaderships move only once the
+        controller sees its session expire); returns its pid. `start_broker` brings it back."""
+        pid = int((self.node_dir(i) / "kafka.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return pid
+
     def start_broker(self, i: int, timeout_s: float = 60) -> None:
         """Start node `i` again on its data; returns once the cluster lists it among its brokers."""
-        run_script(REPO / "infra/kafka/kafka.sh", "cluster-node-start", self.data_dir, str(i), timeout=180)
+        run_script(REPO / "infra/kafka/kafka.sh", "cluster-node-start", self.data_dir, str(i), timeout=180,
+                   env={"KAFKA_HOST": self.host})
         self.wait_for_brokers(set(range(1, self.nodes + 1)), timeout_s)
 
     def live_brokers(self) -> set[int]:
@@ -234,16 +247,17 @@ class KafkaCluster(KafkaBroker):
 
 
 @contextmanager
-def kafka_nodes(base_dir: Path, nodes: int = 3) -> Iterator[KafkaCluster]:
-    """A `KafkaCluster` of `nodes` nodes; every node stopped at the end."""
+def kafka_nodes(base_dir: Path, nodes: int = 3, host: str = "127.0.0.1") -> Iterator[KafkaCluster]:
+    """A `KafkaCluster` of `nodes` nodes listening on `host` (a real cluster's node address, for
+    pods); every node stopped at the end."""
     run_script(REPO / "infra/kafka/kafka.sh", "fetch")
     port = free_port(2 * nodes)
     data_dir = base_dir / "kafka-cluster"
     cluster: KafkaCluster | None = None
     try:
         bootstrap = run_script(REPO / "infra/kafka/kafka.sh", "cluster-start", data_dir, str(nodes), str(port),
-                               timeout=240).strip().splitlines()[-1]
-        cluster = KafkaCluster(bootstrap=bootstrap, data_dir=data_dir, nodes=nodes)
+                               timeout=240, env={"KAFKA_HOST": host}).strip().splitlines()[-1]
+        cluster = KafkaCluster(bootstrap=bootstrap, data_dir=data_dir, nodes=nodes, host=host)
         cluster.wait_for_brokers(set(range(1, nodes + 1)))
         yield cluster
     finally:
