@@ -809,8 +809,7 @@ def eddy_program(argv: Sequence[str]) -> int:
                   f"{report.plan_s:.2f} s), generation {report.generation}: {report.records_in} in, "
                   f"{report.records_out} out, lag {sum(driver.last_lag.values())}", file=sys.stderr, flush=True)
             outcomes[report.outcome] = outcomes.get(report.outcome, 0) + 1
-            if report.lost_executor:
-                lost.append(report.lost_executor)
+            lost.extend(report.lost_executors)
             for r in report.results:
                 if r.figures is not None and r.figures.stores:
                     restored[f"{r.task}@{r.executor}"] = sum(x.restored_records for x in r.figures.stores)

@@ -30,7 +30,9 @@ CPU time of each system's whole process tree (JVMs, Python workers, drivers) ove
 Eddy runs a small warm-up app in the same Spark application first (executors and Python workers
 are up before its clock starts, as the peers' processes are); its measured app still starts its
 task runner, stores and transactional producers in its first batch, so that batch's length and
-the rate after it are printed too.
+the rate after it are printed too. sss and sss-rt run a warm-up query (200,000 words of a topic of
+their own, micro-batch) in the same Spark session first, so that the JVM's code paths are compiled
+before the clock starts (bench/sss/wordcount.py); Kafka Streams and Quix start cold.
 
 Phase 2, latency: each system gets a fresh input topic; once it counted a few warm-up records,
 a producer sends ``--rate`` records/s for ``--settle`` (5) + ``--duration`` s, stamping each with its
@@ -599,6 +601,16 @@ def observe(bootstrap: str, topic: str, partitions: int, warm: Any, stop: Any, r
             pickle.dump(seen, f)
 
 
+def start_observer(bootstrap: str, output: str, partitions: int, seen_path: Path) -> tuple[Any, Any, Any]:
+    """(probe count, stop event, process): `observe` in a child process of its own."""
+    ctx = multiprocessing.get_context("spawn")
+    probe_count, stop = ctx.Value("q", 0), ctx.Event()
+    observer = ctx.Process(target=observe, args=(bootstrap, output, partitions, probe_count, stop, str(seen_path)),
+                           daemon=True)
+    observer.start()
+    return probe_count, stop, observer
+
+
 def input_latencies(sent: Sequence[tuple[bytes, int]], seen: Sequence[tuple[bytes, int, float]],
                     from_ms: float = -math.inf) -> tuple[list[float], int]:
     """Per input record: first time an update of its word counted it, minus its send time (ms).
@@ -1015,6 +1027,19 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def finish(work_dir: Path, keep: bool, failed: Sequence[str]) -> int:
+    """A benchmark's exit: its work folder kept (asked for, or something failed) or removed; exit code
+    1 if any of `failed` (runs that failed or counted wrong)."""
+    if keep or failed:
+        say(f"logs and state kept in {work_dir}")
+    else:
+        subprocess.run(["rm", "-rf", str(work_dir)])
+    if failed:
+        say(f"FAILED or wrong counts: {', '.join(failed)}")
+        return 1
+    return 0
+
+
 def targets(throughputs: dict[str, Throughput], latencies: dict[str, Latency]) -> list[str]:
     """Eddy's targets against the peers measured in this run: throughput per core at or above
     Kafka Streams', records per CPU-second at or above Spark's micro-batch mode, p99 at or below
@@ -1134,14 +1159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }), indent=2, default=str))
     failed = [s for s, t in throughputs.items() if t.error or t.wrong]
     failed += [s for s, x in latencies.items() if x.error or x.wrong]
-    if args.keep or failed:
-        say(f"logs and state kept in {work_dir}")
-    else:
-        subprocess.run(["rm", "-rf", str(work_dir)])
-    if failed:
-        say(f"FAILED or wrong counts: {', '.join(sorted(set(failed)))}")
-        return 1
-    return 0
+    return finish(work_dir, args.keep, sorted(set(failed)))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,13 @@ and changes it while upgrade.py's producer runs:
   the node of an executor that is not the driver's, with the operator's hand-over (the default)
   and with the chart's ``drains.handOver=false``; the node is uncordoned once the drain completed.
   Done when the drained executor is back on its node and the app holds every task.
+- ``node lost`` (``--nodes 3``): the node of an executor that is not the driver's killed without
+  warning (``node.sh kill-node``: kubelet, containerd and containers SIGKILLed, its pod range a
+  blackhole); the operator finds the executor's runner silent (the chart's
+  ``failover.unreachableAfterSeconds``) and fails its actives over to their standbys; 15 s
+  later the node restarts as a machine that rebooted (``node.sh restart-node``), and its pod
+  comes back to its volume (within ``spec.state.nodeLossTimeout``). Phases "the loss" (kill to
+  restart) and "the return". Done when the executor runs again and the app holds every task.
 
 The four upgrade cases check the installed CRD for ``spec.upgrade`` first (an older operator
 reports "not run: <reason>" through `upgrade.NotRun` instead of failing obscurely), as they do
@@ -444,14 +451,19 @@ class NodeDrained(EddyChange):
             raise NotRun("needs two nodes or more (--nodes 3)")
         self.c.set_drain_hand_over(self.hand_over)
 
-    def make_change(self, marks: Marks) -> None:
+    def off_driver_node(self) -> list[Any]:
+        """The executor pods that are not on the driver's node (NotRun if there is none)."""
         assert self.app is not None
         driver = self.driver_pod()
         assert driver is not None
         pods = [p for p in self.app.executor_pods() if p.spec.node_name != driver.spec.node_name]
         if not pods:
             raise NotRun(f"every executor is on the driver's node {driver.spec.node_name}")
-        pod = pods[0]
+        return pods
+
+    def make_change(self, marks: Marks) -> None:
+        assert self.app is not None
+        pod = self.off_driver_node()[0]
         node = pod.spec.node_name
         others = [name for name, p in self._pods_on(node) if name != pod.metadata.name]
         marks.notes.append(f"drained {node}: executor pod {pod.metadata.name}"
@@ -508,8 +520,66 @@ class NodeDrainedPlainly(NodeDrained):
     hand_over = False
 
 
+class NodeLost(NodeDrained):
+    """The node of an executor that is not the driver's killed without warning, then restarted
+    `HOLD_S` after the failover. Needs ``--nodes`` 2 or more."""
+
+    case = "node lost"
+    #: how long the app runs on the other executors before the node comes back
+    HOLD_S = 15.0
+
+    def prepare(self) -> None:
+        if len(self.c.node.nodes) < 2:
+            raise NotRun("needs two nodes or more (--nodes 3)")
+
+    def make_change(self, marks: Marks) -> None:
+        assert self.app is not None
+        pods = self.off_driver_node()
+        # The executor's node, not the operator's: with every operator replica on the node that
+        # dies, nothing acts until Kubernetes evicts them (5 min); that is another fault.
+        operator_nodes = [p.spec.node_name for p in self.app.core.list_namespaced_pod(OPERATOR_NAMESPACE).items]
+        pod = min(pods, key=lambda p: operator_nodes.count(p.spec.node_name))
+        node = self.c.node.node(pod.spec.node_name)
+        if set(operator_nodes) <= {node.name}:
+            raise NotRun(f"every operator replica is on {node.name}, the executor's node")
+        before = self.app.channel.assignment()
+        assert before is not None
+        (lost,) = [e.id for e in before.executors if e.pod == pod.metadata.name]
+        # what else dies with it (an operator replica, perhaps the leader, changes the story)
+        others = [name for name, _ in self._pods_on(node.name) if name != pod.metadata.name]
+        marks.notes.append(f"pods on {node.name} besides the executor: {', '.join(others) or 'none'}")
+        t0_ms = time.time() * 1000
+        killed = self.c.node.kill_node(node)
+        marks.step(f"{node.name} killed ({killed})")
+        try:
+            self.wait(lambda: self._failed_over(lost), self.s.change_timeout_s,
+                      f"an assignment without executor {lost}, run by the driver")
+            failover_s = (time.time() * 1000 - t0_ms) / 1000
+            marks.step(f"executor {lost} ({pod.metadata.name}) failed over: the driver runs a generation without it")
+            said = [m for m in self.app.events("ExecutorLost") if f"({pod.metadata.name})" in m]
+            marks.notes.append(f"killed {node.name} (executor {lost}, {pod.metadata.name}); its actives' new owners "
+                               f"ran {failover_s:.1f} s after the kill; ExecutorLost: {said[-1] if said else '(none)'}")
+            time.sleep(self.HOLD_S)
+        finally:
+            since = time.time() * 1000
+            marks.phases.append(("the loss", t0_ms, since))
+            marks.step(f"{node.name} restarted ({self.c.node.restart_node(node)})")
+        self.wait(lambda: self.app is not None and self.app.running_executors() is not None, self.s.change_timeout_s,
+                  "every executor running again")
+        back = self.app.pod(pod.metadata.name)
+        marks.step(f"{pod.metadata.name} running again on {back.spec.node_name if back else '?'}")
+        self.wait_holds_every_task(marks, since)
+        marks.phases.append(("the return", since, marks.done_ms))
+
+    def _failed_over(self, lost: str) -> bool:
+        assert self.app is not None
+        m, st = self.app.channel.assignment(), self.app.channel.runtime_state()
+        return bool(m and st and lost not in {e.id for e in m.executors}
+                    and st.assignment_generation == m.assignment.generation)
+
+
 CASES: tuple[type[EddyChange], ...] = (DriverPodDeleted, CompatibleImageUpgrade, ConfigChange, RefusedChange,
-                                       Rollback, NodeDrained, NodeDrainedPlainly)
+                                       Rollback, NodeDrained, NodeDrainedPlainly, NodeLost)
 
 
 def cases(c: EddyCluster) -> list[tuple[str, SubjectFactory]]:

@@ -57,6 +57,8 @@ class KafkaStreamsBounce:
     repeats_allowed = False
     #: close without leaving the group: the static member keeps its tasks over its restart
     leave_group = False
+    #: more ``key=value`` settings for every instance (they win over the ones above; bench/autoscale.py)
+    extra_config: tuple[str, ...] = ()
 
     def __init__(self, s: Settings, input_topic: str, output: str, app_id: str) -> None:
         self.s, self.input, self.output, self.app_id = s, input_topic, output, app_id
@@ -85,7 +87,8 @@ class KafkaStreamsBounce:
                 "--config", "num.standby.replicas=1",
                 "--config", f"session.timeout.ms={s.kstreams_session_timeout_ms}",
                 # Distinct per instance, as a deployment with interactive queries sets it; nothing listens.
-                "--config", f"application.server=127.0.0.1:{self.ports[name]}"]
+                "--config", f"application.server=127.0.0.1:{self.ports[name]}",
+                *(arg for kv in self.extra_config for arg in ("--config", kv))]
         log = s.work_dir / f"{self.app_id}-{name}-v{version}.log"
         with log.open("w") as err:
             self.procs[name] = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
