@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from eddy_runtime.executor.commit import StateCommitter
+from eddy_runtime.kafka import transactions
 from eddy_runtime.kafka.transactional_ids import runner_transactional_id
 from eddy_runtime.kafka.transactions import (
     CommitFailed,
@@ -237,3 +238,44 @@ def test_a_round_sends_its_planned_positions_first_and_puts_back_those_of_a_part
     finally:
         runner.close()
     assert [v for _, _, v in read_all(kafka.bootstrap, out)] == [b"a", b"after"]
+
+
+@pytest.mark.parametrize("times_out", ["the offsets", "every call"])
+def test_a_kafka_error_before_the_commit_aborts_the_transaction_rather_than_leaving_it_open(
+        kafka, monkeypatch, times_out: str) -> None:
+    """A send_offsets_to_transaction that fails (here: timed out, as against a group coordinator
+    whose broker was SIGKILLed, bench/chaos.py) comes before commit_transaction: the transaction
+    did not commit, and must be aborted, or the producer replaced if even the abort fails. Reported
+    as "commit outcome unknown" and left open, it held the changelogs' last stable offset, and the
+    task never committed again.
+
+    A timeout of 0 makes a call give up before any broker can answer, so it times out for real, on
+    a real broker (1 ms was not enough: on a fast machine the coordinators answered within it)."""
+    app = kafka.unique_name("abort-early")
+    inp = kafka.create_topic(f"{app}-in", partitions=1)
+    runner = TaskCommitter(app, runner_transactional_id("1"), kafka.bootstrap, "exactly_once")
+    try:
+        if times_out == "the offsets":
+            monkeypatch.setattr(transactions, "SEND_OFFSETS_TIMEOUT_S", 0.0)
+        else:
+            runner._timeout = 0.0  # the abort too
+        with pytest.raises(CommitFailed) as failed:
+            runner.commit_parts([CommitPart(None, [], {(inp, 0): 1})])
+        monkeypatch.undo()
+        if times_out == "the offsets":
+            # aborted: the same producer commits the next round
+            assert failed.value.aborted and not isinstance(failed.value, TaskFenced), failed.value
+            runner.commit_parts([CommitPart(None, [], {(inp, 0): 2})])
+            assert runner.committed_offsets([(inp, 0)]) == {(inp, 0): 2}
+        else:
+            # the abort timed out too: the producer is replaced (the task reopened)
+            assert isinstance(failed.value, TaskFenced), failed.value
+    finally:
+        runner.close()
+    # the transactional id is usable again at once: nothing is left open for the next owner
+    again = TaskCommitter(app, runner_transactional_id("1"), kafka.bootstrap, "exactly_once", timeout_s=30)
+    try:
+        again.commit_parts([CommitPart(None, [], {(inp, 0): 9})])
+        assert again.committed_offsets([(inp, 0)]) == {(inp, 0): 9}
+    finally:
+        again.close()

@@ -227,6 +227,8 @@ class TaskCommitter:
         taken: list[CommitPart] = []
         sent: list[SentRecords] = []
         begun = False
+        #: commit_transaction was called: only from then on can a failure leave the outcome unknown
+        committing = False
         #: the send_offsets_to_transaction under way (the client takes one such call at a time)
         pending: list[Callable[[], None]] = []
 
@@ -262,13 +264,14 @@ class TaskCommitter:
             settle()
             if remaining:
                 raise CommitFailed(f"{self._ctx}: {remaining} records not delivered in {self._timeout}s")
+            committing = True
             _commit_with_retries(self._producer, self._timeout, self._ctx)
         except BaseException as e:
             try:
                 settle()
             except Exception:  # noqa: BLE001 - the transaction is aborted below either way
                 log.debug("%s: send_offsets_to_transaction failed", self._ctx, exc_info=True)
-            self._failed(e, begun)
+            self._failed(e, begun, committing)
         if errors:
             # Cannot happen after a successful commit (the broker would have refused it); keep the
             # store untouched and the caller informed if it ever does.
@@ -283,8 +286,18 @@ class TaskCommitter:
         return self._bounded_started("send_offsets_to_transaction",
                                      lambda: self._producer.send_offsets_to_transaction(tps, metadata, bound), bound)
 
-    def _failed(self, e: BaseException, begun: bool) -> NoReturn:
-        """Raise what a failed exactly-once commit comes to (its transaction aborted if it can be)."""
+    def _failed(self, e: BaseException, begun: bool, committing: bool = True) -> NoReturn:
+        """Raise what a failed exactly-once commit comes to (its transaction aborted if it can be).
+
+        A Kafka error before commit_transaction was called (a send_offsets_to_transaction that timed
+        out against a group coordinator that moved, e.g. its broker SIGKILLed) leaves no doubt: the
+        transaction did not commit, and it is aborted, or the producer replaced if it cannot be. Left
+        open, every later round of the task failed on it and the task never committed again
+        (bench/chaos.py, a broker killed)."""
+        if isinstance(e, KafkaException) and begun and not committing:
+            err: KafkaError = e.args[0]
+            if not (err.fatal() or err.code() in _FENCING_CODES):
+                self._abort_or_replace(e)
         if isinstance(e, KafkaException):
             self._fail(e)
         if isinstance(e, SystemError):
@@ -335,12 +348,23 @@ class TaskCommitter:
 
         return wait
 
+    def _abort_or_replace(self, e: KafkaException) -> NoReturn:
+        """Abort the open transaction after `e`, which came before its commit: CommitFailed (aborted);
+        if even the abort fails, the producer is unusable and the task is reopened with a new one
+        (whose init_transactions fences this one)."""
+        try:
+            self._producer.abort_transaction(self._timeout)
+        except KafkaException as ke:
+            self._unusable = f"abort_transaction failed after {e}: {ke}"
+            raise TaskFenced(f"{self._ctx}: transaction could not be aborted after {e}: {ke}; the task is "
+                             "reopened with a new producer", fatal=True) from e
+        raise CommitFailed(f"{self._ctx}: transaction aborted before its commit: {e}", aborted=True) from e
+
     def _fail(self, e: KafkaException) -> NoReturn:
         err: KafkaError = e.args[0]
         # _FATAL: what commit_transaction raises once a fence came mid-transaction (err.fatal()
         # is False on it): the transaction did not commit, the producer is done.
-        if err.fatal() or err.code() in (KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                                         KafkaError.INVALID_PRODUCER_EPOCH):
+        if err.fatal() or err.code() in _FENCING_CODES:
             self._unusable = str(err)
             raise TaskFenced(f"{self._ctx}: fenced or fatal producer error: {err}", fatal=True) from e
         errors = self._sender.errors
@@ -371,6 +395,10 @@ class TaskCommitter:
             if self._collector is not None:
                 self._collector.producer = None
             self._unusable = "closed"
+
+
+#: what a fenced or dead producer answers (besides err.fatal())
+_FENCING_CODES = (KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 
 
 def _inputs_of(parts: Iterable[CommitPart]) -> dict[TopicPartition, int]:
