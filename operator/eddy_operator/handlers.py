@@ -21,10 +21,11 @@ import kopf
 from eddy_contract import channel
 from eddy_contract.spec import GROUP, KIND, PLURAL, VERSION, SpecError
 from eddy_operator import builders, health, metrics
+from eddy_operator.app_state import Snapshot
 from eddy_operator.drains import is_draining
 from eddy_operator.kube import Kube
 from eddy_operator.node_loss import down_since
-from eddy_operator.orchestrator import Orchestrator, Snapshot
+from eddy_operator.orchestrator import Orchestrator
 from eddy_operator.pods import pod_info, zone_of
 from eddy_operator.reachability import (
     PROBE_INTERVAL_S,

@@ -1,6 +1,7 @@
 """The operator's orchestration of each app: from its pods, nodes and the driver's runtime state
 to a published assignment, failover record, Events, status and metrics (docs/DESIGN.md, "The
-operator's part": Assign, React).
+operator's part": Assign, React, Report); each sync then runs the Scale step (`scale_step`) and
+the Upgrade step (`upgrade_step`) on the same snapshot.
 
 Called by the handlers on every executor-pod event, runtime-state change and StreamApp change.
 One `AppController` per app serialises the work with a lock and remembers the last published
@@ -23,13 +24,10 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
-
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from typing import Any
 
 from eddy_contract import channel
 from eddy_contract.assignor import (
@@ -42,13 +40,12 @@ from eddy_contract.assignor import (
 )
 from eddy_contract.spec import SpecError, StreamAppSpec
 from eddy_operator import builders, metrics
+from eddy_operator.app_state import AppController, AppKey, Snapshot, now_iso
 from eddy_operator.assignment_events import describe_moves
-from eddy_operator.autoscaler import History, Sample, decide, rates, recommend
 from eddy_operator.builders import Owner
-from eddy_operator.drains import drained, emptied, hands_over, leaving
+from eddy_operator.drains import hands_over, leaving
 from eddy_operator.executor_ids import (
     REREGISTRATION_GRACE_S,
-    Incarnations,
     executor_renames,
     held_by_live_id,
     renamed,
@@ -57,104 +54,17 @@ from eddy_operator.executor_ids import (
 )
 from eddy_operator.kube import Kube
 from eddy_operator.node_loss import HOSTNAME_LABEL, release, release_unplaceable, stranded, unplaceable
-from eddy_operator.pods import LossReason, PodInfo, live_executors
-from eddy_operator.reconcile import reconcile, write_versions
-from eddy_operator.scaling import autoscaling_status, load_sample, surplus, unknown_to_driver, warming
+from eddy_operator.pods import LostExecutor, live_executors, lost_executors
+from eddy_operator.scale_step import announce_leaving, autoscale, evict_drained, scale_in
+from eddy_operator.scaling import surplus, unknown_to_driver
 from eddy_operator.status import Failover, Observed, compute_status, without_times
-from eddy_operator.upgrades import RejectionKind, VersionBook, driver_seen, judge
+from eddy_operator.upgrade_step import judge_upgrade
+from eddy_operator.upgrades import VersionBook, driver_seen
 
 log = logging.getLogger(__name__)
 
 # Beside the assignment in its ConfigMap; read by the operator only (the driver reads ASSIGNMENT_KEY).
 FAILOVER_KEY = "last-failover.json"
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-@dataclass
-class AppController:
-    """In-memory state of one app while the operator runs."""
-
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    message: channel.AssignmentMessage | None = None
-    loaded: bool = False
-    last_failover: Failover | None = None
-    last_status: dict[str, Any] | None = None
-    #: the executors announced as leaving (on a node being drained), so that each is said once
-    leaving: frozenset[str] = frozenset()
-    #: the autoscaler's samples of the executors' load, its recommendations, and what status shows
-    samples: list[Sample] = field(default_factory=list)
-    history: History = field(default_factory=History)
-    autoscaling: dict[str, Any] | None = None
-    #: which executor ids on pods are stale (their container restarted since)
-    incarnations: Incarnations = field(default_factory=Incarnations)
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What the handlers read from their indexes for one app."""
-
-    streamapp: Mapping[str, Any]
-    pods: tuple[PodInfo, ...]
-    nodes: Mapping[str, Mapping[str, str]]
-    runtime_data: Mapping[str, str] | None
-    assignment_data: Mapping[str, str] | None
-    #: the `<app>-versions` ConfigMap (eddy_operator.upgrades)
-    versions_data: Mapping[str, str] | None = None
-    #: the nodes that are down, with when they went down (eddy_operator.node_loss)
-    down_nodes: Mapping[str, str] = field(default_factory=dict)
-    #: the nodes being drained: cordoned, or tainted for removal (eddy_operator.drains)
-    draining_nodes: frozenset[str] = frozenset()
-    #: executor pods whose runner stopped answering, with for how long (eddy_operator.reachability)
-    unreachable: Mapping[str, float] = field(default_factory=dict)
-
-
-class AppKey(NamedTuple):
-    namespace: str
-    app: str
-    uid: str
-
-
-class LostExecutor(NamedTuple):
-    """An executor of the last published assignment that is no longer live, why, and the tasks
-    whose actives it held (they fail over)."""
-
-    executor: Executor
-    reason: LossReason
-    moved: tuple[str, ...]
-
-
-def lost_executors(
-    previous: channel.AssignmentMessage | None, live: Iterable[Executor], pods: Iterable[PodInfo],
-    down_nodes: Collection[str] = (), unreachable: Collection[str] = (),
-) -> list[LostExecutor]:
-    """The executors `previous` (the last published message) named that are not among `live`
-    (`down_nodes`: the nodes that are down, whose pods' executors are lost with them;
-    `unreachable`: the pods whose runner stopped answering)."""
-    if previous is None:
-        return []
-    live_ids = {e.id for e in live}
-    pods_by_name = {p.name: p for p in pods}
-    lost = []
-    for gone in previous.executors:
-        if gone.id in live_ids:
-            continue
-        moved = tuple(previous.assignment.active_tasks(gone.id))
-        pod = pods_by_name.get(gone.pod)
-        if pod is None:
-            reason = LossReason.DELETED
-        elif pod.deleting:
-            reason = pod.loss_reason
-        elif pod.node in down_nodes:
-            reason = LossReason.NODE_DOWN
-        elif pod.name in unreachable:
-            reason = LossReason.UNREACHABLE
-        else:
-            reason = pod.loss_reason
-        lost.append(LostExecutor(gone, reason, moved))
-    return lost
 
 
 class Orchestrator:
@@ -220,11 +130,12 @@ class Orchestrator:
             if runtime is not None and runtime.changelog_end_offsets and executors \
                     and not self._awaiting_registrations(ctl, snap, runtime, app):
                 await self._assign(ctl, snap, spec, executors, runtime, cause, started)
-                await self._evict_drained(ctl, snap, spec, runtime)
-                await self._scale_in(ctl, snap, spec, runtime)
-            await self._autoscale(ctl, snap, spec, executors, runtime)
+                if self.hand_over:
+                    await evict_drained(self.kube, self._event, ctl, snap, spec, runtime)
+                await scale_in(self.kube, self._event, ctl, snap, spec, runtime)
+            await autoscale(self.kube, self._event, ctl, snap, spec, executors, runtime)
             await self._publish_live_settings(ctl, snap, spec)
-            await self._judge_upgrade(snap, spec, runtime)
+            await judge_upgrade(self.kube, self._event, snap, spec, runtime)
             await self._update_status(ctl, snap, spec, executors, runtime)
 
     async def _release_stranded(self, snap: Snapshot, spec: StreamAppSpec) -> None:
@@ -327,7 +238,7 @@ class Orchestrator:
         going = leaving(executors, snap.pods, snap.draining_nodes) if self.hand_over else []
         going += [e.id for e in executors if e.id not in going and e.pod in surplus(snap.pods, spec)]
         going += unknown_to_driver(executors, runtime, previous, going)
-        self._announce_leaving(ctl, snap, executors, going, previous)
+        announce_leaving(self._event, ctl, snap, executors, going, previous)
         try:
             new = assign_app(executors, runtime.end_offsets(), held_by_live_id(runtime, executors), previous, settings,
                              stateful, going)
@@ -365,113 +276,6 @@ class Orchestrator:
         )
         self._announce(snap, spec, executors, previous, new, lost, elapsed)
 
-    def _announce_leaving(self, ctl: AppController, snap: Snapshot, executors: list[Executor], going: list[str],
-                          previous: Assignment | None) -> None:
-        """A `Draining` Event for each executor that has just become leaving (eddy_operator.drains)."""
-        pods = {e.id: e.pod for e in executors}
-        nodes = {p.name: p.node for p in snap.pods}
-        for executor in sorted(set(going) - ctl.leaving):
-            actives = len(previous.active_tasks(executor)) if previous is not None else 0
-            pod = pods[executor]
-            what = (f"its {actives} active task(s) go to caught-up copies elsewhere first (warmups where none is)"
-                    if actives else "it holds no active task")
-            self._event(snap.streamapp, "Normal", "Draining",
-                        f"executor {executor} ({pod}) is on node {nodes.get(pod)}, which is being drained: {what}, "
-                        "then the pod goes; its PodDisruptionBudget holds evictions meanwhile")
-        ctl.leaving = frozenset(going)
-
-    async def _evict_drained(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec,
-                             runtime: channel.RuntimeState) -> None:
-        """Delete the executor pods on nodes being drained once the published assignment gives them
-        no copy and the driver runs it (eddy_operator.drains): the evicting tool then finds them gone and goes on. Their
-        preStop hook holds the stop until their runner has let its actives go."""
-        if ctl.message is None or not snap.draining_nodes or not self.hand_over:
-            return
-        taken = runtime.assignment_generation == ctl.message.assignment.generation
-        for pod in drained(snap.pods, snap.draining_nodes, ctl.message.assignment, taken):
-            try:
-                await asyncio.to_thread(self.kube.core.delete_namespaced_pod, pod.name, spec.namespace,
-                                        body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=pod.uid)))
-            except ApiException as err:
-                if err.status in (404, 409):  # gone already; another pod under its name
-                    continue
-                raise
-            metrics.PODS_DRAINED.labels(spec.namespace, spec.name).inc()
-            held = "held no copy" if pod.phase == "Running" else "was not running"
-            self._event(snap.streamapp, "Normal", "ExecutorDrained",
-                        f"pod {pod.name} (executor {pod.exec_id}) on node {pod.node}, which is being drained, deleted: "
-                        f"it {held}, every active it had is on a caught-up copy; the drain can go on")
-            log.info("app %s/%s: drained pod %s off node %s", spec.namespace, spec.name, pod.name, pod.node)
-
-    async def _scale_in(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec,
-                        runtime: channel.RuntimeState) -> None:
-        """Fewer executors wanted (`kubectl scale`, the autoscaler): the pods past the wanted count
-        are leaving executors (their actives go to caught-up copies first, as in a drain); once they
-        hold no copy and the driver runs that assignment, the executor StatefulSet is scaled down
-        and its controller deletes them (their preStop hook waits for their runners to let go)."""
-        going = surplus(snap.pods, spec)
-        if ctl.message is None or not going:
-            return
-        taken = runtime.assignment_generation == ctl.message.assignment.generation
-        pods = [p for p in snap.pods if p.name in going]
-        if len(emptied(pods, ctl.message.assignment, taken)) < len([p for p in pods if not p.deleting]):
-            return
-        name = builders.executor_statefulset_name(spec.name)
-        await asyncio.to_thread(self.kube.scale_statefulset, spec.namespace, name, spec.executors.replicas)
-        self._event(snap.streamapp, "Normal", "ScaledIn",
-                    f"{', '.join(sorted(going))} hold no copy (their actives are on caught-up copies): executor "
-                    f"StatefulSet scaled to {spec.executors.replicas}")
-        log.info("app %s/%s: scaled in to %d executors", spec.namespace, spec.name, spec.executors.replicas)
-
-    async def _autoscale(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec, executors: list[Executor],
-                         runtime: channel.RuntimeState | None) -> None:
-        """spec.autoscaling: sample the executors' load, recommend, and scale through the scale
-        subresource when the stabilization windows agree (eddy_operator.autoscaler)."""
-        a = spec.autoscaling
-        if not a.enabled or runtime is None:
-            ctl.autoscaling = None
-            return
-        now = time.time()
-        sample = load_sample(runtime)
-        if sample is not None and (not ctl.samples or sample.at > ctl.samples[-1].at):
-            ctl.samples = [s for s in ctl.samples if s.at >= sample.at - 2 * a.window_s] + [sample]
-        current = spec.executors.replicas
-        figures = rates(ctl.samples, a.window_s)
-        status = autoscaling_status(current, figures, (ctl.autoscaling or {}).get("lastDecision"))
-        hold = warming(ctl.message, runtime, executors, current, surplus(snap.pods, spec))
-        if hold is not None:
-            # lag a move causes is no evidence: the windows start over once it is done
-            ctl.history.clear()
-            status["holding"] = hold
-        elif figures is not None:
-            n, why = recommend(figures, current, a)
-            ctl.history.add(now, n, keep_s=max(a.scale_in_stabilization_s, a.scale_out_stabilization_s) + a.window_s)
-            status.update(recommended=n, reason=why)
-            decision = decide(ctl.history, now, current, a)
-            if decision is not None:
-                try:
-                    await asyncio.to_thread(self.kube.scale_streamapp, spec.namespace, spec.name, decision.target)
-                except ApiException as err:
-                    # the app goes on as it is; the decision is taken again at the next sync
-                    self._event(snap.streamapp, "Warning", "AutoscalingFailed",
-                                f"executors {decision.current} -> {decision.target} could not be set: {err.reason} "
-                                f"({err.status})")
-                    status["holding"] = f"the scale subresource refused: {err.reason} ({err.status})"
-                    ctl.autoscaling = status
-                    return
-                message = (f"executors {decision.current} -> {decision.target}: {decision.reason}; {why}; "
-                           f"{figures.describe()}")
-                self._event(snap.streamapp, "Normal", "Autoscaled", message)
-                metrics.AUTOSCALER_DECISIONS.labels(spec.namespace, spec.name,
-                                                    "out" if decision.target > current else "in").inc()
-                log.info("app %s/%s: autoscaler: %s", spec.namespace, spec.name, message)
-                status["lastDecision"] = {"time": now_iso(), "from": decision.current, "to": decision.target,
-                                          "reason": f"{decision.reason}; {why}"}
-                ctl.history.clear()
-                ctl.samples = []
-            metrics.AUTOSCALER_RECOMMENDED.labels(spec.namespace, spec.name).set(n)
-        ctl.autoscaling = status
-
     async def _write_channel(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec,
                              message: channel.AssignmentMessage) -> None:
         """The assignment ConfigMap: `message`, the failover it carries out, and the spec's live
@@ -494,47 +298,6 @@ class Orchestrator:
             return
         await self._write_channel(ctl, snap, spec, ctl.message)
         log.info("app %s/%s: live settings published: %s", spec.namespace, spec.name, wanted[channel.SETTINGS_KEY])
-
-    async def _judge_upgrade(self, snap: Snapshot, spec: StreamAppSpec, runtime: channel.RuntimeState | None) -> None:
-        """The wanted version's topology gate and health gate (eddy_operator.upgrades): record it as
-        healthy, or reject it, say so, and roll the driver back to the healthy version."""
-        book = VersionBook.from_data(snap.versions_data)
-        gate_text = (snap.runtime_data or {}).get(channel.UPGRADE_KEY)
-        try:
-            gate = json.loads(gate_text) if gate_text else None
-        except ValueError:
-            gate = None
-        verdict = judge(book, driver_seen(snap.pods, runtime), gate, now=now_iso(),
-                        health_timeout_s=spec.upgrade.health_timeout_s, rollback=spec.upgrade.rollback)
-        wanted = book.wanted
-        if wanted is None or (verdict.healthy is None and verdict.rejection is None):
-            return
-        owner = Owner(spec.name, snap.streamapp["metadata"]["uid"])
-        if verdict.healthy is not None:
-            before = book.healthy
-            await asyncio.to_thread(write_versions, self.kube, spec, owner, replace(book, healthy=verdict.healthy))
-            if before is not None:
-                self._event(snap.streamapp, "Normal", "Upgraded",
-                            f"version {wanted.hash} runs healthily (was {before.hash}); no record waited for it")
-            return
-        rejection = verdict.rejection
-        assert rejection is not None
-        await asyncio.to_thread(write_versions, self.kube, spec, owner,
-                                replace(book, rejected={**book.rejected, wanted.hash: rejection}))
-        reason = "UpgradeRefused" if rejection.kind == RejectionKind.REFUSED else "UpgradeFailed"
-        self._event(snap.streamapp, "Warning", reason, f"version {wanted.hash}: {rejection.reason}")
-        if rejection.rolled_back_to is not None:
-            self._event(snap.streamapp, "Warning", "RolledBack",
-                        f"back to version {rejection.rolled_back_to}, the last that ran healthily; {wanted.hash} is "
-                        "not tried again until the spec changes")
-            await asyncio.to_thread(reconcile, self.kube, snap.streamapp)
-            # A StatefulSet does not replace a pod that never became ready with its reverted
-            # template by itself (Kubernetes' "forced rollback"): the rejected driver pod goes.
-            for pod in snap.pods:
-                if pod.role == "driver" and pod.config_hash == wanted.hash and not pod.deleting:
-                    await asyncio.to_thread(self.kube.core.delete_namespaced_pod, pod.name, spec.namespace)
-        log.warning("app %s/%s: version %s %s: %s", spec.namespace, spec.name, wanted.hash, rejection.kind,
-                    rejection.reason)
 
     def _announce(
         self,

@@ -1,6 +1,7 @@
 """An app's pods as the operator reads them: role, executor id, node, phase and readiness, why
-a pod was lost, its cores, and which executors the assignor may use (live, registered with the
-driver, with the zone of their node). Plain functions of pod and node dicts, no apiserver."""
+a pod was lost, its cores, which executors the assignor may use (live, registered with the
+driver, with the zone of their node), and which of the last published assignment's are lost, and
+why. Plain functions of pod and node dicts, no apiserver."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
+from eddy_contract import channel
 from eddy_contract.assignor import Executor
 from eddy_operator import builders
 
@@ -182,3 +184,43 @@ def live_executors(pods: Iterable[PodInfo], nodes: Mapping[str, Mapping[str, str
 def instant(iso: str) -> datetime:
     """A Kubernetes timestamp (ISO 8601, `Z` for UTC) as an aware datetime."""
     return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+
+
+class LostExecutor(NamedTuple):
+    """An executor of the last published assignment that is no longer live, why, and the tasks
+    whose actives it held (they fail over)."""
+
+    executor: Executor
+    reason: LossReason
+    moved: tuple[str, ...]
+
+
+def lost_executors(
+    previous: channel.AssignmentMessage | None, live: Iterable[Executor], pods: Iterable[PodInfo],
+    down_nodes: Collection[str] = (), unreachable: Collection[str] = (),
+) -> list[LostExecutor]:
+    """The executors `previous` (the last published message) named that are not among `live`
+    (`down_nodes`: the nodes that are down, whose pods' executors are lost with them;
+    `unreachable`: the pods whose runner stopped answering)."""
+    if previous is None:
+        return []
+    live_ids = {e.id for e in live}
+    pods_by_name = {p.name: p for p in pods}
+    lost = []
+    for gone in previous.executors:
+        if gone.id in live_ids:
+            continue
+        moved = tuple(previous.assignment.active_tasks(gone.id))
+        pod = pods_by_name.get(gone.pod)
+        if pod is None:
+            reason = LossReason.DELETED
+        elif pod.deleting:
+            reason = pod.loss_reason
+        elif pod.node in down_nodes:
+            reason = LossReason.NODE_DOWN
+        elif pod.name in unreachable:
+            reason = LossReason.UNREACHABLE
+        else:
+            reason = pod.loss_reason
+        lost.append(LostExecutor(gone, reason, moved))
+    return lost

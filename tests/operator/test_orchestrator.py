@@ -24,8 +24,7 @@ from eddy_operator.executor_ids import (
     reregistering,
     reused,
 )
-from eddy_operator.orchestrator import LostExecutor, lost_executors
-from eddy_operator.pods import LossReason, PodInfo, live_executors, pod_info
+from eddy_operator.pods import LossReason, LostExecutor, PodInfo, live_executors, lost_executors, pod_info
 from eddy_operator.scaling import unknown_to_driver
 
 pytestmark = pytest.mark.unit
