@@ -140,6 +140,22 @@ class Incarnations:
                 self._lives.setdefault((e.pod, e.id), (uid, int(restarts)))
                 self._labels.setdefault(uid, (e.id, int(restarts)))
 
+    def labels_seen(self) -> dict[str, str]:
+        """Every executor pod's id label as this operator first saw it, pod uid -> "<id>/<restarts>":
+        kept beside the assignment (`orchestrator.LABELS_KEY`) for the leader that takes over next.
+        The assignment's `lives` name only its own executors, and the one that fails over a
+        restarted container's executor no longer names it, while its pod may still carry its id."""
+        return {uid: f"{exec_id}/{restarts}" for uid, (exec_id, restarts) in sorted(self._labels.items())}
+
+    def learn_labels(self, seen: Mapping[str, str]) -> None:
+        """What the last leader saw of the pods' labels (`labels_seen`), for the pods this operator
+        has not seen itself: a pod it first sees under an id the last leader saw before the
+        container restarted carries a stale id."""
+        for uid, label in seen.items():
+            exec_id, _, restarts = label.rpartition("/")
+            if exec_id and restarts.isdigit():
+                self._labels.setdefault(uid, (exec_id, int(restarts)))
+
     def life(self, exec_id: str, pod: str) -> str | None:
         """The container life `exec_id` was seen in on `pod`, as `AssignmentMessage.lives` says it."""
         life = self._lives.get((pod, exec_id))

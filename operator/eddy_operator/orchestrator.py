@@ -65,6 +65,8 @@ log = logging.getLogger(__name__)
 
 # Beside the assignment in its ConfigMap; read by the operator only (the driver reads ASSIGNMENT_KEY).
 FAILOVER_KEY = "last-failover.json"
+#: the executor pods' id labels as the leader saw them (executor_ids.Incarnations.labels_seen)
+LABELS_KEY = "executor-labels.json"
 
 
 class Orchestrator:
@@ -114,6 +116,7 @@ class Orchestrator:
                 ctl.message = self._decode_previous(snap, app)
                 if ctl.message is not None:
                     ctl.incarnations.learn(ctl.message)
+                ctl.incarnations.learn_labels(self._decode_labels(snap, app))
                 ctl.last_failover = self._decode_failover(snap, app)
                 ctl.loaded = True
             snap = replace(snap, pods=ctl.incarnations.mark(
@@ -208,6 +211,16 @@ class Orchestrator:
             log.warning("app %s: recorded failover unreadable, ignored: %r", app, err)
             return None
 
+    def _decode_labels(self, snap: Snapshot, app: str) -> dict[str, str]:
+        """The pods' labels a previous leader saw (LABELS_KEY), {} if none or unreadable."""
+        text = (snap.assignment_data or {}).get(LABELS_KEY)
+        try:
+            seen = json.loads(text) if text else {}
+        except ValueError as err:
+            log.warning("app %s: recorded executor labels unreadable, ignored: %r", app, err)
+            return {}
+        return {str(k): str(v) for k, v in seen.items()} if isinstance(seen, dict) else {}
+
     async def _assign(
         self,
         ctl: AppController,
@@ -285,6 +298,7 @@ class Orchestrator:
         data.update(channel.encode_live_settings(channel.LiveSettings.of(spec)))
         if ctl.last_failover is not None:
             data[FAILOVER_KEY] = json.dumps(ctl.last_failover.to_status(), sort_keys=True)
+        data[LABELS_KEY] = json.dumps(ctl.incarnations.labels_seen(), sort_keys=True)
         await asyncio.to_thread(self.kube.apply, builders.build_assignment_configmap(spec, owner, data))
 
     async def _publish_live_settings(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec) -> None:

@@ -3,6 +3,7 @@ and which actives fail over with them."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -246,6 +247,30 @@ def test_an_operator_that_takes_over_knows_each_executor_s_container_life_from_t
     fresh = Incarnations()
     fresh.learn(published)
     assert fresh.mark([labelled_pod("1", 1)], keep=[("wc-exec-1", "1")])[0].stale_id
+
+
+def test_a_leader_that_takes_over_after_a_container_restarted_knows_the_pod_s_id_is_stale() -> None:
+    # Executor 5's JVM is killed: the leader sees its pod, still labelled 5, restarted, fails 5 over
+    # and publishes an assignment that no longer names it. Then the leader dies. Its successor never
+    # saw the pod before the restart: from the assignment alone it took the label for live and lost
+    # executor 5 a second time (two ExecutorLost Events for one fault, bench/chaos.py run 4).
+    before = Incarnations()
+    before.mark([labelled_pod("5", 0)])
+    assert before.mark([labelled_pod("5", 1)])[0].stale_id
+    kept = json.loads(json.dumps(before.labels_seen()))  # beside the assignment, in its ConfigMap
+    assert kept == {"uid-1": "5/0"}
+    unaware = Incarnations()
+    assert unaware.mark([labelled_pod("5", 1)])[0].live_executor  # what the successor did
+    after = Incarnations()
+    after.learn_labels(kept)
+    assert after.mark([labelled_pod("5", 1)])[0].stale_id
+    # once the new JVM registers, the pod is a live executor under its new id
+    assert after.mark([labelled_pod("6", 1)])[0].live_executor
+    # a pod the last leader never saw, or one made again under its name, is judged afresh
+    assert not after.mark([labelled_pod("2", 4, uid="uid-9")])[0].stale_id
+    seen = after.labels_seen()
+    after.learn_labels({"uid-1": "bad", "uid-3": "1/x"})  # unreadable entries are skipped
+    assert after.labels_seen() == seen
 
 
 def test_a_new_driver_may_hand_an_id_out_again_to_the_same_pod_after_its_container_restarted() -> None:
