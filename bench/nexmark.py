@@ -1,4 +1,5 @@
-"""Nexmark on Eddy and Kafka Streams: throughput, CPU, latency and memory per query, every output checked.
+"""Nexmark on Eddy, Kafka Streams, Flink and Spark Structured Streaming: throughput, CPU, latency and
+memory per query, every output checked.
 
 The events are Beam's Nexmark generator's (bench/nexmark/run.sh: persons, auctions and bids in
 Beam's proportions, JSON, one topic per kind, keyed by id); the queries are q0, q1, q2, q3, q5,
@@ -8,7 +9,14 @@ q7 and q8 as bench/nexmark/nexmark_reference.py defines them:
   trigger, on Spark ``local-cluster[E,1,1024]`` (E = ``--eddy-executors``), the driver in a child
   process of this script (``_eddy``);
 - Kafka Streams 4.x: bench/kstreams' NexmarkBench, one stream thread, exactly_once_v2,
-  commit.interval.ms 100, topology optimization on.
+  commit.interval.ms 100, topology optimization on;
+- Flink 2.x: bench/flink's program (``bench/flink/run.sh nexmark``), a local mini-cluster with
+  parallelism 1, exactly-once checkpoints every 100 ms and a transactional Kafka sink;
+- Spark Structured Streaming: bench/sss/nexmark.py, ``local[1]``, 100 ms trigger, RocksDB state
+  with changelog checkpointing; its Kafka sink is at-least-once (Spark has no transactional one).
+
+Every system gets one core (one stream thread, one task slot, ``local[1]``; Eddy ``--eddy-executors``).
+bench/README.md says what each is given and why.
 
 Phase 1, throughput: ``--events`` events are generated once into topics of ``--partitions``
 partitions (and to a file, from which the reference computes every query's output). For each
@@ -63,11 +71,17 @@ from throughput import ProcessTreeCpu, admin_client, broker, create_topics, fmt,
 REPO = Path(__file__).resolve().parent.parent
 GENERATOR = REPO / "bench" / "nexmark" / "run.sh"
 KSTREAMS_SH = REPO / "bench" / "kstreams" / "run.sh"
+FLINK_SH = REPO / "bench" / "flink" / "run.sh"
+SSS_NEXMARK = REPO / "bench" / "sss" / "nexmark.py"
 sys.path.insert(0, str(REPO / "bench" / "nexmark"))
 import nexmark_reference as reference  # noqa: E402 - bench/nexmark is not a package
 
 QUERIES = ("q0", "q1", "q2", "q3", "q5", "q7", "q8")
-SYSTEMS = ("eddy", "kstreams")
+NAMES = {"eddy": "Eddy", "kstreams": "Kafka Streams", "flink": "Flink", "sss": "Spark Structured Streaming"}
+SYSTEMS = ("eddy", "kstreams", "flink", "sss")
+#: the output's Kafka header carrying the newest input's timestamp (ms, decimal), for a system whose
+#: Kafka sink cannot set the record timestamp (Spark's): the latency phase reads it before the timestamp
+TS_HEADER = "ts"
 KINDS = ("person", "auction", "bid")
 #: events per second of event time in the throughput phase: one event per millisecond, so that no
 #: two events share a timestamp (at Beam's default 10,000/s, ten do, and which of a person and its
@@ -221,6 +235,10 @@ class Run:
                    "-cp", f"{build}/eddy-kstreams-bench.jar:{build}/lib/*", "dev.eddy.bench.kstreams.NexmarkBench",
                    "--bootstrap", settings.bootstrap, "--prefix", prefix, "--output-prefix", out_prefix,
                    "--query", query, "--app-id", self.app_id, "--state-dir", str(state)]
+        elif system in ("flink", "sss"):
+            cmd = [str(FLINK_SH), "nexmark"] if system == "flink" else [sys.executable, str(SSS_NEXMARK)]
+            cmd += ["--bootstrap", settings.bootstrap, "--prefix", prefix, "--output-prefix", out_prefix,
+                    "--query", query, "--app-id", self.app_id, "--state-dir", str(state)]
         else:
             cmd = [sys.executable, str(Path(__file__).resolve()), "_eddy", "--bootstrap", settings.bootstrap,
                    "--prefix", prefix, "--output-prefix", out_prefix, "--query", query, "--state-dir", str(state),
@@ -387,7 +405,7 @@ def run_latency(system: str, query: str, rate: int, duration_s: float, settle_s:
             while not stop.is_set():
                 for m in c.consume(10_000, timeout=0.1):
                     if m.error() is None:
-                        seen.append((time.time(), m.timestamp()[1]))
+                        seen.append((time.time(), record_time_ms(m)))
         finally:
             c.close()
 
@@ -415,6 +433,15 @@ def run_latency(system: str, query: str, rate: int, duration_s: float, settle_s:
     say(f"{system} {query} latency at {rate} events/s: " + (f"FAILED {result.error}" if result.error else
         f"p50 {result.p50_ms:.0f} ms, p99 {result.p99_ms:.0f} ms over {result.samples} output records"))
     return result
+
+
+def record_time_ms(message: Any) -> int:
+    """The newest input's timestamp an output record carries: its `TS_HEADER` if it has one, else
+    its Kafka timestamp."""
+    for key, value in message.headers() or ():
+        if key == TS_HEADER and value:
+            return int(value)
+    return int(message.timestamp()[1])
 
 
 # -- Eddy's child process -------------------------------------------------------------------------------
@@ -518,9 +545,10 @@ def chart(path: Path, thr: dict[tuple[str, str], Throughput], lat: dict[tuple[st
     width = 0.8 / len(systems)
     for i, s in enumerate(systems):
         xs = [j + i * width for j in range(len(queries))]
-        a.bar(xs, [thr[(s, q)].per_cpu_s if (s, q) in thr and thr[(s, q)].ok else 0 for q in queries], width, label=s)
+        a.bar(xs, [thr[(s, q)].per_cpu_s if (s, q) in thr and thr[(s, q)].ok else 0 for q in queries], width,
+              label=NAMES[s])
         b.bar(xs, [lat[(s, q)].p99_ms if (s, q) in lat and not lat[(s, q)].error else 0 for q in queries], width,
-              label=s)
+              label=NAMES[s])
     for ax, label in ((a, "events per CPU-second (higher is better)"), (b, "p99 latency, ms (lower is better)")):
         ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(queries))], list(queries))
         ax.set_title(label, fontsize=10)
@@ -597,11 +625,13 @@ def main(argv: Sequence[str] | None = None) -> int:
               + "; peak RSS MB " + " / ".join(fmt(t.peak_rss_mb) for t in runs)
               + ("; p50/p99 ms " + " / ".join(f"{fmt(x.p50_ms)}/{fmt(x.p99_ms)}" for x in lat_runs[(s, q)])
                  if (s, q) in lat_runs else ""))
-    if "eddy" in systems and "kstreams" in systems:
-        print("\nEddy / Kafka Streams:")
+    for peer in (s for s in systems if s != "eddy"):
+        if "eddy" not in systems:
+            break
+        print(f"\nEddy / {NAMES[peer]}:")
         for q in queries:
-            e, k = thr.get(("eddy", q)), thr.get(("kstreams", q))
-            le, lk = lat.get(("eddy", q)), lat.get(("kstreams", q))
+            e, k = thr.get(("eddy", q)), thr.get((peer, q))
+            le, lk = lat.get(("eddy", q)), lat.get((peer, q))
             if e and k and e.ok and k.ok:
                 line = f"  {q}: events per CPU-second {e.per_cpu_s / k.per_cpu_s:.2f}x"
                 if le and lk:
