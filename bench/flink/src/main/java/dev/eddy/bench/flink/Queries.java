@@ -2,6 +2,7 @@ package dev.eddy.bench.flink;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.time.Duration;
 import java.util.List;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.streaming.api.datastream.DataStream;
@@ -21,7 +22,7 @@ import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
  * an event-time temporal join.
  */
 final class Queries {
-    static final List<String> NAMES = List.of("q0", "q1", "q2");
+    static final List<String> NAMES = List.of("q0", "q1", "q2", "q3", "q5", "q7", "q8");
     private static final long AUCTION_SKIP = 123;
 
     private final StreamExecutionEnvironment env;
@@ -42,6 +43,24 @@ final class Queries {
             case "q2" -> records("bid")
                     .filter(bid -> Long.parseLong(bid.key) % AUCTION_SKIP == 0).name("q2-auction-skip")
                     .map(Queries::auctionAndPrice).name("q2-select");
+            case "q3" -> events("auction", Auction.class)
+                    .filter(auction -> auction.category == LocalSellers.CATEGORY).name("q3-category")
+                    .keyBy(auction -> auction.seller)
+                    .connect(events("person", Person.class).keyBy(person -> person.id))
+                    .process(new LocalSellers()).name("q3-local-sellers");
+            case "q5" -> events("bid", Bid.class)
+                    .keyBy(bid -> bid.auction)
+                    .process(new BidCounts()).name("q5-bids-per-window")
+                    .keyBy(count -> count.window)
+                    .process(new HottestAuctions()).name("q5-hottest");
+            case "q7" -> events("bid", Bid.class)
+                    .keyBy(bid -> Windows.tumblingStart(bid.dateTime))
+                    .process(new HighestBid()).name("q7-highest");
+            case "q8" -> events("person", Person.class)
+                    .keyBy(person -> person.id)
+                    .intervalJoin(events("auction", Auction.class).keyBy(auction -> auction.seller))
+                    .between(Duration.ofMillis(-Windows.SIZE_MS), Duration.ofMillis(Windows.SIZE_MS))
+                    .process(new NewUsers()).name("q8-new-users");
             default -> throw new IllegalArgumentException("unknown query " + query + " (" + String.join(", ", NAMES) + ")");
         };
         result.sinkTo(topics.sink(output)).name(output);
