@@ -68,12 +68,17 @@ final class Queries {
 
     private DataStream<KafkaRecord> records(String kind) {
         String topic = prefix + "-" + kind;
-        return env.fromSource(topics.records(topic), WatermarkStrategy.noWatermarks(), topic);
+        return committed(env.fromSource(topics.records(topic), WatermarkStrategy.noWatermarks(), topic), topic);
     }
 
     private <T extends Timestamped> DataStream<T> events(String kind, Class<T> type) {
         String topic = prefix + "-" + kind;
-        return env.fromSource(topics.events(topic, type), WatermarkStrategy.forMonotonousTimestamps(), topic);
+        return committed(env.fromSource(topics.events(topic, type), WatermarkStrategy.forMonotonousTimestamps(), topic),
+                topic);
+    }
+
+    private <T> DataStream<T> committed(DataStream<T> source, String topic) {
+        return source.map(topics.<T>committed(topic)).returns(source.getType()).name(topic + "-commit");
     }
 
     /** q1: the bid, unchanged but its price in euros ({@code price * 89 / 100}, Beam's integer arithmetic). */
