@@ -51,15 +51,16 @@ Before the measured query, the same query runs to its end over ``--warmup-events
 own (topics O-warm-in-*, output O-warm-qN) in the same Spark session, as bench/sss/wordcount.py's
 warm-up query and Eddy's warm-up app do. Prints "-> RUNNING" on stderr once the measured query is
 started, runs until stdin is closed, then stops the query and prints one JSON line on stdout:
-``{"query", "seconds", "batches"}``. Exit codes: 0 stopped, 1 the query failed.
+``{"query", "seconds", "batches", "max_batch_ms"}`` (from Spark's progress reports: batches run, the
+longest). Exit codes: 0 stopped, 1 the query failed.
 """
-
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -72,13 +73,16 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryListener
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.state import GroupState
 
 BENCH = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(BENCH))  # bench/: the harness (bench/nexmark.py) and sss.wordcount
-import nexmark as harness  # noqa: E402 - bench/nexmark.py (this file runs as __main__): generator, topics
+sys.path.insert(0, str(BENCH))  # bench/: sss.wordcount's Spark session, throughput.py's topics
 from sss.wordcount import input_partitions, spark_session  # noqa: E402
+from throughput import create_topics  # noqa: E402
+
+GENERATOR = BENCH / "nexmark" / "run.sh"
 
 PROGRAM = "sss-nexmark"
 WINDOW = "10 seconds"
@@ -89,8 +93,10 @@ WATERMARK_DELAY = "10 seconds"
 AUCTION_SKIP = 123
 LOCAL_STATES = ("OR", "ID", "CA")
 LOCAL_CATEGORY = 10
-#: events of the warm-up query (bench/nexmark.py gives Eddy's warm-up app as many)
+#: events of the warm-up query and their rate in event time (bench/nexmark.py gives Eddy's warm-up
+#: app as many, at one event per millisecond)
 WARMUP_EVENTS = 20_000
+WARMUP_EVENT_RATE = 1_000
 
 #: the generator's JSON (bench/nexmark/src/.../KafkaGenerator.java), per topic
 SCHEMAS = {
@@ -206,7 +212,7 @@ def q8(persons: DataFrame, auctions: DataFrame) -> Plan:
 #: queries over the bids alone, and over the persons and the auctions
 BID_QUERIES: dict[str, Callable[[DataFrame], Plan]] = {"q0": q0, "q1": q1, "q2": q2, "q5": q5, "q7": q7}
 PERSON_AUCTION_QUERIES: dict[str, Callable[[DataFrame, DataFrame], Plan]] = {"q3": q3, "q8": q8}
-QUERIES = ("q0", "q1", "q2", "q3", "q5", "q7", "q8")
+QUERIES = tuple(sorted({*BID_QUERIES, *PERSON_AUCTION_QUERIES}))
 
 
 #: q5's per-window state and output. The state's auction ids and counts are int64 arrays as
@@ -286,7 +292,6 @@ class OffsetCommitter(StreamingQueryListener):
 
         self._admin = AdminClient({"bootstrap.servers": bootstrap})
         self.group, self.name = group, name
-        self.batches = 0
         self._last: list[tuple[str, int, int]] = []
 
     def onQueryStarted(self, event: Any) -> None:
@@ -298,7 +303,6 @@ class OffsetCommitter(StreamingQueryListener):
         progress = event.progress
         if progress.name != self.name:
             return
-        self.batches += 1
         ends = sorted((topic, int(partition), offset) for source in progress.sources
                       for topic, offsets in json.loads(source.endOffset or "{}").items()
                       for partition, offset in offsets.items())
@@ -328,8 +332,10 @@ def warm_up(spark: SparkSession, args: argparse.Namespace, partitions: int) -> f
     the seconds it took."""
     started = time.monotonic()
     prefix, output = f"{args.output_prefix}-warm-in", f"{args.output_prefix}-warm-{args.query}"
-    harness.generate(args.bootstrap, prefix, args.warmup_events, partitions, rate=harness.EVENT_RATE)
-    harness.create_topics(args.bootstrap, [output], partitions)
+    subprocess.run([str(GENERATOR), "generate", "--bootstrap", args.bootstrap, "--prefix", prefix,
+                    "--events", str(args.warmup_events), "--rate", str(WARMUP_EVENT_RATE),
+                    "--partitions", str(partitions)], check=True, stdout=subprocess.DEVNULL)
+    create_topics(args.bootstrap, [output], partitions)
     query = start(spark, args, prefix, output, Path(args.state_dir) / "warmup", f"{args.app_id}-warmup")
     try:
         query.processAllAvailable()
@@ -355,7 +361,12 @@ def main() -> int:
     session = argparse.Namespace(checkpoint=str(state), mode="microbatch", master="", cores=1)
     spark = spark_session(session, partitions)
     closed = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), closed.set()), daemon=True, name="stdin").start()
+
+    def wait_for_stdin_to_close() -> None:
+        sys.stdin.read()
+        closed.set()
+
+    threading.Thread(target=wait_for_stdin_to_close, daemon=True, name="stdin").start()
     committer = OffsetCommitter(args.bootstrap, args.app_id, args.app_id)
     spark.streams.addListener(committer)
     try:
@@ -371,9 +382,12 @@ def main() -> int:
                 log(f"{args.query}: query failed: {query.exception()}")
                 print(json.dumps({"query": args.query, "error": str(query.exception())}), flush=True)
                 return 1
+        seconds = time.monotonic() - started
+        progress = list(query.recentProgress)
         query.stop()
-        print(json.dumps({"query": args.query, "seconds": round(time.monotonic() - started, 3),
-                          "batches": committer.batches}), flush=True)
+        durations = [p.durationMs.get("triggerExecution", 0) for p in progress]
+        print(json.dumps({"query": args.query, "seconds": round(seconds, 3), "batches": len(progress),
+                          "max_batch_ms": max(durations, default=0)}), flush=True)
         return 0
     finally:
         spark.stop()
