@@ -130,12 +130,15 @@ class Orchestrator:
             executors = live_executors(snap.pods, snap.nodes, spec.executors.zone_topology_key, snap.down_nodes,
                                        snap.unreachable)
             runtime = self._runtime_state(snap, app)
+            ctl.reported_lost -= {e.id for e in executors}  # back (its runner answers again): not lost
             if runtime is not None and runtime.changelog_end_offsets and executors \
                     and not self._awaiting_registrations(ctl, snap, runtime, app):
                 await self._assign(ctl, snap, spec, executors, runtime, cause, started)
                 if self.hand_over:
                     await evict_drained(self.kube, self._event, ctl, snap, spec, runtime)
                 await scale_in(self.kube, self._event, ctl, snap, spec, runtime)
+            elif not executors:
+                self._report_losses(ctl, snap, spec)
             await autoscale(self.kube, self._event, ctl, snap, spec, executors, runtime)
             await self._publish_live_settings(ctl, snap, spec)
             await judge_upgrade(self.kube, self._event, snap, spec, runtime)
@@ -277,6 +280,7 @@ class Orchestrator:
         await self._write_channel(ctl, snap, spec, message)
         elapsed = time.monotonic() - started
         ctl.message = message
+        reported, ctl.reported_lost = ctl.reported_lost, frozenset()
         metrics.ASSIGNMENTS_PUBLISHED.labels(spec.namespace, spec.name).inc()
         metrics.ASSIGNMENT_GENERATION.labels(spec.namespace, spec.name).set(new.generation)
         log.info(
@@ -287,7 +291,30 @@ class Orchestrator:
             elapsed * 1000,
             cause,
         )
-        self._announce(snap, spec, executors, previous, new, lost, elapsed)
+        self._announce(snap, spec, executors, previous, new, [g for g in lost if g.executor.id not in reported],
+                       elapsed)
+        for gone in lost:  # reported when they were lost; their actives fail over only now
+            if gone.executor.id in reported and gone.moved:
+                metrics.FAILOVERS.labels(spec.namespace, spec.name).inc()
+                metrics.FAILOVER_DURATION.labels(spec.namespace, spec.name).observe(elapsed)
+
+    def _report_losses(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec) -> None:
+        """No executor is live (every one lost at once, or one lost while the others' pods were
+        away): no assignment can take the lost executors' tasks, but each loss is reported now,
+        once, not only with the assignment that fails its tasks over once an executor is back."""
+        # a pod a new driver adopted, running and ready, registers under a new id: not lost
+        registering = {p.name for p in snap.pods if p.role == "executor" and p.running and p.ready and not p.deleting
+                       and not (p.exec_id or "").isdigit()}
+        for gone in lost_executors(ctl.message, [], snap.pods, snap.down_nodes, snap.unreachable):
+            if gone.executor.id in ctl.reported_lost or gone.executor.pod in registering:
+                continue
+            self._event(snap.streamapp, "Warning", "ExecutorLost",
+                        f"executor {gone.executor.id} ({gone.executor.pod}) {gone.reason}; no executor is live: its "
+                        f"{len(gone.moved)} active task(s) fail over once one is")
+            metrics.EXECUTOR_LOSSES.labels(spec.namespace, spec.name, metrics.loss_label(gone.reason)).inc()
+            log.warning("app %s/%s: executor %s (%s) %s, and no executor is live", spec.namespace, spec.name,
+                        gone.executor.id, gone.executor.pod, gone.reason)
+            ctl.reported_lost |= {gone.executor.id}
 
     async def _write_channel(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec,
                              message: channel.AssignmentMessage) -> None:

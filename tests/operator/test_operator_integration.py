@@ -323,6 +323,35 @@ def test_deleting_an_executor_pod_promotes_its_standbys_within_one_second(kube, 
     assert f'eddy_operator_assignment_generation{{app="{APP}",namespace="{namespace}"}}' in metrics
 
 
+def test_every_executor_lost_at_once_is_reported_at_once_and_failed_over_when_one_is_back(kube, operator, namespace):
+    # Both executors gone together (a JVM killed while the other pod is deleted, bench/chaos.py):
+    # no assignment can be made until one is back, but each loss is an Event now, and only once.
+    driver, first = start_app_with_executors(kube, namespace, executors=2)
+    for e in first.executors:
+        driver.core.delete_namespaced_pod(e.pod, namespace)
+    lost = wait_for(lambda: len(m := [e["message"] for e in lost_events(kube, namespace)]) >= 2 and m, 10,
+                    what="an ExecutorLost Event for each executor")
+    assert sorted(m.split(" (")[0] for m in lost) == ["executor 1", "executor 2"], lost
+    # the operator may see one deletion first and fail its actives over to the other, which goes
+    # next: the last loss found no executor live
+    assert any("no executor is live" in m for m in lost), lost
+    # the StatefulSet makes the pods again; their JVMs register under new ids; the failover is published
+    ids = driver.register_running_executors(2)
+    driver.publish(TASKS, {new: {} for new in ids.values()}, first.assignment.generation)
+    after = wait_for(lambda: (m := driver.assignment()) and set(m.assignment.executors()) == set(ids.values()) and m,
+                     10, what="an assignment over the executors made again")
+    assert after.assignment.generation > first.assignment.generation
+    time.sleep(1)
+    assert len(lost_events(kube, namespace)) == 2, "each loss reported once"
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5).read().decode()
+    assert f'eddy_operator_executor_losses_total{{app="{APP}",namespace="{namespace}",reason="deleted"}} 2.0' in metrics
+
+
+def lost_events(kube, namespace):
+    events = json.loads(kube.kubectl("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
+    return [e for e in events if e["involvedObject"]["name"] == APP and e["reason"] == "ExecutorLost"]
+
+
 def test_a_returning_executor_gets_standbys_then_its_share_of_actives_once_caught_up(kube, operator, namespace):
     driver, first = start_app_with_executors(kube, namespace)
     victim_pod = next(e.pod for e in first.executors if e.id == "1")
