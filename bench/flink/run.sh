@@ -30,42 +30,11 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-cache_root="${EDDY_CACHE:-$repo/.cache}/flink"
+# shellcheck source=bench/maven_build.sh
+source "$repo/bench/maven_build.sh"
 
 build() {
-    local hash dir tmp
-    # The hash covers everything that changes the jars, so an edit rebuilds and
-    # an unchanged tree never calls Maven again.
-    hash="$(cd "$here" && find pom.xml src -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)"
-    dir="$cache_root/$hash"
-    if [[ -f "$dir/ok" ]]; then
-        echo "$dir"
-        return
-    fi
-    mkdir -p "$cache_root"
-    exec 9>"$cache_root/.build.lock"
-    flock 9
-    if [[ ! -f "$dir/ok" ]]; then
-        tmp="$(mktemp -d "$cache_root/.build.XXXXXX")"
-        echo "flink: building $here into $dir" >&2
-        local start=$SECONDS
-        # mvn -q still prints colour codes: its output is shown only when it fails.
-        if ! mvn -B -q -f "$here/pom.xml" package "-Dflink.lib.dir=$tmp/lib" >"$tmp/build.log" 2>&1; then
-            cat "$tmp/build.log" >&2
-            echo "flink: build failed" >&2
-            exit 1
-        fi
-        cp "$here/target/eddy-flink-bench.jar" "$tmp/"
-        touch "$tmp/ok"
-        rm -rf "$dir"
-        mv "$tmp" "$dir"
-        # Builds of older sources: gone after a day (worktrees sharing a cache may still run theirs).
-        find "$cache_root" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended -regex '.*/[0-9a-f]{16}' \
-            ! -path "$dir" -mtime +1 -exec rm -rf {} +
-        echo "flink: built in $((SECONDS - start)) s" >&2
-    fi
-    flock -u 9
-    echo "$dir"
+    maven_build flink "$here" eddy-flink-bench.jar
 }
 
 usage() {

@@ -26,35 +26,11 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-cache_root="${EDDY_CACHE:-$repo/.cache}/nexmark"
+# shellcheck source=bench/maven_build.sh
+source "$repo/bench/maven_build.sh"
 
 build() {
-    local hash dir tmp
-    # The hash covers everything that changes the jars: an unchanged tree never calls Maven again.
-    hash="$(cd "$here" && find pom.xml src -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)"
-    dir="$cache_root/$hash"
-    if [[ -f "$dir/ok" ]]; then
-        echo "$dir"
-        return
-    fi
-    mkdir -p "$cache_root"
-    exec 9>"$cache_root/.build.lock"
-    flock 9
-    if [[ ! -f "$dir/ok" ]]; then
-        tmp="$(mktemp -d "$cache_root/.build.XXXXXX")"
-        echo "nexmark: building $here into $dir" >&2
-        if ! mvn -B -q -f "$here/pom.xml" package "-Dnexmark.lib.dir=$tmp/lib" >"$tmp/build.log" 2>&1; then
-            cat "$tmp/build.log" >&2
-            echo "nexmark: build failed" >&2
-            exit 1
-        fi
-        cp "$here/target/eddy-nexmark-generator.jar" "$tmp/"
-        touch "$tmp/ok"
-        rm -rf "$dir"
-        mv "$tmp" "$dir"
-    fi
-    flock -u 9
-    echo "$dir"
+    maven_build nexmark "$here" eddy-nexmark-generator.jar
 }
 
 usage() {
