@@ -552,7 +552,8 @@ def chart(path: Path, thr: dict[tuple[str, str], Throughput], lat: dict[tuple[st
     for ax, label in ((a, "events per CPU-second (higher is better)"), (b, "p99 latency, ms (lower is better)")):
         ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(queries))], list(queries))
         ax.set_title(label, fontsize=10)
-        ax.legend()
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.25)  # room above the bars for the legend
+        ax.legend(fontsize=7, loc="upper left", ncols=2)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
