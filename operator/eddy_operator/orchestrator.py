@@ -174,8 +174,7 @@ class Orchestrator:
         """A new driver is up and some executor pods that outlived the last one have not registered
         with it yet (executor_ids.py's `reregistering`): no assignment until they have, or until
         `REREGISTRATION_GRACE_S` after the driver pod started."""
-        drivers = [p for p in snap.pods if p.role == "driver" and not p.deleting]
-        waiting = reregistering(ctl.message, snap.pods, drivers[0].started_at if drivers else None)
+        waiting = reregistering(ctl.message, snap.pods, _driver_started(snap))
         driver = driver_seen(snap.pods, runtime)
         if not waiting or driver is None or driver.age_s >= REREGISTRATION_GRACE_S:
             return False
@@ -302,9 +301,8 @@ class Orchestrator:
         """No executor is live (every one lost at once, or one lost while the others' pods were
         away): no assignment can take the lost executors' tasks, but each loss is reported now,
         once, not only with the assignment that fails its tasks over once an executor is back."""
-        # a pod a new driver adopted, running and ready, registers under a new id: not lost
-        registering = {p.name for p in snap.pods if p.role == "executor" and p.running and p.ready and not p.deleting
-                       and not (p.exec_id or "").isdigit()}
+        # a pod that outlived the last driver registers with the new one under a new id: not lost
+        registering = set(reregistering(ctl.message, snap.pods, _driver_started(snap)))
         for gone in lost_executors(ctl.message, [], snap.pods, snap.down_nodes, snap.unreachable):
             if gone.executor.id in ctl.reported_lost or gone.executor.pod in registering:
                 continue
@@ -418,3 +416,9 @@ class Orchestrator:
             return
         await asyncio.to_thread(self.kube.patch_status, meta["namespace"], app, status)
         ctl.last_status = status
+
+
+def _driver_started(snap: Snapshot) -> str | None:
+    """When the app's driver pod (not one being deleted) started, if it has."""
+    drivers = [p for p in snap.pods if p.role == "driver" and not p.deleting]
+    return drivers[0].started_at if drivers else None
