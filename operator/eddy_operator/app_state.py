@@ -45,9 +45,10 @@ class AppController:
     autoscaling: dict[str, Any] | None = None
     #: which executor ids on pods are stale (their container restarted since)
     incarnations: Incarnations = field(default_factory=Incarnations)
-    #: executors of `message` already reported lost while no executor was live to take their
-    #: tasks (no assignment could be made): the assignment that fails them over says it no more
-    reported_lost: frozenset[str] = frozenset()
+    #: executors of `message` (id, pod) already reported lost while no executor was live to take
+    #: their tasks (no assignment could be made): the assignment that fails them over says it no
+    #: more. With its pod: a new driver hands the same ids out again, to other pods
+    reported_lost: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from eddy_contract import channel
 from eddy_contract.assignor import Assignment, Executor, TaskAssignment
 from eddy_operator.pods import PodInfo, instant
 
-__all__ = ["REREGISTRATION_GRACE_S", "Incarnations", "executor_renames", "held_by_live_id", "renamed",
-           "reregistering", "reused"]
+__all__ = ["REREGISTRATION_GRACE_S", "Incarnations", "carried_ids", "executor_renames", "held_by_live_id",
+           "renamed", "reregistering", "reused"]
 
 #: how long after a driver pod started the operator waits for the executor pods that outlived the
 #: last driver to register with it before it takes them for lost (their JVMs start, then register,
@@ -178,3 +178,15 @@ def reused(previous: channel.AssignmentMessage | None, live: Iterable[Executor])
     pods = {e.id: e.pod for e in live}
     return {e.id: f"{e.id}@{e.pod}" for e in previous.executors
             if e.id in pods and e.pod and pods[e.id] and pods[e.id] != e.pod}
+
+
+def carried_ids(previous: channel.AssignmentMessage | None, live: Iterable[Executor],
+                carried_over: Callable[[str, str], bool] = lambda old_id, pod: True) -> dict[str, str]:
+    """Old id -> new name of `previous`'s executors under a new driver, to rename all at once: each
+    on its pod under the id the new driver gave it (`executor_renames`), and each other one whose id
+    the new driver handed to another pod under a name of its own (`reused`). Both from `previous`
+    as published: renaming one pod's executor to an id another one of `previous` still holds would
+    leave two executors under one id (the second one's pod then reported lost under the first's)."""
+    renames = executor_renames(previous, live, carried_over)
+    taken = {old: name for old, name in reused(previous, live).items() if old not in renames}
+    return {**taken, **renames}

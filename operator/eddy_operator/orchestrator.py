@@ -46,11 +46,10 @@ from eddy_operator.builders import Owner
 from eddy_operator.drains import hands_over, leaving
 from eddy_operator.executor_ids import (
     REREGISTRATION_GRACE_S,
-    executor_renames,
+    carried_ids,
     held_by_live_id,
     renamed,
     reregistering,
-    reused,
 )
 from eddy_operator.kube import Kube
 from eddy_operator.node_loss import HOSTNAME_LABEL, release, release_unplaceable, stranded, unplaceable
@@ -130,7 +129,7 @@ class Orchestrator:
             executors = live_executors(snap.pods, snap.nodes, spec.executors.zone_topology_key, snap.down_nodes,
                                        snap.unreachable)
             runtime = self._runtime_state(snap, app)
-            ctl.reported_lost -= {e.id for e in executors}  # back (its runner answers again): not lost
+            ctl.reported_lost -= {(e.id, e.pod) for e in executors}  # back (its runner answers again): not lost
             if runtime is not None and runtime.changelog_end_offsets and executors \
                     and not self._awaiting_registrations(ctl, snap, runtime, app):
                 await self._assign(ctl, snap, spec, executors, runtime, cause, started)
@@ -234,15 +233,13 @@ class Orchestrator:
         started: float,
     ) -> None:
         pods = {p.name: p for p in snap.pods}
-        renames = executor_renames(ctl.message, executors,
-                                   lambda old_id, pod: ctl.incarnations.carried_over(old_id, pods[pod]))
+        renames = carried_ids(ctl.message, executors,
+                              lambda old_id, pod: ctl.incarnations.carried_over(old_id, pods[pod]))
         if renames and ctl.message is not None:
-            log.info("app %s: executors with new ids on the same pods (a new driver): %s", spec.name, renames)
+            log.info("app %s: executors under new ids (a new driver), or whose ids it handed to other pods: %s",
+                     spec.name, renames)
             ctl.message = renamed(ctl.message, renames)
-        taken = reused(ctl.message, executors)
-        if taken and ctl.message is not None:
-            log.info("app %s: ids a new driver handed to other pods, their executors lost: %s", spec.name, taken)
-            ctl.message = renamed(ctl.message, taken)
+            ctl.reported_lost = frozenset((renames.get(i, i), pod) for i, pod in ctl.reported_lost)
         previous = ctl.message.assignment if ctl.message is not None else None
         settings = AssignorSettings(
             standby_replicas=spec.state.standby_replicas,
@@ -290,10 +287,10 @@ class Orchestrator:
             elapsed * 1000,
             cause,
         )
-        self._announce(snap, spec, executors, previous, new, [g for g in lost if g.executor.id not in reported],
-                       elapsed)
+        self._announce(snap, spec, executors, previous, new,
+                       [g for g in lost if (g.executor.id, g.executor.pod) not in reported], elapsed)
         for gone in lost:  # reported when they were lost; their actives fail over only now
-            if gone.executor.id in reported and gone.moved:
+            if (gone.executor.id, gone.executor.pod) in reported and gone.moved:
                 metrics.FAILOVERS.labels(spec.namespace, spec.name).inc()
                 metrics.FAILOVER_DURATION.labels(spec.namespace, spec.name).observe(elapsed)
 
@@ -304,7 +301,7 @@ class Orchestrator:
         # a pod that outlived the last driver registers with the new one under a new id: not lost
         registering = set(reregistering(ctl.message, snap.pods, _driver_started(snap)))
         for gone in lost_executors(ctl.message, [], snap.pods, snap.down_nodes, snap.unreachable):
-            if gone.executor.id in ctl.reported_lost or gone.executor.pod in registering:
+            if (gone.executor.id, gone.executor.pod) in ctl.reported_lost or gone.executor.pod in registering:
                 continue
             self._event(snap.streamapp, "Warning", "ExecutorLost",
                         f"executor {gone.executor.id} ({gone.executor.pod}) {gone.reason}; no executor is live: its "
@@ -312,7 +309,7 @@ class Orchestrator:
             metrics.EXECUTOR_LOSSES.labels(spec.namespace, spec.name, metrics.loss_label(gone.reason)).inc()
             log.warning("app %s/%s: executor %s (%s) %s, and no executor is live", spec.namespace, spec.name,
                         gone.executor.id, gone.executor.pod, gone.reason)
-            ctl.reported_lost |= {gone.executor.id}
+            ctl.reported_lost |= {(gone.executor.id, gone.executor.pod)}
 
     async def _write_channel(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec,
                              message: channel.AssignmentMessage) -> None:

@@ -19,6 +19,7 @@ from eddy_contract.channel import (
 )
 from eddy_operator.executor_ids import (
     Incarnations,
+    carried_ids,
     executor_renames,
     held_by_live_id,
     renamed,
@@ -292,6 +293,24 @@ def test_an_id_a_new_driver_handed_to_another_pod_is_not_the_last_assignment_s_e
     assert taken == {"1": "1@wc-exec-1"}
     lost = lost_executors(renamed(PUBLISHED, taken), live, [executor_pod("wc-exec-1"), executor_pod("wc-exec-3")])
     assert [(g.executor.id, g.moved) for g in lost] == [("1@wc-exec-1", ("0_0", "0_2")), ("3", ())]
+
+
+def test_an_executor_renamed_to_the_id_of_one_lost_leaves_one_executor_per_id() -> None:
+    # bench/chaos.py: executor 1's node died while a new driver started; the new driver handed id 1
+    # to wc-exec-2, which outlived the old driver (renamed 2 -> 1), and 3 to wc-exec-3. Executor 1 of
+    # the assignment, on wc-exec-1, is lost under a name of its own; wc-exec-2 keeps its tasks.
+    live = [Executor("1", "wc-exec-2"), Executor("3", "wc-exec-3")]
+    renames = carried_ids(PUBLISHED, live)
+    assert renames == {"1": "1@wc-exec-1", "2": "1"}
+    moved = renamed(PUBLISHED, renames)
+    assert [(e.id, e.pod) for e in moved.executors] == [("1@wc-exec-1", "wc-exec-1"), ("1", "wc-exec-2"),
+                                                        ("3", "wc-exec-3")]
+    lost = lost_executors(moved, live, [executor_pod("wc-exec-1")])
+    assert [(g.executor.id, g.executor.pod, g.moved) for g in lost] == [("1@wc-exec-1", "wc-exec-1", ("0_0", "0_2"))]
+    # renaming first and looking for taken ids after (as the operator did) put both under 1@wc-exec-1
+    both = renamed(PUBLISHED, executor_renames(PUBLISHED, live))
+    assert [e.pod for e in renamed(both, reused(both, live)).executors if e.id == "1@wc-exec-1"] \
+        == ["wc-exec-1", "wc-exec-2"]
 
 
 def test_a_new_driver_that_swaps_two_pods_ids_keeps_each_pod_s_tasks() -> None:
