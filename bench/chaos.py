@@ -522,13 +522,33 @@ def loses_executor(f: Fault) -> bool:
     return bool(f.executor_pods)
 
 
-def check_reports(app: WordCount, faults: Sequence[Fault], watch: Watch, epoch: float) -> tuple[list[str], list[str]]:
-    """(mismatches, notes): what Eddy reported (Events, status, metrics) against what was injected.
-    Faults' times are seconds since the campaign started, at `epoch` (Unix time)."""
+def wait_ready_again(app: WordCount, timeout_s: float = READY_AGAIN_S) -> dict[str, Any]:
+    """The status' executor counts once every executor is ready again, or after `timeout_s`. A pod
+    made again by the last fault is ready once its JVM registered and its copies are warm, and
+    the operator fails a loss over only once an executor is live: when the last fault took every
+    executor, its failover comes after the campaign's last event was joined. Eddy's reports are
+    judged after this (the status must say so within a few minutes, not at once)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = get(app.node, "streamapp", APP, app.namespace).get("status") or {}
+        ready: dict[str, Any] = status.get("executors") or {}
+        if (ready.get("ready"), ready.get("desired")) == (EXECUTORS, EXECUTORS) or time.monotonic() > deadline:
+            return ready
+        time.sleep(2)
+
+
+def check_reports(app: WordCount, faults: Sequence[Fault], watch: Watch, epoch: float, ready: dict[str, Any],
+                  out: Path) -> tuple[list[str], list[str]]:
+    """(mismatches, notes): what Eddy reported (Events, status, metrics) against what was injected,
+    once every executor was `ready` again (`wait_ready_again`). Faults' times are seconds since the
+    campaign started, at `epoch` (Unix time). The Events judged are written to `out`/events.json."""
     mismatches: list[str] = []
     notes: list[str] = []
     lost_events = events_of(app, "ExecutorLost")
     node_events = events_of(app, "NodeLost")
+    (out / "events.json").write_text(json.dumps(
+        [{"reason": e.get("reason"), "time": e.get("lastTimestamp") or e.get("eventTime"), "count": e.get("count"),
+          "message": e.get("message")} for e in sorted(lost_events + node_events, key=_event_time)], indent=2) + "\n")
     for f in faults:
         started, healed = f.started + epoch, f.healed + epoch
         window = [e for e in lost_events if started - 2 <= _event_time(e) <= healed + 180]
@@ -564,28 +584,19 @@ def check_reports(app: WordCount, faults: Sequence[Fault], watch: Watch, epoch: 
             mismatches.append(f"driver pod {uid[:8]}: eddy_driver_executor_losses_total {value:g}, executor-losing "
                               f"faults during its life: {inside} (at least) to {around} (at most)")
     status = (get(app.node, "streamapp", APP, app.namespace).get("status") or {})
-    last = status.get("lastFailover") or {}
+    last_failover: dict[str, Any] = status.get("lastFailover") or {}
     executor_faults = [f for f in faults if loses_executor(f)]
-    if executor_faults and last:
+    if executor_faults and last_failover:
         newest = max(f.started for f in executor_faults) + epoch
-        when = datetime.fromisoformat(str(last.get("time")).replace("Z", "+00:00")).timestamp()
-        notes.append(f"status.lastFailover: {last}")
-        if when < newest - 2 and int(last.get("tasksMoved") or 0) >= 0:
+        when = datetime.fromisoformat(str(last_failover.get("time")).replace("Z", "+00:00")).timestamp()
+        notes.append(f"status.lastFailover: {last_failover}")
+        if when < newest - 2 and int(last_failover.get("tasksMoved") or 0) >= 0:
             moved_after = [e for e in moved if _event_time(e) >= newest - 2]
             if moved_after:
-                mismatches.append(f"status.lastFailover at {last.get('time')} is older than the newest failover "
-                                  f"Event ({moved_after[-1].get('message')})")
+                mismatches.append(f"status.lastFailover at {last_failover.get('time')} is older than the newest "
+                                  f"failover Event ({moved_after[-1].get('message')})")
     elif executor_faults:
         mismatches.append("status.lastFailover is empty after executor faults")
-    # A pod made again by the last fault is ready once its JVM registered and its copies are warm:
-    # the status must say so within a few minutes, not at once.
-    deadline = time.monotonic() + READY_AGAIN_S
-    while True:
-        ready = (status.get("executors") or {})
-        if (ready.get("ready"), ready.get("desired")) == (EXECUTORS, EXECUTORS) or time.monotonic() > deadline:
-            break
-        time.sleep(2)
-        status = (get(app.node, "streamapp", APP, app.namespace).get("status") or {})
     if ready.get("ready") != EXECUTORS or ready.get("desired") != EXECUTORS:
         mismatches.append(f"status.executors {ready} {READY_AGAIN_S:g} s after the end, {EXECUTORS} executors "
                           "running")
@@ -622,6 +633,7 @@ def run_campaign(node: NodeCluster, kafka: KafkaCluster, s: Settings, namespace:
     flow: Flow | None = None
     faults: list[Fault] = []
     notes: list[str] = []
+    ready: dict[str, Any] | None = None
     epoch = time.time()
     try:
         until(app.running_executors, 600, "both executor pods running", interval=2, alive=app.check_driver)
@@ -661,6 +673,7 @@ def run_campaign(node: NodeCluster, kafka: KafkaCluster, s: Settings, namespace:
         sent = flow.stop_feeding()
         end = flow.now()
         until(lambda: len(flow.seen) >= sent, s.drain_timeout_s, "every event joined", interval=1)
+        ready = wait_ready_again(app)
     except Exception as err:  # noqa: BLE001 - the run's figures and verdict are reported all the same
         notes.append(f"the campaign stopped early: {err!r}")
         say(f"stopped early: {err!r}")
@@ -670,6 +683,8 @@ def run_campaign(node: NodeCluster, kafka: KafkaCluster, s: Settings, namespace:
         steady = locals().get("steady", [])
     finally:
         if watch is not None:
+            if ready is None:  # stopped early: judged all the same, once the executors are back
+                ready = wait_ready_again(app)
             watch.close()
         if flow is not None:
             flow.close()
@@ -680,7 +695,8 @@ def run_campaign(node: NodeCluster, kafka: KafkaCluster, s: Settings, namespace:
     say(verdict.summary())
     samples = flow.samples() if flow is not None else []
     analyse(faults, samples, p99, end)
-    mismatches, report_notes = check_reports(app, faults, watch, epoch) if watch is not None else ([], [])
+    mismatches, report_notes = check_reports(app, faults, watch, epoch, ready or {}, s.out) \
+        if watch is not None else ([], [])
     if flow is not None and flow.failed:
         notes.append(f"the producer saw {len(flow.failed)} delivery errors: {flow.failed[:3]}")
     report = Report(seed=s.seed, command=s.command, duration_s=end, rate=s.rate,
