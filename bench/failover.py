@@ -772,7 +772,8 @@ def eddy_program(argv: Sequence[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.path.insert(0, str(REPO))
     from eddy_contract.spec import StreamAppSpec
-    from eddy_runtime.driver.loop import Driver, DriverOptions
+    from eddy_runtime.driver.loop import Driver
+    from eddy_runtime.driver.options import DriverOptions
     from eddy_runtime.driver.outcomes import BatchReport
     from eddy_runtime.local.run import QUIET_LOG4J, local_spark_session
     from eddy_runtime.protocol.placement import wait_for_executors

@@ -467,7 +467,8 @@ def eddy_program(argv: Sequence[str]) -> int:
     import yaml
 
     from eddy_contract.spec import StreamAppSpec
-    from eddy_runtime.driver.loop import Driver, DriverOptions
+    from eddy_runtime.driver.loop import Driver
+    from eddy_runtime.driver.options import DriverOptions
     from eddy_runtime.local.run import QUIET_LOG4J, local_spark_session
     from eddy_runtime.protocol.placement import wait_for_executors
     from examples.nexmark.app import internal_topics

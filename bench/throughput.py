@@ -758,7 +758,8 @@ def eddy_word_count(spark: Any, args: argparse.Namespace, app_id: str, input_top
                     expected: int) -> EddyFigures:
     """Run Eddy's word-count example as app `app_id` until `expected` input records were counted."""
     from eddy_contract.spec import StreamAppSpec
-    from eddy_runtime.driver.loop import Driver, DriverOptions
+    from eddy_runtime.driver.loop import Driver
+    from eddy_runtime.driver.options import DriverOptions
     from eddy_runtime.driver.outcomes import BatchReport
     from eddy_runtime.protocol.work import LATENCY_BUCKETS_S
 

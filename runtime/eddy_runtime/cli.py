@@ -57,7 +57,8 @@ def _run(args: argparse.Namespace) -> int:
 def _driver(args: argparse.Namespace) -> int:
     from eddy_contract.spec import load_streamapp_file
     from eddy_runtime.driver.channel_io import ChannelLocation
-    from eddy_runtime.driver.loop import Driver, DriverOptions, default_state_dir
+    from eddy_runtime.driver.loop import Driver
+    from eddy_runtime.driver.options import DriverOptions, default_state_dir
     from eddy_runtime.driver.outcomes import DriverError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from eddy_contract.spec import StreamAppSpec
-from eddy_runtime.driver.loop import Driver, DriverOptions
+from eddy_runtime.driver.loop import Driver
+from eddy_runtime.driver.options import DriverOptions
 from eddy_runtime.driver.outcomes import BatchReport
 
 

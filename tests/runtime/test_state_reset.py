@@ -17,7 +17,8 @@ import pytest
 from eddy_contract.spec import StreamAppSpec
 from eddy_contract.topology import TOPOLOGY_KEY
 from eddy_runtime.driver.channel_io import ChannelLocation
-from eddy_runtime.driver.loop import Driver, DriverOptions
+from eddy_runtime.driver.loop import Driver
+from eddy_runtime.driver.options import DriverOptions
 from eddy_runtime.driver.startup import load_pipeline
 from eddy_runtime.driver.upgrade_gate import UpgradeRefused, gate_new_version
 from eddy_runtime.protocol.placement import wait_for_executors

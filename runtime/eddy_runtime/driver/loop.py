@@ -25,13 +25,10 @@ task runner closes its stores, which writes their checkpoints.
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -43,10 +40,10 @@ from eddy_runtime.driver.accounting import BatchAccounting
 from eddy_runtime.driver.app_topics import ensure_app_topics
 from eddy_runtime.driver.assignment_source import AssignmentSource
 from eddy_runtime.driver.batch_plan import BatchPlan, plan_batch, task_lags
-from eddy_runtime.driver.channel_io import ChannelLocation
 from eddy_runtime.driver.handoff import GenerationHandoff
 from eddy_runtime.driver.metrics import DriverMetrics
 from eddy_runtime.driver.offsets import OffsetReader, changelog_partitions, input_partitions
+from eddy_runtime.driver.options import DriverOptions
 from eddy_runtime.driver.outcomes import BatchOutcome, BatchReport, short_error
 from eddy_runtime.driver.poison import PoisonIsolation
 from eddy_runtime.driver.spark_plan import (
@@ -73,41 +70,12 @@ from eddy_runtime.queries.server import StoreQueries
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["Driver", "DriverOptions", "default_state_dir"]
+__all__ = ["Driver"]
 
 log = logging.getLogger("eddy.driver")
 
 #: every this many batches, executors report what their volumes hold even without a new assignment
 INVENTORY_EVERY_BATCHES = 20
-
-
-@dataclass(frozen=True)
-class DriverOptions:
-    """How the driver runs, beyond what the StreamApp spec says."""
-
-    state_dir: str
-    #: local mode: executors share one disk, each gets ``<state_dir>/executor-<id>``
-    per_executor_state_dirs: bool = False
-    #: records per task and batch at most (bounds a batch's duration and memory)
-    max_batch_records: int = 200_000
-    metrics_port: int | None = None
-    metrics_addr: str = "0.0.0.0"
-    #: operator mode: where the operator publishes the assignment (None: the local assignor)
-    assignment_source: ChannelLocation | None = None
-    #: where to publish the runtime state for the operator (None: nowhere)
-    runtime_state_target: ChannelLocation | None = None
-    create_output_topics: bool = True
-    #: how long a stop waits for the running batch before cancelling it
-    stop_grace_s: float = 30.0
-    #: consecutive failed batches before the driver gives up
-    max_failed_batches: int = 5
-    #: an app whose sub-topologies all run continuously: how often the driver hands executors
-    #: the assignment and collects figures (sooner when an executor comes or goes)
-    sync_interval_s: float = 1.0
-
-
-def default_state_dir() -> str:
-    return os.environ.get("EDDY_STATE_DIR", str(Path.cwd() / ".cache" / "eddy-state"))
 
 
 class Driver:

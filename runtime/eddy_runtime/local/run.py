@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from eddy_contract.spec import StreamAppSpec, load_streamapp_file
-from eddy_runtime.driver.loop import Driver, DriverOptions
+from eddy_runtime.driver.loop import Driver
 from eddy_runtime.driver.metrics import quantile_upper_bound
+from eddy_runtime.driver.options import DriverOptions
 from eddy_runtime.driver.outcomes import BatchOutcome, BatchReport, DriverError
 from eddy_runtime.driver.startup import load_pipeline
 from eddy_runtime.dsl.pipeline import Topology
