@@ -15,7 +15,7 @@ open transaction. A committer made with ``fence=False`` only reads positions: it
 through its runner's transactions, and fencing is the runner's (protocol/fences.py).
 
 ``at_least_once``: produce outputs and changelog records and flush (every record acknowledged),
-then commit the input offsets.
+then commit the input offsets (kafka/at_least_once.py).
 """
 
 from __future__ import annotations
@@ -23,15 +23,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaPartition
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay
 
 from eddy_contract.spec import ProcessingGuarantee
 from eddy_runtime.kafka import client as kafka_client
+from eddy_runtime.kafka.at_least_once import commit_at_least_once, inputs_of
 from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.kafka.commit_types import CommitFailed, CommitPart, KafkaCommit, PlannedPositions, TaskFenced
 from eddy_runtime.kafka.partitions import TopicPartition
@@ -203,7 +204,7 @@ class TaskCommitter:
             taken, sent, started = self._exactly_once(parts, group_metadata, planned)
         else:
             taken, started = list(parts), time.monotonic()
-            sent = _commit_at_least_once(self._sender, self._producer, self._consumer, taken, self._timeout,
+            sent = commit_at_least_once(self._sender, self._producer, self._consumer, taken, self._timeout,
                                          self._ctx)
         commits = []
         for part, (n_out, n_cl, changelog_of_store) in zip(taken, sent, strict=True):
@@ -254,7 +255,7 @@ class TaskCommitter:
                     settle()
                     self._abort_quietly()
                 return taken, sent, started
-            inputs = _inputs_of(taken)
+            inputs = inputs_of(taken)
             late = inputs if planned is None else planned.corrections(inputs)
             if late:  # under way while the last records go out; it overrides the planned ones
                 settle()
@@ -401,10 +402,6 @@ class TaskCommitter:
 _FENCING_CODES = (KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 
 
-def _inputs_of(parts: Iterable[CommitPart]) -> dict[TopicPartition, int]:
-    return {tp: off for p in parts for tp, off in p.input_offsets.items()}
-
-
 def _flagged_retriable(e: BaseException) -> bool:
     return isinstance(e, KafkaException) and bool(e.args) and bool(e.args[0].retriable())
 
@@ -425,31 +422,3 @@ def _commit_with_retries(producer: Producer, timeout_s: float, context: str) -> 
                             before_sleep=note, reraise=True):
         with attempt:
             producer.commit_transaction(max(1.0, deadline - time.monotonic()))
-
-
-def _commit_at_least_once(sender: RecordCollector, producer: Producer, consumer: Consumer,
-                          parts: Sequence[CommitPart], timeout_s: float, context: str) -> list[SentRecords]:
-    """At-least-once: produce every part's records and flush (each acknowledged), then commit
-    the parts' input positions; what was sent of each part."""
-    errors = sender.errors
-    try:
-        sent = [sender.send(p.outputs, p.tx, p.input_offsets) for p in parts]
-        remaining = producer.flush(timeout_s)
-    except KafkaException as e:
-        raise CommitFailed(f"{context}: produce failed: {e}", fatal=e.args[0].fatal()) from e
-    if remaining or errors:
-        raise CommitFailed(
-            f"{context}: {remaining} records undelivered, errors: {errors[:3]}; input offsets "
-            "not committed, the batch will be processed again"
-        )
-    inputs = _inputs_of(parts)
-    if inputs:
-        tps = [KafkaPartition(t, part, off) for (t, part), off in inputs.items()]
-        try:
-            result = consumer.commit(offsets=tps, asynchronous=False)
-        except KafkaException as e:
-            raise CommitFailed(f"{context}: committing input offsets failed: {e}") from e
-        bad = [tp for tp in result or [] if tp.error is not None]
-        if bad:
-            raise CommitFailed(f"{context}: committing input offsets failed: {bad}")
-    return sent
