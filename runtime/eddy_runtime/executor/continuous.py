@@ -25,16 +25,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING
 
 from eddy_contract.spec import ProcessingGuarantee
 from eddy_contract.tasks import Role, TaskId
-from eddy_runtime.executor.busy_clock import BusyClock
 from eddy_runtime.executor.commit_cycle import CommitCycle
 from eddy_runtime.executor.continuous_assignment import CommittingTasks, ContinuousAssignment, Release
 from eddy_runtime.executor.input_poller import MAX_BUFFERED_RECORDS, InputPoller
 from eddy_runtime.executor.producer import RunnerProducer
 from eddy_runtime.executor.results import share_busy
+from eddy_runtime.executor.task_host import RoundEntry, TaskHost
 from eddy_runtime.executor.task_metadata import RETRY_AFTER_S, TaskExecutionMetadata
 from eddy_runtime.kafka.partitions import InputRange, TopicPartition
 from eddy_runtime.kafka.records import RawRecords
@@ -45,17 +45,14 @@ from eddy_runtime.protocol.work import (
     ItemResult,
     ItemStatus,
     SlotWork,
-    StateReset,
     WorkItem,
 )
 
 if TYPE_CHECKING:
-    import pyarrow as pa
 
     from eddy_runtime.dsl.subtopology import SubTopology
-    from eddy_runtime.executor.metrics import ExecutorMetrics
 
-__all__ = ["ContinuousLoop", "RoundEntry"]
+__all__ = ["ContinuousLoop"]
 
 log = logging.getLogger("eddy.continuous")
 
@@ -72,44 +69,6 @@ ROUND_END_POLL_S = 0.005
 _ROUND_WENT_ON = frozenset({ItemStatus.PROCESSED, ItemStatus.ABORTED})
 #: a task's step result after which it goes on at once
 _STEP_WENT_ON = frozenset({ItemStatus.PROCESSED, ItemStatus.RESTORING, ItemStatus.STANDBY})
-
-
-class RoundEntry(NamedTuple):
-    """One task's share of a round: its item and its records (each from the task's position)."""
-
-    item: WorkItem
-    records: Sequence[RawRecords]
-
-
-class TaskHost(Protocol):
-    """What the loop needs of the task runner (task_runner.TaskRunner)."""
-
-    executor_id: str
-    metrics: ExecutorMetrics | None
-    #: the runner's time processing input (an executor's load)
-    busy: BusyClock
-
-    def positions(self, task_id: str) -> Mapping[TopicPartition, int] | None:
-        """A running active's input positions: None unless held open as an active, restored, with
-        its committed positions read."""
-
-    def run_item(self, subs: dict[int, SubTopology], settings: BatchSettings, slot: SlotWork, item: WorkItem,
-                 data: pa.Table | None, records: Sequence[RawRecords] | None = None) -> ItemResult: ...
-
-    def forget_positions(self, task_id: str) -> None:
-        """Read the task's committed positions again before it processes more."""
-
-    def release_task(self, task_id: str, why: str) -> None:
-        """Let go of a held task, closing it in the background (it is opened again, and restores
-        its delta, if it comes back)."""
-
-    def reset_state(self, reset: StateReset | None, settings: BatchSettings | None = None) -> None:
-        """Drop the runner's copies of a state reset's stores, once per reset, before its work runs."""
-
-    def run_round(self, subs: dict[int, SubTopology], settings: BatchSettings,
-                  entries: Sequence[RoundEntry], committer: TaskCommitter
-                  ) -> list[ItemResult]:
-        """Process each entry's records and commit them all in one transaction of `committer`."""
 
 
 class ContinuousLoop:

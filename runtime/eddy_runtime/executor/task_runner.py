@@ -26,8 +26,9 @@ from eddy_runtime.dsl.subtopology import SubTopology
 from eddy_runtime.executor.active_batch import PreparedBatch, ReadStash, committed_result, prepare_batch
 from eddy_runtime.executor.busy_clock import BusyClock
 from eddy_runtime.executor.commit import write_stores
-from eddy_runtime.executor.continuous import ContinuousLoop, RoundEntry
+from eddy_runtime.executor.continuous import ContinuousLoop
 from eddy_runtime.executor.metrics import ExecutorMetrics
+from eddy_runtime.executor.task_host import RoundEntry
 from eddy_runtime.executor.task_manager import TaskManager
 from eddy_runtime.executor.tasks import StandbyTask, StreamTask, Task
 from eddy_runtime.kafka.partitions import TopicPartition
