@@ -9,6 +9,10 @@ process (`make test-e2e`); pod and Service addresses never leave it.
 that need several nodes. Both clusters use the namespace's addresses and ports, so one runs at a
 time: the tests that use `three_nodes` run first, and it stops after the last of them, before
 any test starts the one-node cluster.
+
+`wordcount` is the one-node cluster's word count that e2e/test_real_pods.py's tests and then
+e2e/test_changes.py's run on, in that order (an app's start is a minute and more of the stage);
+it goes after the last of them, before the other modules start apps of their own.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from e2e.wordcount import WordCount, delete_namespace, deploy_word_count
 from tests.conftest import servers_dir  # noqa: F401 - a fixture, used by name
 from tests.servers import (
     KafkaBroker,
@@ -50,10 +55,34 @@ def operator(node: NodeCluster) -> Iterator[NodeCluster]:
     yield node
 
 
-# Closed by pytest_runtest_teardown after the last test that uses three_nodes (and again, to no
-# effect, when the session ends).
+# Each closed by pytest_runtest_teardown after the last test that uses its fixture (and again, to
+# no effect, when the session ends).
 _three_nodes_stop = contextlib.ExitStack()
 THREE_NODES = "three_nodes"
+_wordcount_stop = contextlib.ExitStack()
+WORDCOUNT = "wordcount"
+#: the modules that share `wordcount`, in the order they run on it: the first one's tests start
+#: from the app as deployed, the second one's change it (a new image, a refused and a failed version)
+WORDCOUNT_MODULES = ("test_real_pods.py", "test_changes.py")
+
+
+@pytest.fixture(scope="session")
+def wordcount(operator: NodeCluster, kafka: KafkaBroker, tmp_path_factory: pytest.TempPathFactory
+              ) -> Iterator[WordCount]:
+    """The word count on two executor pods, one standby per stateful task, exactly-once: deployed
+    once for e2e/test_real_pods.py and then e2e/test_changes.py; the driver's log and both
+    channel histories are kept when it goes."""
+    app = deploy_word_count(operator, kafka, "wordcount-e2e", executors=2, standbys=1)
+
+    def close() -> None:
+        try:
+            app.close(tmp_path_factory.mktemp("wordcount"))
+        finally:
+            delete_namespace(operator, app.namespace)
+
+    with _wordcount_stop:
+        _wordcount_stop.callback(close)
+        yield app
 
 
 @pytest.fixture(scope="session")
@@ -73,20 +102,24 @@ BARE_NODES_MODULE = "test_nodes.py"
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests on three nodes first (a stable sort), so that their cluster has stopped before
-    the one-node cluster starts; among them, the bare cluster's first."""
+    the one-node cluster starts; among them, the bare cluster's first. On one node, the modules
+    that share `wordcount` first, in their order."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         if THREE_NODES in names and "node" in names:
             raise pytest.UsageError(f"{item.nodeid}: uses both clusters; only one can run at a time")
     items.sort(key=lambda item: (THREE_NODES not in getattr(item, "fixturenames", ()),
-                                 item.path.name != BARE_NODES_MODULE))
+                                 item.path.name != BARE_NODES_MODULE,
+                                 WORDCOUNT_MODULES.index(item.path.name) if item.path.name in WORDCOUNT_MODULES
+                                 else len(WORDCOUNT_MODULES)))
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    if THREE_NODES in getattr(item, "fixturenames", ()) and (
-            nextitem is None or THREE_NODES not in getattr(nextitem, "fixturenames", ())):
-        _three_nodes_stop.close()
+    for name, stop in ((WORDCOUNT, _wordcount_stop), (THREE_NODES, _three_nodes_stop)):
+        if name in getattr(item, "fixturenames", ()) and (
+                nextitem is None or name not in getattr(nextitem, "fixturenames", ())):
+            stop.close()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,4 +1,4 @@
-"""Changes of a running app on a real node, on an app of its own while input flows (docs/operations.md,
+"""Changes of a running app on a real node, while input flows (docs/operations.md,
 "Upgrading an app"): each record's lateness is measured from its send to its count being visible
 (`e2e.wordcount.Flow`), and the counts are checked exactly after each change.
 
@@ -10,7 +10,8 @@
 4. a compatible image upgrade: every executor pod replaced, one warm pod at a time.
 
 Every change but the last restarts the driver at least once (the refused and the failed version's
-driver, then the old version's), on the same app, so each runs after the earlier ones' restarts.
+driver, then the old version's), on the same app, so each runs after the earlier ones' restarts;
+that app is e2e/test_real_pods.py's, after its tests (`wordcount`, e2e/conftest.py).
 """
 
 from __future__ import annotations
@@ -18,16 +19,14 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from e2e.wordcount import APP, Flow, WordCount, delete_namespace, deploy_word_count, until
+from e2e.wordcount import APP, Flow, WordCount, until
 from eddy_operator import builders
 from tests.operator.cluster import condition, get, report
-from tests.servers import KafkaBroker, NodeCluster
 
 pytestmark = pytest.mark.e2e
 
@@ -41,17 +40,6 @@ DRIVER_RESTART_LATENESS_S = 5.0
 #: in turn, its actives handed over to caught-up standbys before it stops (max 3.8 s at load 8,
 #: 5.5 s before the hand-over waited for the runner to let go), far from a restart's outage
 IMAGE_UPGRADE_LATENESS_S = 10.0
-
-
-@pytest.fixture(scope="module")
-def wordcount(operator: NodeCluster, kafka: KafkaBroker, tmp_path_factory: pytest.TempPathFactory
-              ) -> Iterator[WordCount]:
-    app = deploy_word_count(operator, kafka, "wordcount-changes", executors=2, standbys=1)
-    try:
-        with app.serving(lambda: tmp_path_factory.mktemp("wordcount-changes")):
-            yield app
-    finally:
-        delete_namespace(operator, app.namespace)
 
 
 def _patch(app: WordCount, spec: dict[str, Any]) -> None:

@@ -16,15 +16,14 @@ on one app, each step feeding more input and checking the counts exactly:
    comes back as the standby, and nothing is created twice;
 6. `kubectl get sapp` and `kubectl describe sapp` tell the story.
 
-A driver pod deleted (and the other changes of a running app) are e2e/test_changes.py's, on an app
-of its own.
+A driver pod deleted (and the other changes of a running app) are e2e/test_changes.py's, on the
+same app after these (`wordcount`, e2e/conftest.py).
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -36,8 +35,6 @@ from e2e.wordcount import (
     RESTORE_LINE,
     WordCount,
     caught_up,
-    delete_namespace,
-    deploy_word_count,
     stateful_tasks,
     until,
 )
@@ -45,24 +42,13 @@ from eddy_contract import channel
 from eddy_operator import builders
 from tests.operator.cluster import get, report
 from tests.scrape import metric_sum
-from tests.servers import OPERATOR_NAMESPACE, KafkaBroker, NodeCluster
+from tests.servers import OPERATOR_NAMESPACE
 
 pytestmark = pytest.mark.e2e
 
 EXECUTORS = 2
 METRICS_PORT = 9108
 STATE_MOUNT = "/var/lib/eddy/state"
-
-
-@pytest.fixture(scope="module")
-def wordcount(operator: NodeCluster, kafka: KafkaBroker, tmp_path_factory: pytest.TempPathFactory
-              ) -> Iterator[WordCount]:
-    app = deploy_word_count(operator, kafka, "wordcount-e2e", executors=EXECUTORS, standbys=1)
-    try:
-        yield app
-    finally:
-        app.close(tmp_path_factory.mktemp("wordcount"))
-        delete_namespace(operator, app.namespace)
 
 
 def test_word_count_runs_on_executor_pods_with_bound_state_claims(wordcount: WordCount):
