@@ -435,7 +435,10 @@ def helm(node: NodeCluster, *args: str, timeout: float = 300) -> str:
 
 def install_operator(node: NodeCluster, release: str = "eddy") -> None:
     """`helm install` of charts/eddy-operator, as the README says, with the image the node holds
-    (imported, never pulled); fails with the operator pod's description and log."""
+    (imported, never pulled); fails with the operator pod's description and log. A release this
+    cluster already runs (an earlier test module's) is kept as it is."""
+    if release in helm(node, "list", "--namespace", OPERATOR_NAMESPACE, "--deployed", "--short").split():
+        return
     try:
         helm(node, "install", release, "charts/eddy-operator", "--namespace", OPERATOR_NAMESPACE,
              "--create-namespace", "--set", "image.pullPolicy=Never", "--set", "resyncSeconds=5",
