@@ -1,7 +1,8 @@
 """A short fault campaign (bench/chaos.py, docs/reliability.md) on the `three_nodes` cluster: the
 campaign app (examples/chaos: a stream-table join, a repartition hop, windows; exactly-once, one
 standby) on three brokers (RF 3, min.insync.replicas 2), fed a steady rate of known events, while
-a seeded schedule injects one fault of every kind, one after the other: executor
+a seeded schedule injects one fault of every kind, one after the other, each into an app whole
+again after the last (`Settings.healthy_between`; the long campaign lets them overlap): executor
 pods deleted, an executor's JVM and task runner SIGKILLed, the driver pod deleted, the operator's
 leader SIGKILLed, a broker SIGKILLed and restarted, node 3 killed and restarted, an executor cut
 off from the brokers. Then:
@@ -47,7 +48,7 @@ def campaign(three_nodes: NodeCluster, tmp_path_factory: pytest.TempPathFactory)
         try:
             yield run_campaign(three_nodes, kafka, Settings(
                 seed=SEED, faults=FAULTS, rate=20.0, warmup_s=20.0, gap_s=(3.0, 8.0), node_down_s=(25.0, 35.0),
-                settle_timeout_s=300.0, drain_timeout_s=300.0, out=Path(out),
+                settle_timeout_s=300.0, drain_timeout_s=300.0, healthy_between=True, out=Path(out),
                 command=f"e2e/test_chaos.py (seed {SEED}, {FAULTS} faults)"))
         finally:
             delete_namespace(three_nodes, NAMESPACE)
