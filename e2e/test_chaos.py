@@ -47,7 +47,7 @@ def campaign(three_nodes: NodeCluster, tmp_path_factory: pytest.TempPathFactory)
         install_operator(three_nodes)
         try:
             yield run_campaign(three_nodes, kafka, Settings(
-                seed=SEED, faults=FAULTS, rate=20.0, warmup_s=20.0, gap_s=(3.0, 8.0), node_down_s=(25.0, 35.0),
+                seed=SEED, faults=FAULTS, rate=20.0, warmup_s=20.0, gap_s=(2.0, 4.0), node_down_s=(25.0, 35.0),
                 settle_timeout_s=300.0, drain_timeout_s=300.0, healthy_between=True, out=Path(out),
                 command=f"e2e/test_chaos.py (seed {SEED}, {FAULTS} faults)"))
         finally:
