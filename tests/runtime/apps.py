@@ -12,6 +12,7 @@ from eddy_contract.spec import StreamAppSpec
 from eddy_runtime.driver.loop import Driver
 from eddy_runtime.driver.options import DriverOptions
 from eddy_runtime.driver.outcomes import BatchReport
+from eddy_runtime.kafka import client as kafka_client
 
 
 def streamapp(name: str, bootstrap: str, module: str, args: dict[str, str] | None = None, **spec: Any) -> StreamAppSpec:
@@ -69,7 +70,8 @@ def read_all(bootstrap: str, topic: str, idle_s: float = 2.0) -> list[Any]:
         partitions = sorted(found.partitions) if found is not None and found.error is None else []
         ends: dict[int, int] = {}
         for p in partitions:
-            low, high = _watermarks(c, TopicPartition(topic, p))
+            low, high = kafka_client.retrying(  # a topic just made may not have its leader yet
+                lambda p=p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10), f"the end of {topic}[{p}]")
             if high > low:
                 ends[p] = high
         if partitions:
@@ -88,27 +90,6 @@ def read_all(bootstrap: str, topic: str, idle_s: float = 2.0) -> list[Any]:
     finally:
         c.close()
     return out
-
-
-#: what a partition answers while it has no leader (a topic just made, a leader moving)
-_NO_LEADER_YET = ("NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART")
-
-
-def _watermarks(consumer: Any, tp: Any, timeout_s: float = 30.0) -> tuple[int, int]:
-    """A partition's low and high watermarks, asked again while it has no leader yet (CI: a topic
-    the app had just made answered NOT_LEADER_FOR_PARTITION), up to `timeout_s`."""
-    from confluent_kafka import KafkaError, KafkaException
-
-    codes = {getattr(KafkaError, name) for name in _NO_LEADER_YET}
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=10)
-            return int(low), int(high)
-        except KafkaException as e:
-            if e.args[0].code() not in codes or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def latest_counts(bootstrap: str, topic: str, idle_s: float = 2.0) -> dict[str, int]:
