@@ -15,9 +15,11 @@ off from the brokers. Then:
 
 The long campaign (56 faults) is `make chaos`. This module runs after e2e/test_nodes.py (node 2
 is down for good by then: node 3 is the one it kills) and before e2e/test_node_loss.py, whose
-apps the operator it installed goes on to run. About 5-7 minutes (4.2-4.8 min on this machine,
-7 in CI on 2026-11-28): the app's start, 20 s of warm-up, seven faults with their settling (the
-node's loss the longest), the wait for every executor to be ready again, the verification.
+apps the operator it installed goes on to run. About 7-8 minutes on this machine (the campaign's
+setup 400-429 s, 2026-11-28, with each fault waiting for a whole app; 4.2-4.8 min before it, and
+7 in CI): the app's start, 20 s of warm-up, seven faults with their settling (the driver's
+adoption of its pods and the node's loss the longest), the wait for every executor to be ready
+again, the verification.
 """
 
 from __future__ import annotations
