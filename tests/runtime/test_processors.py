@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from eddy_runtime.dsl.compiler import compile_topology
 from eddy_runtime.dsl.pipeline import PipelineError, Topology
 from eddy_runtime.dsl.processors import STREAM_TIME, WALL_CLOCK_TIME, Processor
 from eddy_runtime.processing.batch import TaskState
@@ -111,6 +112,25 @@ def test_process_is_checked_when_it_is_written():
         t.stream("c").group_by_key().count().to_stream().process(Dedup)
     with pytest.raises(PipelineError, match="store key serde"):
         t.stream("d").process(Dedup, stores=[("s", "avro", "json")])
+
+
+def test_what_a_processor_forwards_may_be_grouped_again(tmp_path):
+    # Kafka Streams: process() returns a KStream, and groupBy on it repartitions by the new key.
+    t = Topology()
+    t.stream("in").process(Dedup, stores=["seen"], name="dedup").group_by(
+        lambda key, value: value, name="by-value").count(name="per-value").to("out")
+    app = compile_topology(t, "app", {"in": 1})
+    first, counts = app.subtopologies
+    assert [type(s).__name__ for s in first.sinks] == ["RepartitionSink"]
+    assert first.sinks[0].topic == counts.source.topic == (REPARTITION := "app-by-value-repartition")
+    assert counts.stateful is not None and counts.stateful.kind == "count"
+    tx = StoreTransactions(tmp_path, first.stores)
+    out = process_batch(first, rows(["a", "b", "a"], [0, 5, 12], value=["x", "y", "z"]), tx, TaskState())
+    tx.commit()
+    tx.close()
+    # the forwarded records (ticks included), each keyed by its value, counted ahead per key (one each)
+    assert sorted((r.topic, r.key.decode(), r.value, r.timestamp) for r in out.outputs) == sorted(
+        (REPARTITION, key, (1).to_bytes(8, "big"), ts) for key, ts in (("X", 0), ("0", 0), ("Y", 5), ("12", 12)))
 
 
 class Punctuations(Processor):

@@ -248,6 +248,7 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
             raise PipelineError("one stateful step per sub-topology: group_by between them")
         b.stateful = StatefulSpec("process", None, b.source.key_serde, processor=node.factory,
                                   process_stores=(*node.stores, StoreSpec.key_value(f"{node.name}-time")))
+        b.streamed = True  # what a processor forwards is a stream (group_by may follow it)
     elif isinstance(node, ToStream):
         b.streamed = True
     else:  # pragma: no cover - every node type is handled above
