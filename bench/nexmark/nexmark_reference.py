@@ -4,8 +4,8 @@ The events are the generator's (`bench/nexmark/run.sh generate --jsonl FILE`): e
 auction and bid in generation order, which is event-time order (Beam's generator with one
 generator and no out-of-order groups makes timestamps that never decrease). Every system's output
 topic is read back and turned into the same shape (`observed`), then compared with `expected`:
-each query's output is a multiset of records (q0-q3, q8) or the newest value per key (q5, q7,
-updating aggregations whose last update per window is the result).
+each query's output is a multiset of records (q0-q3, q8) or the newest value per key (q4, q5, q7,
+updating aggregations whose last update per category or window is the result).
 
 The queries, as Beam's Nexmark suite defines them (its default settings: 10 s windows, 5 s
 period, auction skip 123), with the semantics every system here is written to:
@@ -19,6 +19,10 @@ period, auction skip 123), with the semantics every system here is written to:
   of its own timestamp (a person with the same timestamp comes first, as the generator makes
   them). Beam's ``Query3`` also keeps unmatched auctions until their seller comes: those rows
   (`late_sellers`) may appear, once each, but are not required.
+- q4 average price per category, as Flink's and RisingWave's Nexmark SQL state it (no window):
+  per auction, the highest price of its valid bids (``auction.dateTime <= bid.dateTime <=
+  auction.expires``); per category, the sum and count of those highest prices over its auctions
+  with a valid bid, and ``avg = sum // count``. An updating result: the last record per category.
 - q5 hot items: bids counted per auction in hopping windows of 10 s every 5 s (``[start, start
   + 10 s)``, starts at multiples of 5 s since the epoch); per window, the largest count and the
   auctions that have it (sorted). No bid is late: each topic partition is in event-time order.
@@ -45,9 +49,9 @@ PERIOD_MS = 5_000
 AUCTION_SKIP = 123
 LOCAL_STATES = ("OR", "ID", "CA")
 LOCAL_CATEGORY = 10
-QUERIES = ("q0", "q1", "q2", "q3", "q5", "q7", "q8")
-#: queries whose output is the newest value per key (a window), not a multiset of records
-LATEST_PER_KEY = ("q5", "q7")
+QUERIES = ("q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8")
+#: queries whose output is the newest value per key (a window; q4: a category), not a multiset of records
+LATEST_PER_KEY = ("q4", "q5", "q7")
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,8 @@ class Expected:
 
 
 def expected(events: Iterable[Event]) -> Expected:
-    out = Expected(multisets={q: Counter() for q in ("q0", "q1", "q2", "q3", "q8")}, latest={"q5": {}, "q7": {}})
+    out = Expected(multisets={q: Counter() for q in ("q0", "q1", "q2", "q3", "q8")},
+                   latest={"q4": {}, "q5": {}, "q7": {}})
     m = out.multisets
     persons: dict[int, dict[str, Any]] = {}
     waiting: list[dict[str, Any]] = []  # q3 auctions whose seller is not known yet
@@ -113,6 +118,8 @@ def expected(events: Iterable[Event]) -> Expected:
     highest_bids: dict[str, dict[str, Any]] = {}
     persons_by_window: dict[tuple[int, int], list[dict[str, Any]]] = {}
     auctions_by_window: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    auction_of: dict[int, dict[str, Any]] = {}
+    bids_of: dict[int, list[dict[str, Any]]] = {}
     for e in events:
         v = e.value
         if e.kind == "person":
@@ -126,7 +133,9 @@ def expected(events: Iterable[Event]) -> Expected:
                 elif seller["state"] in LOCAL_STATES:
                     m["q3"][(seller["name"], seller["city"], seller["state"], int(v["id"]))] += 1
             auctions_by_window.setdefault((int(v["seller"]), tumbling_start(e.timestamp)), []).append(v)
+            auction_of[int(v["id"])] = v
         else:
+            bids_of.setdefault(int(v["auction"]), []).append(v)
             m["q0"][_bid_row(v)] += 1
             m["q1"][_bid_row(v, euros(int(v["price"])))] += 1
             if int(v["auction"]) % AUCTION_SKIP == 0:
@@ -149,11 +158,25 @@ def expected(events: Iterable[Event]) -> Expected:
         elif n == count:
             auctions.append(auction)
     out.latest["q5"] = {w: (n, tuple(sorted(a))) for w, (n, a) in hot.items()}
+    out.latest["q4"] = category_averages(auction_of, bids_of)
     for key, ps in persons_by_window.items():
         for p in ps:
             for a in auctions_by_window.get(key, ()):
                 m["q8"][(int(p["id"]), p["name"], int(a["reserve"]))] += 1
     return out
+
+
+def category_averages(auctions: dict[int, dict[str, Any]], bids_of: dict[int, list[dict[str, Any]]]
+                      ) -> dict[str, tuple[int, int, int]]:
+    """q4: category -> (sum, count, avg) of its auctions' highest valid bid prices."""
+    totals: dict[str, tuple[int, int]] = {}
+    for auction_id, a in auctions.items():
+        valid = [int(b["price"]) for b in bids_of.get(auction_id, ())
+                 if int(a["dateTime"]) <= int(b["dateTime"]) <= int(a["expires"])]
+        if valid:
+            s, n = totals.get(str(int(a["category"])), (0, 0))
+            totals[str(int(a["category"]))] = (s + max(valid), n + 1)
+    return {c: (s, n, s // n) for c, (s, n) in totals.items()}
 
 
 # -- a system's output topic, read back ------------------------------------------------------------
@@ -170,6 +193,8 @@ def observed_row(query: str, key: bytes | None, value: bytes) -> tuple[str | Non
     name their window in the value (``"window"``: its start, ms), whatever each system's key."""
     k = key.decode(errors="replace") if key is not None else None
     v = _json(value)
+    if query == "q4":
+        return str(int(v["category"])), (int(v["sum"]), int(v["count"]), int(v["avg"]))
     if query in LATEST_PER_KEY:
         k = str(int(v["window"]))
     if query in ("q0", "q1", "q7"):
@@ -193,8 +218,9 @@ def errors(query: str, want: Expected, records: Iterable[tuple[bytes | None, byt
         for k, row in rows:
             got[k] = row
         exp = want.latest[query]
-        out = [f"window {w}: {got.get(w)} != {r}" for w, r in exp.items() if got.get(w) != r]
-        out += [f"window {w}: {r} (not expected)" for w, r in got.items() if w not in exp]
+        what = "category" if query == "q4" else "window"
+        out = [f"{what} {w}: {got.get(w)} != {r}" for w, r in exp.items() if got.get(w) != r]
+        out += [f"{what} {w}: {r} (not expected)" for w, r in got.items() if w not in exp]
         return _few(out, limit)
     counted = Counter(row for _, row in rows)
     exp_counts = want.multisets[query]

@@ -12,6 +12,11 @@ bench/nexmark/nexmark_reference.py states each query's semantics and computes it
   as of each auction's timestamp); the joined records go through ``<output_prefix>-q3-joined``,
   where the seller's state is filtered, because steps after a stream-table join see the stream's
   value only.
+- q4 average price per category: auctions and bids merged (one stream keyed by auction id), a
+  `process()` step keeping per auction its highest valid bid and forwarding each rise to the
+  auction's category with the price it replaces, then per category the sum and count of the
+  highest prices, which each rise changes by the difference (what Kafka Streams'
+  ``KTable.groupBy`` sends as a subtractor and an adder, here as one record).
 - q5 hot items: bids counted per auction in hopping windows (10 s, every 5 s), then re-keyed by
   window to keep, per window, the largest count and the auctions that have it.
 - q7 highest bid: bids re-keyed by their tumbling 10 s window, the highest kept per window.
@@ -21,9 +26,7 @@ bench/nexmark/nexmark_reference.py states each query's semantics and computes it
 
 The topics a query writes and reads back (q3, q8) must exist, with the inputs' partition count,
 before the app starts: Eddy has no ``repartition()`` for a stream that is joined after a key
-change (bench/README.md, "nexmark.py", lists what Eddy's DSL lacks for Nexmark). q4 (average closing
-price per category) is not here: it needs Kafka Streams' ``KTable.groupBy`` with a subtractor,
-which Eddy does not have.
+change (bench/README.md, "nexmark.py", lists what Eddy's DSL lacks for Nexmark).
 
 ``build(topology, queries="q0,q1,...")`` puts several queries in one app, each source read once
 (an app may not read a topic twice with ``stream()``); q5 then re-keys the bids by auction
@@ -37,6 +40,7 @@ import json
 from typing import Any
 
 from eddy_runtime.dsl.pipeline import Stream, Topology, hopping, join_windows
+from eddy_runtime.dsl.processors import Processor, ProcessorContext, Record
 
 WINDOW_MS = 10_000
 AUCTION_SKIP = 123
@@ -91,6 +95,69 @@ def local_seller(joined: str) -> str | None:
     if person["state"] not in LOCAL_STATES:
         return None
     return json.dumps({"name": person["name"], "city": person["city"], "state": person["state"], "id": auction["id"]})
+
+
+def q4(auctions: Stream, bids: Stream, output: str) -> None:
+    (auctions.merge(bids, name="q4-auctions-and-bids")
+             .process(WinningBids, stores=[WinningBids.AUCTIONS, WinningBids.WAITING], name="q4-winning-bids")
+             .group_by(lambda auction, rise: str(_obj(rise)["category"]), name="q4-categories")
+             .aggregate(dict, category_average, name="q4-averages")
+             .to(output))
+
+
+class WinningBids(Processor):
+    """q4's first step, keyed by auction id over auctions and bids: each auction's highest valid bid
+    (placed from the auction's start to its expiry, both included). Each rise is forwarded as
+    ``{"auction", "category", "price", "old"}`` (``old``: the price it replaces, None for the
+    auction's first valid bid). A bid that comes before its auction (the generator bids up to 10
+    auctions ahead, and one topic may be read ahead of the other) waits in a store of its own until
+    the auction comes."""
+
+    AUCTIONS = "q4-auctions"  # auction id -> {category, dateTime, expires, price}
+    WAITING = "q4-waiting-bids"  # auction id -> [[price, dateTime], ...]
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        self.auctions = context.store(self.AUCTIONS)
+        self.waiting = context.store(self.WAITING)
+
+    def process(self, record: Record) -> None:
+        event = _obj(record.value)
+        if "expires" in event:
+            auction = {"category": event["category"], "dateTime": event["dateTime"], "expires": event["expires"],
+                       "price": None}
+            for price, time in self.waiting.get(record.key) or ():
+                if auction["dateTime"] <= time <= auction["expires"] and (
+                        auction["price"] is None or price > auction["price"]):
+                    auction["price"] = price
+            self.waiting.delete(record.key)
+            self.auctions.put(record.key, auction)
+            if auction["price"] is not None:
+                self._rise(record.key, auction, None)
+            return
+        auction = self.auctions.get(record.key)
+        if auction is None:
+            self.waiting.put(record.key, [*(self.waiting.get(record.key) or ()), [event["price"], event["dateTime"]]])
+        elif (auction["dateTime"] <= event["dateTime"] <= auction["expires"]
+              and (auction["price"] is None or event["price"] > auction["price"])):
+            old, auction["price"] = auction["price"], event["price"]
+            self.auctions.put(record.key, auction)
+            self._rise(record.key, auction, old)
+
+    def _rise(self, key: str, auction: dict[str, Any], old: int | None) -> None:
+        self.context.forward(key, json.dumps({"auction": int(key), "category": auction["category"],
+                                              "price": auction["price"], "old": old}))
+
+
+def category_average(category: str, values: dict[str, list[Any]], totals: dict[str, Any]) -> dict[str, Any]:
+    """q4's second step, per category: the sum and count of its auctions' highest bids, changed by
+    each rise's difference (a rise with no ``old`` is a new auction), and their average."""
+    total, count = totals.get("sum", 0), totals.get("count", 0)
+    for text in values["value"]:
+        rise = _obj(text)
+        total += rise["price"] - (rise["old"] or 0)
+        count += rise["old"] is None
+    return {"category": int(category), "sum": total, "count": count, "avg": total // count}
 
 
 def q5(bids: Stream, output: str, grace: str, shared: bool = False) -> None:
@@ -176,9 +243,9 @@ def build(topology: Topology, queries: str = "q1", prefix: str = "nexmark", outp
     one input is read behind the other) before an auction is dropped as late.
     """
     wanted = [q.strip() for q in queries.split(",") if q.strip()]
-    unknown = set(wanted) - {"q0", "q1", "q2", "q3", "q5", "q7", "q8"}
+    unknown = set(wanted) - {"q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8"}
     if unknown:
-        raise ValueError(f"unknown Nexmark queries {sorted(unknown)}; Eddy has q0, q1, q2, q3, q5, q7, q8")
+        raise ValueError(f"unknown Nexmark queries {sorted(unknown)}; Eddy has q0, q1, q2, q3, q4, q5, q7, q8")
     if {"q3", "q8"} <= set(wanted):
         # q3 reads the persons as a table and q8 as a windowed join's other stream: in one app the
         # runtime hands q8's task the persons as table updates (a defect: "store 'q8-new-users-other'
@@ -186,7 +253,7 @@ def build(topology: Topology, queries: str = "q1", prefix: str = "nexmark", outp
         raise ValueError("q3 and q8 cannot run in one app yet: run q8 as an app of its own")
     out = output_prefix or prefix
     persons_topic, auctions_topic, bids_topic = f"{prefix}-person", f"{prefix}-auction", f"{prefix}-bid"
-    bid_queries = [q for q in wanted if q in ("q0", "q1", "q2", "q5", "q7")]
+    bid_queries = [q for q in wanted if q in ("q0", "q1", "q2", "q4", "q5", "q7")]
     if bid_queries:
         # Read as text: each step parses what it needs (the json serde would parse every record
         # once more, only to check it).
@@ -202,8 +269,10 @@ def build(topology: Topology, queries: str = "q1", prefix: str = "nexmark", outp
                 q5(bids, f"{out}-q5", grace, shared=len(bid_queries) > 1)
             elif q == "q7":
                 q7(bids, f"{out}-q7")
-    if {"q3", "q8"} & set(wanted):
+    if {"q3", "q4", "q8"} & set(wanted):
         auctions = topology.stream(auctions_topic)
+        if "q4" in wanted:
+            q4(auctions, bids, f"{out}-q4")
         if "q3" in wanted:
             q3_rekey(auctions, f"{out}-q3-auctions-by-seller")
             q3_join(topology, f"{out}-q3-auctions-by-seller", persons_topic, f"{out}-q3-joined", f"{out}-q3")
