@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from eddy_runtime.kafka.partitions import TopicPartition
@@ -98,6 +100,37 @@ def test_range_and_prefix_merge_batch_writes_over_committed_data(counts: KeyValu
     assert list(tx.range("avocado", "cherry")) == [("avocado", 5), ("banana", 30)]
     assert list(counts.prefix("ap")) == [("apple", 1), ("apricot", 2)]
     assert [k for k, _ in counts.range()] == ["apple", "apricot", "banana", "cherry"]
+
+
+def test_scans_see_the_writes_made_between_them(counts: KeyValueStore) -> None:
+    # A processor that scans a prefix per record (examples/nexmark's q4) interleaves writes and
+    # scans in one batch: every scan must see every write before it, over the committed data.
+    rng = random.Random(7)
+    keys = [a + b for a in "abc" for b in "xyz"]
+    base = counts.begin()
+    base.put_many(keys[::2], list(range(len(keys[::2]))))
+    base.apply(changelog_offset=0)
+    model = dict(zip(keys[::2], range(len(keys[::2])), strict=True))
+    tx = counts.begin()
+    for step in range(400):
+        op, key = rng.choice(("put", "delete", "many", "prefix", "range")), rng.choice(keys)
+        if op == "put":
+            tx.put(key, step)
+            model[key] = step
+        elif op == "delete":
+            tx.delete(key)
+            model.pop(key, None)
+        elif op == "many":
+            chosen = rng.sample(keys, 3)
+            tx.put_many(chosen, [step] * 3)
+            model.update(dict.fromkeys(chosen, step))
+        elif op == "prefix":
+            assert list(tx.prefix(key[0])) == sorted((k, v) for k, v in model.items() if k.startswith(key[0]))
+        else:
+            end = rng.choice(keys)
+            assert list(tx.range(key, end)) == sorted((k, v) for k, v in model.items() if key <= k < end)
+    tx.apply(changelog_offset=1)
+    assert list(counts.range()) == sorted(model.items())
 
 
 def test_prefix_successor_handles_ff_bytes() -> None:

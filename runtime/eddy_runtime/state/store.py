@@ -9,6 +9,7 @@ batch (rocksdb_store.py). Restores fill raw write batches (`new_write_batch`,
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -123,7 +124,16 @@ class KeyValueTransaction(StoreTransaction[KeyValueStore]):
     Writes are kept in memory (last write per key) until `apply`, which the committer calls
     after the batch's changelog records are in Kafka; `changelog_records` are exactly those
     writes, so the changelog carries one record per key and batch (Kafka Streams' caching).
+    A range or prefix scan merges the store with the batch's writes in the range, found in a
+    sorted list of the written keys (made at the first scan, kept sorted from then on), as Kafka
+    Streams' cache keeps its keys in a tree: a processor that scans a prefix per record does not
+    go over every write of a large batch each time.
     """
+
+    def __init__(self, store: KeyValueStore) -> None:
+        super().__init__(store)
+        #: the written keys in order, once a scan needed them (None: no scan yet)
+        self._sorted: list[bytes] | None = None
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -154,11 +164,12 @@ class KeyValueTransaction(StoreTransaction[KeyValueStore]):
         yield from self._merged(p, prefix_successor(p))
 
     def _merged(self, start: bytes | None, end: bytes | None) -> Iterator[tuple[Any, Any]]:
-        pending = sorted(
-            (k, v)
-            for k, v in self._writes.items()
-            if (start is None or k >= start) and (end is None or k < end)
-        )
+        if self._sorted is None:
+            self._sorted = sorted(self._writes)
+        keys, writes = self._sorted, self._writes
+        lo = 0 if start is None else bisect_left(keys, start)
+        hi = len(keys) if end is None else bisect_left(keys, end)
+        pending = [(k, writes[k]) for k in keys[lo:hi]]
         kde, vde = self._kde, self._vde
         i = 0
         for k, v in self.store.iter_raw(start, end):
@@ -182,13 +193,26 @@ class KeyValueTransaction(StoreTransaction[KeyValueStore]):
 
     def put(self, key: Any, value: Any) -> None:
         self._check_open()
-        self._writes[self._kser(key)] = self._vser(value)
+        self._write(self._kser(key), self._vser(value))
 
     def put_many(self, keys: Sequence[Any], values: Sequence[Any]) -> None:
         self._check_open()
         kser, vser = self._kser, self._vser
+        if self._sorted is not None:
+            for k, v in zip(keys, values, strict=True):
+                self._write(kser(k), vser(v))
+            return
         self._writes.update(zip([kser(k) for k in keys], [vser(v) for v in values], strict=True))
 
     def delete(self, key: Any) -> None:
         self._check_open()
-        self._writes[self._kser(key)] = None
+        self._write(self._kser(key), None)
+
+    def _write(self, key: bytes, value: bytes | None) -> None:
+        if self._sorted is not None and key not in self._writes:
+            insort(self._sorted, key)
+        self._writes[key] = value
+
+    def apply(self, changelog_offset: int | None, input_offsets: OffsetsByPartition | None = None) -> None:
+        super().apply(changelog_offset, input_offsets)
+        self._sorted = None
