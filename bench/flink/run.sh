@@ -11,7 +11,7 @@
 #
 #   run.sh nexmark --bootstrap HOST:PORT --prefix P --output-prefix O --query qN --app-id ID
 #                  [--state-dir DIR] [--config key=value]...
-#       Runs Nexmark query qN (q0, q1, q2, q3, q5, q7, q8, as bench/kstreams' NexmarkBench writes
+#       Runs Nexmark query qN (q0, q1, q2, q3, q4, q5, q7, q8, as bench/kstreams' NexmarkBench writes
 #       them) as a Flink job on a local MiniCluster in this process: one slot, parallelism 1,
 #       reading P-person, P-auction and P-bid (those the query needs) from the earliest offset as
 #       consumer group ID, whose offsets are committed with each checkpoint, and writing O-qN

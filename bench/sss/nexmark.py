@@ -1,4 +1,4 @@
-"""Nexmark's q0, q1, q2, q3, q5, q7 and q8 in Spark Structured Streaming, the peer of bench/kstreams'
+"""Nexmark's q0, q1, q2, q3, q4, q5, q7 and q8 in Spark Structured Streaming, the peer of bench/kstreams'
 NexmarkBench in bench/nexmark.py.
 
     python bench/sss/nexmark.py --bootstrap H:P --prefix P --output-prefix O --query qN --app-id ID
@@ -18,6 +18,13 @@ The queries, written as a Spark user would:
   without a watermark: a seller may be any earlier person, so both sides are kept for good (Kafka
   Streams keeps the persons' table for good). Spark has no stream-table join of two streams, so an
   auction whose seller comes later is joined too: the reference allows those rows, once each.
+- q4: auctions and bids (their common columns) in one stream, ``applyInPandasWithState`` per
+  auction (``winning_bids``: its highest valid bid; bids that come before their auction wait in
+  its state) writing each rise with the price it replaces, then ``groupBy(category)`` summing the
+  differences in update mode. The keyed step runs in the function's append mode: Spark refuses an
+  aggregation after one in update mode ("applyInPandasWithState in update mode is not supported
+  with aggregation"), and two aggregations (the highest bid per auction, then the average) would
+  need retractions that Spark does not send.
 - q5: ``applyInPandasWithState`` per hopping window (``hottest_auctions``). Counting per (window,
   auction) and then taking the largest count per window is two aggregations, which Spark chains
   only in append mode, where a window is written once the watermark passes it, so the last
@@ -170,6 +177,23 @@ def q3(persons: DataFrame, auctions: DataFrame) -> Plan:
                               F.greatest("auction_ts_ms", "person_ts_ms").alias("ts_ms")), "append")
 
 
+def q4(auctions: DataFrame, bids: DataFrame) -> Plan:
+    none = F.lit(None).cast("bigint")
+    both = auctions.select(F.col("e.id").alias("auction"), F.col("e.category").alias("category"),
+                           F.col("e.dateTime").alias("start"), F.col("e.expires").alias("expires"),
+                           none.alias("price"), none.alias("time"), "ts_ms").unionByName(
+        bids.select(F.col("e.auction").alias("auction"), none.alias("category"), none.alias("start"),
+                    none.alias("expires"), F.col("e.price").alias("price"), F.col("e.dateTime").alias("time"), "ts_ms"))
+    rises = both.groupBy("auction").applyInPandasWithState(
+        winning_bids, RISE_OUTPUT, WINNING_STATE, "append", "NoTimeout")
+    totals = rises.groupBy("category").agg(
+        F.sum(F.col("price") - F.coalesce("old", F.lit(0))).alias("total"),
+        F.sum(F.when(F.col("old").isNull(), 1).otherwise(0)).alias("n"), F.max("ts_ms").alias("ts_ms"))
+    value = F.to_json(F.struct("category", F.col("total").alias("sum"), F.col("n").alias("count"),
+                               F.expr("total div n").alias("avg")))
+    return Plan(totals.select(F.col("category").cast("string").alias("key"), value.alias("value"), "ts_ms"), "update")
+
+
 def q5(bids: DataFrame) -> Plan:
     # The two hopping windows [start, start + 10 s) a bid falls in; starts are multiples of 5 s.
     last = F.col("e.dateTime") - F.col("e.dateTime") % PERIOD_MS
@@ -212,7 +236,46 @@ def q8(persons: DataFrame, auctions: DataFrame) -> Plan:
 #: queries over the bids alone, and over the persons and the auctions
 BID_QUERIES: dict[str, Callable[[DataFrame], Plan]] = {"q0": q0, "q1": q1, "q2": q2, "q5": q5, "q7": q7}
 PERSON_AUCTION_QUERIES: dict[str, Callable[[DataFrame, DataFrame], Plan]] = {"q3": q3, "q8": q8}
-QUERIES = tuple(sorted({*BID_QUERIES, *PERSON_AUCTION_QUERIES}))
+AUCTION_BID_QUERIES: dict[str, Callable[[DataFrame, DataFrame], Plan]] = {"q4": q4}
+QUERIES = tuple(sorted({*BID_QUERIES, *PERSON_AUCTION_QUERIES, *AUCTION_BID_QUERIES}))
+
+#: q4's per-auction state (the waiting bids' prices and times as int64 bytes, as q5's counts) and
+#: its rises
+WINNING_STATE = "known boolean, category bigint, start bigint, expires bigint, best bigint, " \
+                "waiting_prices binary, waiting_times binary"
+RISE_OUTPUT = "auction bigint, category bigint, price bigint, old bigint, ts_ms bigint"
+
+
+def winning_bids(key: tuple[int], batches: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+    """q4 per auction, the function of ``applyInPandasWithState``: the auction (once it came), its
+    highest bid placed from its start to its expiry (both included), and the bids that came before
+    it. On a batch that raises the highest, one row: the new price and the one it replaces (None:
+    the auction's first valid bid), stamped with the batch's newest input of the auction."""
+    (auction,) = key
+    rows = pd.concat(list(batches), ignore_index=True)
+    newest = int(rows["ts_ms"].max())
+    known, category, start, expires, best = False, -1, 0, 0, -1
+    prices, times = np.empty(0, INT64), np.empty(0, INT64)
+    if state.exists:
+        known, category, start, expires, best, saved_prices, saved_times = state.get
+        prices, times = np.frombuffer(saved_prices, INT64), np.frombuffer(saved_times, INT64)
+    came = rows[rows["start"].notna()]
+    if not known and len(came):
+        known, category, start, expires = True, int(came["category"].iloc[0]), int(came["start"].iloc[0]), \
+            int(came["expires"].iloc[0])
+    bids = rows[rows["price"].notna()]
+    prices = np.concatenate([prices, bids["price"].to_numpy(INT64)])
+    times = np.concatenate([times, bids["time"].to_numpy(INT64)])
+    old = best
+    if known:
+        valid = prices[(times >= start) & (times <= expires)]
+        if len(valid):
+            best = max(best, int(valid.max()))
+        prices, times = np.empty(0, INT64), np.empty(0, INT64)
+    state.update((known, category, start, expires, best, prices.tobytes(), times.tobytes()))
+    if best > old:
+        yield pd.DataFrame({"auction": [int(auction)], "category": [category], "price": [best],
+                            "old": pd.array([None if old < 0 else old], dtype="Int64"), "ts_ms": [newest]})
 
 
 #: q5's per-window state and output. The state's auction ids and counts are int64 arrays as
@@ -257,6 +320,8 @@ def plan(spark: SparkSession, query: str, bootstrap: str, prefix: str) -> Plan:
 
     if query in PERSON_AUCTION_QUERIES:
         return PERSON_AUCTION_QUERIES[query](read("person"), read("auction"))
+    if query in AUCTION_BID_QUERIES:
+        return AUCTION_BID_QUERIES[query](read("auction"), read("bid"))
     return BID_QUERIES[query](read("bid"))
 
 
@@ -355,7 +420,7 @@ def main() -> int:
 
     state = Path(args.state_dir)
     state.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # q5's Python workers need this venv's pandas
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # q4's and q5's Python workers need this venv's pandas
     kind = "person" if args.query in PERSON_AUCTION_QUERIES else "bid"
     partitions = input_partitions(args.bootstrap, f"{args.prefix}-{kind}")
     session = argparse.Namespace(checkpoint=str(state), mode="microbatch", master="", cores=1)

@@ -7,6 +7,7 @@ public class Auction implements Timestamped {
     public long dateTime;
     public long seller;
     public long category;
+    public long expires;
     /** The Kafka record's timestamp, set by the source. */
     public long timestamp;
 

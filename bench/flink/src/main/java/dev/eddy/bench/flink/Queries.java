@@ -9,7 +9,7 @@ import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 
 /**
- * Nexmark's queries q0, q1, q2, q3, q5, q7 and q8 over the topics of bench/nexmark/run.sh
+ * Nexmark's queries q0, q1, q2, q3, q4, q5, q7 and q8 over the topics of bench/nexmark/run.sh
  * (PREFIX-person, -auction, -bid: JSON values keyed by person id, auction id and the bid's
  * auction, each stamped with its event's time), writing OUTPUT_PREFIX-QUERY with the values of
  * bench/kstreams' NexmarkBench and examples/nexmark/app.py, so that
@@ -22,7 +22,7 @@ import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
  * an event-time temporal join.
  */
 final class Queries {
-    static final List<String> NAMES = List.of("q0", "q1", "q2", "q3", "q5", "q7", "q8");
+    static final List<String> NAMES = List.of("q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8");
     private static final long AUCTION_SKIP = 123;
 
     private final StreamExecutionEnvironment env;
@@ -48,6 +48,12 @@ final class Queries {
                     .keyBy(auction -> auction.seller)
                     .connect(events("person", Person.class).keyBy(person -> person.id))
                     .process(new LocalSellers()).name("q3-local-sellers");
+            case "q4" -> events("auction", Auction.class)
+                    .keyBy(auction -> auction.id)
+                    .connect(events("bid", Bid.class).keyBy(bid -> bid.auction))
+                    .process(new WinningBids()).name("q4-winning-bids")
+                    .keyBy(update -> update.category)
+                    .process(new CategoryAverages()).name("q4-categories");
             case "q5" -> events("bid", Bid.class)
                     .keyBy(bid -> bid.auction)
                     .process(new BidCounts()).name("q5-bids-per-window")

@@ -14,6 +14,7 @@ import java.util.TreeSet;
 import java.util.concurrent.CountDownLatch;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -29,9 +30,10 @@ import org.apache.kafka.streams.kstream.Named;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.state.KeyValueStore;
 
 /**
- * Nexmark's queries q0, q1, q2, q3, q5, q7 and q8 in Kafka Streams, over the topics of
+ * Nexmark's queries q0, q1, q2, q3, q4, q5, q7 and q8 in Kafka Streams, over the topics of
  * bench/nexmark/run.sh (PREFIX-person, -auction, -bid: JSON values, keyed by person id, auction
  * id and the bid's auction), writing OUTPUT_PREFIX-QUERY with the same JSON values as
  * examples/nexmark/app.py, so that bench/nexmark/nexmark_reference.py checks both alike.
@@ -141,6 +143,22 @@ public final class NexmarkBench {
                         })
                         .to(out, produced);
             }
+            case "q4" -> {
+                // Auctions and bids are co-partitioned by auction id: one sub-topology keeps each
+                // auction's highest valid bid, re-keyed by category for the second, which sums them.
+                b.addStateStore(WinningBids.store(WinningBids.AUCTIONS));
+                b.addStateStore(WinningBids.store(WinningBids.EARLY_BIDS));
+                b.stream(prefix + "-auction", strings)
+                        .merge(b.stream(prefix + "-bid", strings), Named.as("q4-auctions-and-bids"))
+                        .process(WinningBids::new, Named.as("q4-winning-bids"), WinningBids.AUCTIONS,
+                                WinningBids.EARLY_BIDS)
+                        .groupByKey(Grouped.with(Serdes.String(), Serdes.String()).withName("q4-categories"))
+                        .aggregate(() -> "{}", NexmarkBench::categoryAverage,
+                                Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("q4-categories")
+                                        .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()))
+                        .toStream()
+                        .to(out, produced);
+            }
             case "q5" -> b.stream(prefix + "-bid", strings)
                     .groupByKey()
                     .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofSeconds(10), Duration.ofMillis(graceMs))
@@ -187,7 +205,7 @@ public final class NexmarkBench {
                         .to(out, produced);
             }
             default -> throw new IllegalArgumentException("unknown query " + query
-                    + " (q0, q1, q2, q3, q5, q7, q8)");
+                    + " (q0, q1, q2, q3, q4, q5, q7, q8)");
         }
     }
 
@@ -195,6 +213,20 @@ public final class NexmarkBench {
         ObjectNode v = (ObjectNode) parse(bid);
         v.put("price", v.get("price").asLong() * 89 / 100);
         return v.toString();
+    }
+
+    /**
+     * A category's {sum, count, avg} of its auctions' highest valid bids, after one of them rose from
+     * {@code old} (null: the auction's first valid bid) to {@code price}.
+     */
+    static String categoryAverage(String category, String update, String total) {
+        JsonNode u = parse(update);
+        JsonNode t = parse(total);
+        JsonNode old = u.get("old");
+        long sum = t.path("sum").asLong() + u.get("price").asLong() - old.asLong();
+        long count = t.path("count").asLong() + (old.isNull() ? 1 : 0);
+        return object().put("category", Long.parseLong(category)).put("sum", sum).put("count", count)
+                .put("avg", count == 0 ? 0 : Math.floorDiv(sum, count)).toString();
     }
 
     /** The largest count of the window and the auctions that have it (counts only grow). */
@@ -243,11 +275,15 @@ public final class NexmarkBench {
                 .put("reserve", a.get("reserve").asLong()).toString();
     }
 
-    private static ObjectNode object() {
+    static ObjectNode object() {
         return JSON.createObjectNode();
     }
 
-    private static JsonNode parse(String text) {
+    static ArrayNode array() {
+        return JSON.createArrayNode();
+    }
+
+    static JsonNode parse(String text) {
         try {
             return JSON.readTree(text);
         } catch (IOException e) {
