@@ -111,33 +111,36 @@ class WinningBids(Processor):
     ``{"auction", "category", "price", "old"}`` (``old``: the price it replaces, None for the
     auction's first valid bid). A bid that comes before its auction (the generator bids up to 10
     auctions ahead, and one topic may be read ahead of the other) waits in a store of its own until
-    the auction comes."""
+    the auction comes, each under a key of its own (a list per auction, written again with each
+    bid, would cost a hot auction's bids quadratic time: the auctions' and the bids' topics reach
+    the merge in turns, so every bid of a turn may come before its auction)."""
 
     AUCTIONS = "q4-auctions"  # auction id -> {category, dateTime, expires, price}
-    WAITING = "q4-waiting-bids"  # auction id -> [[price, dateTime], ...]
+    WAITING = ("q4-waiting-bids", "string", "json")  # "<auction id>:<offset>" -> [price, dateTime]
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
         self.auctions = context.store(self.AUCTIONS)
-        self.waiting = context.store(self.WAITING)
+        self.waiting = context.store(self.WAITING[0])
 
     def process(self, record: Record) -> None:
         event = _obj(record.value)
         if "expires" in event:
             auction = {"category": event["category"], "dateTime": event["dateTime"], "expires": event["expires"],
                        "price": None}
-            for price, time in self.waiting.get(record.key) or ():
+            waiting = list(self.waiting.prefix(f"{record.key}:"))
+            for key, (price, time) in waiting:
                 if auction["dateTime"] <= time <= auction["expires"] and (
                         auction["price"] is None or price > auction["price"]):
                     auction["price"] = price
-            self.waiting.delete(record.key)
+                self.waiting.delete(key)
             self.auctions.put(record.key, auction)
             if auction["price"] is not None:
                 self._rise(record.key, auction, None)
             return
         auction = self.auctions.get(record.key)
         if auction is None:
-            self.waiting.put(record.key, [*(self.waiting.get(record.key) or ()), [event["price"], event["dateTime"]]])
+            self.waiting.put(f"{record.key}:{record.offset}", [event["price"], event["dateTime"]])
         elif (auction["dateTime"] <= event["dateTime"] <= auction["expires"]
               and (auction["price"] is None or event["price"] > auction["price"])):
             old, auction["price"] = auction["price"], event["price"]
