@@ -319,6 +319,11 @@ def _json_default(obj: Any) -> Any:
     return str(obj)
 
 
+#: compact JSON with `_json_default`: one encoder for every value (``json.dumps`` with any argument
+#: builds a new encoder per call, a third of the time of a 300-byte record's encoding)
+_encode_json = json.JSONEncoder(default=_json_default, separators=(",", ":")).encode
+
+
 def encode_column(col: pa.Array | pa.ChunkedArray, serde: str | None) -> list[bytes | None]:
     """An Arrow column -> one bytes value per row (None for nulls)."""
     if serde is None:
@@ -338,9 +343,8 @@ def encode_column(col: pa.Array | pa.ChunkedArray, serde: str | None) -> list[by
         encoded: list[bytes | None] = pc.cast(col, pa.binary()).to_pylist()
         return encoded
     if serde == "json":
-        dumps = json.dumps
-        return [None if v is None else dumps(v, default=_json_default, separators=(",", ":")).encode()
-                for v in col.to_pylist()]
+        encode = _encode_json
+        return [None if v is None else encode(v).encode() for v in col.to_pylist()]
     raise ValueError(f"unknown serde {serde!r}")
 
 
@@ -348,9 +352,8 @@ def encode_rows(table: pa.Table, columns: Sequence[str]) -> list[bytes | None]:
     """Rows of `columns` as JSON objects; None for a row set when `columns` is empty."""
     if not columns:
         return [None] * table.num_rows
-    dumps = json.dumps
-    return [dumps(r, default=_json_default, separators=(",", ":")).encode()
-            for r in table.select(list(columns)).to_pylist()]
+    encode = _encode_json
+    return [encode(r).encode() for r in table.select(list(columns)).to_pylist()]
 
 
 def timestamps_ms(table: pa.Table) -> np.ndarray | None:
