@@ -237,12 +237,21 @@ EOF
 }
 
 # launch <dir> <component> <command...>: start in the background, detached
-# from our stdio so that a caller reading our output is not held open.
+# from our stdio so that a caller reading our output is not held open. Returns
+# once the child has exec'd the command: until then it is this shell, and
+# pid_of, which checks the binary a PID runs, would take the component for
+# dead (a wait loop then fails with "exited" and an empty log).
 launch() {
-    local dir="$1" name="$2"
+    local dir="$1" name="$2" pid i shell
     shift 2
     "$@" </dev/null >"$dir/$name.log" 2>&1 &
-    echo $! >"$dir/$name.pid"
+    pid=$!
+    echo "$pid" >"$dir/$name.pid"
+    shell="$(readlink /proc/$$/exe)"
+    for ((i = 0; i < 250; i++)); do
+        [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == "$shell" ]] || return 0
+        sleep 0.02
+    done
 }
 
 # alive <pid>: the process exists and is not a zombie (once the start script
