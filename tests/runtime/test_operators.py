@@ -205,6 +205,32 @@ def test_an_inner_join_drops_records_without_a_table_value(stores):
     assert out.dropped == 1
 
 
+def joined_value(click, user):
+    if click == "boom":
+        raise ValueError("boom")
+    return None if user == "nobody" else f"{click}@{user}"
+
+
+def test_a_stream_table_joiner_makes_each_records_value_as_kafka_streams_value_joiner(stores):
+    # left: joiner(value, None) for a key the table lacks; the raising joiner drops its record;
+    # a None result is a record with a null value; the table's value is no column of its own.
+    sub = sub_of(lambda t: t.stream("in").join(t.table("table", name="users"), joined_value, how="left").to("out"))
+    tx = stores(sub)
+    apply_table_updates(sub.table, RawRecords("table", 0, [b"u1", b"u3"], [b"paris", b"nobody"], [0, 1], [0, 0]), tx)
+    out = process_batch(sub, rows(["u1", "u2", "u1", "u3"], value=["click", "view", "boom", "x"]), tx, TaskState())
+    assert [(r.key, r.value) for r in out.outputs] == [(b"u1", b"click@paris"), (b"u2", b"view@None"), (b"u3", None)]
+    assert out.dropped == 1 and not out.failed_rows
+
+
+def test_an_inner_stream_table_joiner_sees_only_keys_the_table_has(stores):
+    sub = sub_of(lambda t: t.stream("in").join(t.table("table", name="users"), joined_value).to("out"))
+    tx = stores(sub)
+    apply_table_updates(sub.table, RawRecords("table", 0, [b"u1"], [b"paris"], [0], [0]), tx)
+    out = process_batch(sub, rows(["u1", "u9"], value=["a", "b"]), tx, TaskState())
+    assert updates(out) == {(b"u1", b"a@paris")}
+    assert out.dropped == 1
+
+
 def test_a_combined_repartition_sends_one_partial_count_per_key_with_its_newest_timestamp():
     t = Topology()
     t.stream("in").group_by("word").count().to("out")

@@ -220,7 +220,8 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
         t = node.table
         _check_copartitioned(t.topic, "table topic", b, source_partitions)
         b.table = TableSpec(t.topic, t.key_serde, t.value_serde, StoreSpec.key_value(t.store, "bytes", "bytes"))
-        b.stateful = StatefulSpec("join", None, t.key_serde, how=node.how, right_name=node.right_name)
+        b.stateful = StatefulSpec("join", None, t.key_serde, how=node.how, right_name=node.right_name,
+                                  joiner=node.joiner)
     elif isinstance(node, StreamJoin):
         if b.stateful is not None:
             raise PipelineError("one stateful step per sub-topology: group_by between them")

@@ -103,6 +103,9 @@ class Join(Node):
     table: TableSource
     how: Literal["inner", "left"]
     right_name: str
+    #: joiner(stream value, table value) -> the joined record's value; None: the table's value
+    #: goes beside the stream's, in column `right_name`
+    joiner: Callable[[Any, Any], Any] | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -201,9 +201,12 @@ class Stream(RecordSteps):
     def join(self, table: Table | Stream, joiner: Callable[[Any, Any], Any] | None = None, *,
              how: Literal["inner", "left", "outer"] = "inner", right_name: str = "table_value",
              windows: JoinWindows | None = None, name: str | None = None) -> Stream:
-        """Join each record with the table's value for its ``key`` (column `right_name`).
+        """Join each record with the table's value for its ``key``: the record's value becomes
+        ``joiner(value, table value)`` (Kafka Streams' ``ValueJoiner``), or without a joiner the
+        table's value goes beside it, in column `right_name`.
 
-        inner drops records whose key the table lacks; left keeps them with a null value.
+        inner drops records whose key the table lacks; left keeps them with a null table value
+        (``joiner(value, None)``). A joiner that raises drops that record (logged, counted).
         With another stream and `windows` (`join_windows`): Kafka Streams' windowed join,
         ``joiner(left value, right value)`` for every pair of records of one key whose
         timestamps fit the windows (`StreamJoin`); `how` "left" also emits ``joiner(left, None)``
@@ -214,15 +217,14 @@ class Stream(RecordSteps):
             return self._join_stream(table, joiner, windows, how, name)
         if not isinstance(table.node, TableSource):
             raise PipelineError("join takes a table from topology.table(topic)")
-        if joiner is not None:
-            raise PipelineError(f"a stream-table join takes no joiner: it writes the table's value beside each record, "
-                                f"in column {right_name!r} (a joiner is for a join of two streams); use that column "
-                                "in group_by(...) or to(..., value=[...])")
+        if joiner is not None and not callable(joiner):
+            raise PipelineError(f"a stream-table join's joiner is a function (value, table value) -> value, "
+                                f"got {joiner!r}")
         if how not in ("inner", "left"):
             raise PipelineError(f"join how must be 'inner' or 'left', got {how!r}")
         if self._after_stateful():
             raise PipelineError("one stateful step per sub-topology: group_by before joining again")
-        return Stream(self.topology, Join(self.node, table.node, how, right_name))
+        return Stream(self.topology, Join(self.node, table.node, how, right_name, joiner))
 
     def merge(self, other: Stream, *, name: str | None = None, key_serde: str = "string",
               partitions: int | None = None) -> Stream:

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from eddy_runtime.dsl.errors import PipelineRuntimeError
 from eddy_runtime.dsl.subtopology import StatefulSpec, TableSpec
 from eddy_runtime.kafka.records import TS_TYPE, RawRecords, decode_column, encode_column, timestamps_ms
 from eddy_runtime.state import KeyValueTransaction, TaskTransaction
@@ -100,7 +101,7 @@ def _merge_order(this_ts: Sequence[int], other_ts: Sequence[int]) -> Iterator[tu
             i += 1
 
 
-def _joined(spec: StatefulSpec, pair: tuple[Any, Any], key: bytes, what: str) -> tuple[bool, Any]:
+def _joined(spec: StatefulSpec, pair: tuple[Any, Any], key: Any, what: str) -> tuple[bool, Any]:
     """(True, joiner(*pair)), or (False, None) when the user's joiner raised: logged (the caller
     counts it dropped)."""
     assert spec.joiner is not None
@@ -163,11 +164,33 @@ def stream_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys
         right_raw = [None if k is None else found.get(k) for k in raw_keys]
     right, _ = decode_column(right_raw, table.value_serde)
     joined = rows.append_column(spec.right_name, right)
-    if spec.how != "inner":
+    if spec.how == "inner":
+        mask = pc.is_valid(right)
+        dropped += int(rows.num_rows - pc.sum(mask).as_py() if rows.num_rows else 0)
+        joined = joined.filter(mask)
+    if spec.joiner is None:
         return JoinedRows(joined, dropped)
-    mask = pc.is_valid(right)
-    dropped += int(rows.num_rows - pc.sum(mask).as_py() if rows.num_rows else 0)
-    return JoinedRows(joined.filter(mask), dropped)
+    return _values_joined(spec, joined, dropped)
+
+
+def _values_joined(spec: StatefulSpec, joined: pa.Table, dropped: int) -> JoinedRows:
+    """A stream-table join's rows with ``value`` = ``joiner(value, table value)`` and no table
+    value column; the rows whose joiner raised dropped (logged, counted)."""
+    keys = joined.column("key").to_pylist()
+    results = [_joined(spec, pair, key, "stream-table join")
+               for pair, key in zip(zip(joined.column("value").to_pylist(),
+                                        joined.column(spec.right_name).to_pylist(), strict=True), keys, strict=True)]
+    out = joined.drop_columns([spec.right_name])
+    if not all(ok for ok, _ in results):
+        kept = [i for i, (ok, _) in enumerate(results) if ok]
+        dropped += len(results) - len(kept)
+        out = out.take(pa.array(kept, pa.int64()))
+        results = [results[i] for i in kept]
+    try:
+        values = pa.array([v for _, v in results])
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise PipelineRuntimeError(f"the joiner's values do not fit one column ({e}): return one type (or None)") from e
+    return JoinedRows(out.set_column(out.schema.get_field_index("value"), "value", values), dropped)
 
 
 
