@@ -9,9 +9,7 @@ bench/nexmark/nexmark_reference.py states each query's semantics and computes it
 - q0 pass-through, q1 currency conversion, q2 selection: record steps over the bids.
 - q3 local item suggestion: auctions of category 10, re-keyed by seller through the topic
   ``<output_prefix>-q3-auctions-by-seller``, joined with the persons table (a stream-table join,
-  as of each auction's timestamp); the joined records go through ``<output_prefix>-q3-joined``,
-  where the seller's state is filtered, because steps after a stream-table join see the stream's
-  value only.
+  as of each auction's timestamp) by a joiner that keeps sellers in OR, ID and CA.
 - q4 average price per category: auctions and bids merged (one stream keyed by auction id), a
   `process()` step keeping per auction its highest valid bid and forwarding each rise to the
   auction's category with the price it replaces, then per category the sum and count of the
@@ -78,20 +76,16 @@ def q3_rekey(auctions: Stream, by_seller: str) -> None:
              .to(by_seller))
 
 
-def q3_join(topology: Topology, by_seller: str, persons_topic: str, joined: str, output: str) -> None:
+def q3_join(topology: Topology, by_seller: str, persons_topic: str, output: str) -> None:
     persons = topology.table(persons_topic, value_serde="json", name="q3-persons")
-    (topology.stream(by_seller, value_serde="json").join(persons, how="inner", right_name="person")
-             .to(joined, value=["value", "person"], value_serde="json"))
-    (topology.stream(joined, value_serde="json")
-             .map_values(local_seller)
+    (topology.stream(by_seller, value_serde="json").join(persons, local_seller)
              .filter(lambda key, row: row is not None)
              .to(output))
 
 
-def local_seller(joined: str) -> str | None:
-    """(name, city, state, auction id) of a seller in OR, ID or CA; None otherwise."""
-    row = json.loads(joined)
-    auction, person = _obj(row["value"]), _obj(row["person"])
+def local_seller(auction_text: str, person_text: str) -> str | None:
+    """The joiner: (name, city, state, auction id) of a seller in OR, ID or CA; None otherwise."""
+    auction, person = _obj(auction_text), _obj(person_text)
     if person["state"] not in LOCAL_STATES:
         return None
     return json.dumps({"name": person["name"], "city": person["city"], "state": person["state"], "id": auction["id"]})
@@ -278,7 +272,7 @@ def build(topology: Topology, queries: str = "q1", prefix: str = "nexmark", outp
             q4(auctions, bids, f"{out}-q4")
         if "q3" in wanted:
             q3_rekey(auctions, f"{out}-q3-auctions-by-seller")
-            q3_join(topology, f"{out}-q3-auctions-by-seller", persons_topic, f"{out}-q3-joined", f"{out}-q3")
+            q3_join(topology, f"{out}-q3-auctions-by-seller", persons_topic, f"{out}-q3")
         if "q8" in wanted:
             q8_rekey(auctions, f"{out}-q8-auctions-by-seller")
             q8_join(topology, f"{out}-q8-auctions-by-seller", persons_topic, f"{out}-q8", join_grace)
@@ -287,5 +281,5 @@ def build(topology: Topology, queries: str = "q1", prefix: str = "nexmark", outp
 #: topics an app of `queries` writes and reads back: they must exist before it starts
 def internal_topics(queries: str, output_prefix: str) -> list[str]:
     wanted = {q.strip() for q in queries.split(",")}
-    return ([f"{output_prefix}-q3-auctions-by-seller", f"{output_prefix}-q3-joined"] if "q3" in wanted else []) + \
+    return ([f"{output_prefix}-q3-auctions-by-seller"] if "q3" in wanted else []) + \
         ([f"{output_prefix}-q8-auctions-by-seller"] if "q8" in wanted else [])
