@@ -1,4 +1,6 @@
-"""Stream-table joins: the table's records of a batch, and each stream record's table value.
+"""Stream-table and table-table joins: the table's records of a batch, and each stream record's
+table value; what every join shares (the order a task takes two inputs in, the user's joiner, the
+rows of results). Windowed stream-stream joins are in stream_joins.py.
 
 A task of a stream-table join reads the stream's partition and the table topic's partition of
 the same number; its batch (or continuous step) holds records of both. They are processed as
@@ -11,7 +13,6 @@ updates that came later in the same batch. The table's records are then written 
 from __future__ import annotations
 
 import bisect
-import json
 import logging
 import struct
 from collections.abc import Iterator, Sequence
@@ -31,7 +32,9 @@ __all__ = [
     "JoinedRows",
     "TableUpdates",
     "apply_table_updates",
-    "stream_stream_join",
+    "joined_value",
+    "merge_order",
+    "result_rows",
     "stream_table_join",
     "table_table_join",
     "table_updates",
@@ -88,7 +91,7 @@ def apply_table_updates(table: TableSpec, raw: RawRecords, tx: TaskTransaction) 
     return bad
 
 
-def _merge_order(this_ts: Sequence[int], other_ts: Sequence[int]) -> Iterator[tuple[bool, int]]:
+def merge_order(this_ts: Sequence[int], other_ts: Sequence[int]) -> Iterator[tuple[bool, int]]:
     """(from this input, index) of two inputs' records (each in offset order) in the order a task
     takes them: the one whose next record is oldest, the other input's first on a tie."""
     i = j = 0
@@ -101,7 +104,7 @@ def _merge_order(this_ts: Sequence[int], other_ts: Sequence[int]) -> Iterator[tu
             i += 1
 
 
-def _joined(spec: StatefulSpec, pair: tuple[Any, Any], key: Any, what: str) -> tuple[bool, Any]:
+def joined_value(spec: StatefulSpec, pair: tuple[Any, Any], key: Any, what: str) -> tuple[bool, Any]:
     """(True, joiner(*pair)), or (False, None) when the user's joiner raised: logged (the caller
     counts it dropped)."""
     assert spec.joiner is not None
@@ -170,14 +173,14 @@ def stream_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys
         joined = joined.filter(mask)
     if spec.joiner is None:
         return JoinedRows(joined, dropped)
-    return _values_joined(spec, joined, dropped)
+    return _valuesjoined_value(spec, joined, dropped)
 
 
-def _values_joined(spec: StatefulSpec, joined: pa.Table, dropped: int) -> JoinedRows:
+def _valuesjoined_value(spec: StatefulSpec, joined: pa.Table, dropped: int) -> JoinedRows:
     """A stream-table join's rows with ``value`` = ``joiner(value, table value)`` and no table
     value column; the rows whose joiner raised dropped (logged, counted)."""
     keys = joined.column("key").to_pylist()
-    results = [_joined(spec, pair, key, "stream-table join")
+    results = [joined_value(spec, pair, key, "stream-table join")
                for pair, key in zip(zip(joined.column("value").to_pylist(),
                                         joined.column(spec.right_name).to_pylist(), strict=True), keys, strict=True)]
     out = joined.drop_columns([spec.right_name])
@@ -262,7 +265,7 @@ def table_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys:
     dropped = 0
     key: bytes | None
     raw: bytes | None
-    for is_left, n in _merge_order(left_ts, upd.timestamps):
+    for is_left, n in merge_order(left_ts, upd.timestamps):
         if is_left:
             key, raw, value, ts, mine, theirs = left_keys[n], left_raw[n], left_values[n], left_ts[n], left, right
         else:
@@ -282,7 +285,7 @@ def table_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys:
             mine_value = value if raw is not None else None
             other_value = other[2] if other is not None else None
             pair = (mine_value, other_value) if is_left else (other_value, mine_value)
-            ok, result = _joined(spec, pair, key, "table join")
+            ok, result = joined_value(spec, pair, key, "table join")
             if not ok:
                 dropped += 1
                 continue
@@ -291,10 +294,10 @@ def table_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys:
         out_ts.append(ts_out)
     left.write()
     right.write()
-    return JoinedRows(_results(out_keys, out_values, out_ts, spec.key_serde), dropped)
+    return JoinedRows(result_rows(out_keys, out_values, out_ts, spec.key_serde), dropped)
 
 
-def _results(keys: list[bytes], values: list[Any], stamps: list[int], key_serde: str) -> pa.Table:
+def result_rows(keys: list[bytes], values: list[Any], stamps: list[int], key_serde: str) -> pa.Table:
     """A two-sided join's results as rows: ``key`` (decoded), ``value``, ``timestamp``."""
     decoded_keys, _ = decode_column(keys, key_serde)
     return pa.table({"key": decoded_keys, "value": pa.array(values),
@@ -308,157 +311,3 @@ def _emits(how: str, is_left: bool, has_value: bool, had_value: bool, other: boo
     if how == "left":
         return (has_value or had_value) if is_left else other
     return has_value or had_value or other  # outer
-
-
-# -- windowed stream-stream joins -------------------------------------------------------------------
-
-_LEN = struct.Struct(">I")
-
-
-def _pack(values: list[bytes]) -> bytes:
-    return b"".join(_LEN.pack(len(v)) + v for v in values)
-
-
-def _unpack(raw: bytes) -> list[bytes]:
-    out, at = [], 0
-    while at < len(raw):
-        (n,) = _LEN.unpack_from(raw, at)
-        out.append(raw[at + 4:at + 4 + n])
-        at += 4 + n
-    return out
-
-
-_OUTER_TS = struct.Struct(">Q")
-
-
-class _Unmatched:
-    """A left or outer join's records still without a partner, oldest first: Kafka Streams'
-    outer join store (``TimestampedKeyAndJoinSide`` keys: timestamp, side, key). A record leaves
-    it when a record of the other side joins it, or when its window closes (grace included) and
-    it is emitted with a null partner."""
-
-    def __init__(self, tx: KeyValueTransaction, sides: tuple[bool, ...], lookback: dict[bool, int], grace_ms: int
-                 ) -> None:
-        self.tx, self.sides, self.lookback, self.grace = tx, sides, lookback, grace_ms
-        self._soonest = min(lookback[side] for side in sides)
-        self.min_ts = self._first_ts()
-
-    @staticmethod
-    def _key(ts: int, is_this: bool, key: bytes) -> bytes:
-        return _OUTER_TS.pack(ts + 2**63) + (b"\0" if is_this else b"\1") + key
-
-    def _first_ts(self) -> int | None:
-        first = next(iter(self.tx.range()), None)
-        return None if first is None else _OUTER_TS.unpack(first[0][:8])[0] - 2**63
-
-    def add(self, is_this: bool, ts: int, key: bytes, stored: bytes) -> None:
-        if is_this not in self.sides:
-            return
-        k = self._key(ts, is_this, key)
-        before = self.tx.get(k)
-        self.tx.put(k, _pack([*(_unpack(before) if before is not None else []), stored]))
-        self.min_ts = ts if self.min_ts is None else min(self.min_ts, ts)
-
-    def joined(self, is_this: bool, ts: int, key: bytes) -> None:
-        """The records of one side, key and timestamp found a partner."""
-        if is_this in self.sides:
-            self.tx.delete(self._key(ts, is_this, key))
-
-    def closed(self, stream_time: int) -> list[tuple[bool, int, bytes, list[bytes]]]:
-        """Take out the records whose window closed by `stream_time`, oldest first."""
-        if self.min_ts is None or self.min_ts + self._soonest + self.grace >= stream_time:
-            return []
-        out = []
-        for k, packed in self.tx.range(None, self._key(stream_time - self.grace - self._soonest, True, b"")):
-            ts, is_this = _OUTER_TS.unpack(k[:8])[0] - 2**63, k[8:9] == b"\0"
-            if ts + self.lookback[is_this] + self.grace < stream_time:
-                out.append((is_this, ts, k[9:], _unpack(packed)))
-        for is_this, ts, key, _ in out:
-            self.tx.delete(self._key(ts, is_this, key))
-        self.min_ts = self._first_ts()
-        return out
-
-
-def stream_stream_join(spec: StatefulSpec, other: TableSpec, rows: pa.Table, keys: pa.ChunkedArray, tx: TaskTransaction,
-                       updates: TableUpdates | None) -> JoinedRows:
-    """Kafka Streams' windowed join of two streams (``KStreamKStreamJoin``): `rows` are this
-    stream's records, `updates` the other stream's, taken in timestamp order as `_as_of` takes
-    them. Each record is kept in its side's window store (the records of one key and timestamp
-    together) and joined with every record of the other side in its window:
-    ``joiner(this value, other value)``, timestamped with the newer of the two. A record later
-    than its window's end plus grace (by stream time, the newest timestamp of both sides) is
-    dropped, as are null keys; a joiner that raises drops that result (logged, counted). This
-    side's values are kept as JSON (the rows' values after record steps), the other's as bytes.
-
-    Left and outer joins (``spec.how``): a record of an outer side that joined nothing waits in
-    the outer store (`_Unmatched`); once stream time passes its window's end plus grace it is
-    emitted as ``joiner(value, None)`` (``joiner(None, value)`` for the other side), at its own
-    timestamp, before the record that moved stream time is joined, as Kafka Streams does."""
-    assert spec.store is not None and spec.joiner is not None and spec.join_windows is not None
-    w = spec.join_windows
-    mine_store, theirs_store = tx.window(spec.store.name), tx.window(other.store.name)
-    unmatched = None
-    if spec.how != "inner":
-        assert spec.outer_store is not None
-        unmatched = _Unmatched(tx.key_value(spec.outer_store.name), (True,) if spec.how == "left" else (True, False),
-                               {True: w.after_ms, False: w.before_ms}, w.grace_ms)
-    this_keys = encode_column(keys, spec.key_serde)
-    this_values = rows.column("value").to_pylist()
-    stamps = timestamps_ms(rows)
-    this_ts = [0] * rows.num_rows if stamps is None else [int(t) for t in stamps]
-    upd = updates or TableUpdates([], [], [])
-    times = [st for st in (mine_store.stream_time, theirs_store.stream_time) if st is not None]
-    stream_time = max(times) if times else None
-    out_keys: list[bytes] = []
-    out_values: list[Any] = []
-    out_ts: list[int] = []
-    dropped = 0
-
-    def emit(key: bytes, pair: tuple[Any, Any], ts: int) -> None:
-        nonlocal dropped
-        ok, result = _joined(spec, pair, key, "stream join")
-        if ok:
-            out_keys.append(key)
-            out_values.append(result)
-            out_ts.append(ts)
-        else:
-            dropped += 1
-
-    def other_value(raw: bytes) -> Any:
-        return decode_column([raw], other.value_serde)[0][0].as_py()
-
-    for is_this, n in _merge_order(this_ts, upd.timestamps):
-        if is_this:
-            key, ts, stored = this_keys[n], this_ts[n], None
-            try:
-                stored = json.dumps(this_values[n]).encode()
-            except (TypeError, ValueError) as e:
-                log.warning("stream join: value of key %r is not JSON (%s): dropped", key, e)
-            value: Any = this_values[n]
-        else:
-            key, ts, stored = upd.keys[n], upd.timestamps[n], upd.values[n]
-            value = None if stored is None else other_value(stored)
-        closes = ts + (w.after_ms if is_this else w.before_ms) + w.grace_ms
-        stream_time = ts if stream_time is None else max(stream_time, ts)
-        if key is None or stored is None or value is None or closes < stream_time:
-            dropped += 1  # a null key or value, or late for its window
-            continue
-        if unmatched is not None:
-            for side, when, k, values in unmatched.closed(stream_time):
-                for raw in values:
-                    emit(k, (json.loads(raw), None) if side else (None, other_value(raw)), when)
-        own, far = (mine_store, theirs_store) if is_this else (theirs_store, mine_store)
-        low, high = (ts - w.before_ms, ts + w.after_ms) if is_this else (ts - w.after_ms, ts + w.before_ms)
-        low = max(0, low)  # record timestamps are >= 0 (and a negative bound would sort after them)
-        partners = 0
-        for partner_ts, packed in far.fetch_range(key, low, high):
-            partners += 1
-            if unmatched is not None:
-                unmatched.joined(not is_this, partner_ts, key)
-            for raw in _unpack(packed):
-                emit(key, (value, other_value(raw)) if is_this else (json.loads(raw), value), max(ts, partner_ts))
-        if unmatched is not None and not partners:
-            unmatched.add(is_this, ts, key, stored)
-        before = own.fetch(key, ts)
-        own.put(key, ts, _pack([*(_unpack(before) if before is not None else []), stored]))
-    return JoinedRows(_results(out_keys, out_values, out_ts, spec.key_serde), dropped)

@@ -3,8 +3,8 @@
 `process_batch` runs in the executor's task runner (executor/task_runner.py) on a
 `pyarrow.Table` of rows: the record steps (dsl/record_steps.py), then the stateful step, if any
 (an aggregation, processing/aggregations.py; session windows, processing/sessions.py; a join,
-processing/joins.py; a `process()` step, processing/processors.py), each reading and writing the
-task's store transaction (state/task_transaction.py's `TaskTransaction`); a suppressed windowed
+processing/joins.py and stream_joins.py; a `process()` step, processing/processors.py), each
+reading and writing the task's store transaction (state/task_transaction.py's `TaskTransaction`); a suppressed windowed
 table's results through its buffer (processing/suppress.py); the record steps after the stateful
 step; and the sinks (processing/sinks.py), which turn the resulting rows into output and
 repartition records. Nothing here talks to Kafka: the runner commits what this returns.
@@ -21,10 +21,11 @@ from eddy_runtime.dsl.record_steps import apply_record_steps
 from eddy_runtime.dsl.subtopology import RepartitionSink, StatefulSpec, SubTopology, TableSpec, TopicSink
 from eddy_runtime.processing.aggregations import aggregate
 from eddy_runtime.processing.batch import BatchOutput, TaskState, key_column
-from eddy_runtime.processing.joins import TableUpdates, stream_stream_join, stream_table_join, table_table_join
+from eddy_runtime.processing.joins import TableUpdates, stream_table_join, table_table_join
 from eddy_runtime.processing.processors import run_processor
 from eddy_runtime.processing.sessions import session_aggregate
 from eddy_runtime.processing.sinks import repartition, to_topic
+from eddy_runtime.processing.stream_joins import stream_stream_join
 from eddy_runtime.processing.suppress import suppress_results
 from eddy_runtime.state import TaskTransaction
 
