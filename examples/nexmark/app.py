@@ -124,8 +124,7 @@ class WinningBids(Processor):
                        "price": None}
             waiting = list(self.waiting.prefix(f"{record.key}:"))
             for key, (price, time) in waiting:
-                if auction["dateTime"] <= time <= auction["expires"] and (
-                        auction["price"] is None or price > auction["price"]):
+                if raises(auction, price, time):
                     auction["price"] = price
                 self.waiting.delete(key)
             self.auctions.put(record.key, auction)
@@ -135,8 +134,7 @@ class WinningBids(Processor):
         auction = self.auctions.get(record.key)
         if auction is None:
             self.waiting.put(f"{record.key}:{record.offset}", [event["price"], event["dateTime"]])
-        elif (auction["dateTime"] <= event["dateTime"] <= auction["expires"]
-              and (auction["price"] is None or event["price"] > auction["price"])):
+        elif raises(auction, event["price"], event["dateTime"]):
             old, auction["price"] = auction["price"], event["price"]
             self.auctions.put(record.key, auction)
             self._rise(record.key, auction, old)
@@ -144,6 +142,12 @@ class WinningBids(Processor):
     def _rise(self, key: str, auction: dict[str, Any], old: int | None) -> None:
         self.context.forward(key, json.dumps({"auction": int(key), "category": auction["category"],
                                               "price": auction["price"], "old": old}))
+
+
+def raises(auction: dict[str, Any], price: int, time: int) -> bool:
+    """Whether a bid of `price` placed at `time` is valid for `auction` (from its start to its
+    expiry, both included) and above its highest so far."""
+    return auction["dateTime"] <= time <= auction["expires"] and (auction["price"] is None or price > auction["price"])
 
 
 def category_average(category: str, values: dict[str, list[Any]], totals: dict[str, Any]) -> dict[str, Any]:
