@@ -41,9 +41,17 @@ case "${1:-}" in
         --podName "${SPARK_EXECUTOR_POD_NAME}" \
         "$@" &
       jvm=$!
+      # A driver whose node died closes no connection: the JVM would wait ten minutes of heartbeats
+      # for it while the next driver waits for the JVM (eddy_runtime/executor/driver_watch.py).
+      watcher=
+      if [ "${EDDY_RUNNER_OUTLIVES_EXECUTOR:-}" = 1 ]; then
+        "${PYSPARK_PYTHON:-python3}" -m eddy_runtime.executor.driver_watch "$jvm" "${SPARK_DRIVER_URL}" &
+        watcher=$!
+      fi
       while kill -0 "$jvm" 2>/dev/null; do wait "$jvm" || true; done
       status=0
       wait "$jvm" || status=$?
+      if [ -n "$watcher" ]; then kill "$watcher" 2>/dev/null || true; wait "$watcher" 2>/dev/null || true; fi
       # SIGKILLed (status 137: killed by hand, or by the kernel out of memory): not a driver that
       # left, so the pod is not trusted either; the runner closes its stores and the container
       # restarts, as it does without EDDY_RUNNER_OUTLIVES_EXECUTOR.

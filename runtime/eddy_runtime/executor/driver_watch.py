@@ -1,0 +1,163 @@
+"""Ends an executor JVM that is still attached to a driver gone without a word.
+
+An executor JVM learns that its driver is gone from its connection: a driver process that ends
+(its pod deleted, its container restarted) closes it, the JVM exits, and the container's
+entrypoint (docker/entrypoint.sh) starts a new one, which registers with the next driver while
+the task runner goes on. A driver whose node dies closes nothing: its packets are dropped, the
+connection stays established, and the JVM only gives up after `spark.executor.heartbeat.maxFailures`
+heartbeats (60 of 10 s: ten minutes), long after the next driver, on a new pod address, has
+adopted the executor pods and waits for them to register (docs/reliability.md, finding 15).
+
+So the entrypoint runs this beside each JVM: every `INTERVAL_S` it resolves the driver's name (the
+driver URL's host: the driver pod's stable DNS name, which names the newest driver pod once that
+is ready) and reads which addresses the JVM's own sockets are connected to on the driver's port
+(/proc/<pid>/fd and /proc/<pid>/net/tcp{,6}). When the JVM's driver connection goes to an address
+the name no longer has, `CHECKS` times in a row, the JVM's driver is not the one the name names:
+the JVM is sent SIGTERM, and the next one registers with the new driver. A name that does not
+resolve (no driver ready yet) or a JVM with no driver connection (starting, or reconnecting) is
+left alone: Spark's own handling stands.
+
+    python -m eddy_runtime.executor.driver_watch JVM_PID SPARK_DRIVER_URL
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+
+log = logging.getLogger("eddy.executor.driver_watch")
+
+#: seconds between two looks
+INTERVAL_S = 2.0
+#: looks in a row that must find the JVM on a stale address before it is ended (a name that
+#: changes while the JVM reconnects is not enough)
+CHECKS = 3
+#: /proc/net/tcp's state of an established connection
+ESTABLISHED = "01"
+
+
+def driver_endpoint(url: str) -> tuple[str, int]:
+    """The host and port of a Spark driver URL (``spark://CoarseGrainedScheduler@host:7078``)."""
+    parts = urlsplit(url)
+    if parts.scheme != "spark" or not parts.hostname or parts.port is None:
+        raise ValueError(f"not a Spark driver URL: {url!r}")
+    return parts.hostname, parts.port
+
+
+def _address(hex_address: str) -> str:
+    """An address as /proc/net/tcp{,6} writes it (hex, in 32-bit words of the host's byte order),
+    IPv4-mapped IPv6 addresses as IPv4."""
+    raw = bytes.fromhex(hex_address)
+    flipped = raw if sys.byteorder == "big" else b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    if len(flipped) == 4:
+        return str(ipaddress.IPv4Address(flipped))
+    v6 = ipaddress.IPv6Address(flipped)
+    return str(v6.ipv4_mapped or v6)
+
+
+def connected_addresses(tables: Iterable[str], inodes: set[str], port: int) -> set[str]:
+    """The remote addresses of the established connections to `port` among the sockets `inodes`,
+    from the text of /proc/<pid>/net/tcp and tcp6 (`tables`)."""
+    found = set()
+    for table in tables:
+        for line in table.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != ESTABLISHED or fields[9] not in inodes:
+                continue
+            remote, _, remote_port = fields[2].rpartition(":")
+            if int(remote_port, 16) == port:
+                found.add(_address(remote))
+    return found
+
+
+def stale(connected: set[str], resolved: set[str]) -> bool:
+    """Whether a JVM connected to `connected` talks to a driver the name (now `resolved`) no
+    longer names. Nothing to say while either is empty."""
+    return bool(connected) and bool(resolved) and not connected & resolved
+
+
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the process' sockets (its /proc/<pid>/fd links ``socket:[N]``)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    return inodes
+
+
+def jvm_connections(pid: int, port: int) -> set[str]:
+    """The addresses the process' established connections to `port` go to."""
+    tables = []
+    for name in ("tcp", "tcp6"):
+        try:
+            tables.append(Path(f"/proc/{pid}/net/{name}").read_text())
+        except FileNotFoundError:  # no IPv6 in its network namespace
+            continue
+    return connected_addresses(tables, socket_inodes(pid), port)
+
+
+def resolve(host: str, port: int) -> set[str]:
+    """The addresses `host` has now (none if it does not resolve)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return set()
+    return {str(info[4][0]) for info in infos}
+
+
+def _running(pid: int) -> bool:
+    """Whether the process is there and not a zombie (ended, not yet reaped)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def watch(pid: int, url: str, interval_s: float = INTERVAL_S, checks: int = CHECKS) -> bool:
+    """Watch the JVM `pid` until it ends; SIGTERM it once it has been on a stale driver address
+    `checks` looks in a row. Whether it was ended here."""
+    host, port = driver_endpoint(url)
+    behind = 0
+    while True:
+        try:
+            if not _running(pid):
+                return False
+            connected = jvm_connections(pid, port)
+        except (FileNotFoundError, ProcessLookupError):  # the JVM ended
+            return False
+        resolved = resolve(host, port)
+        behind = behind + 1 if stale(connected, resolved) else 0
+        if behind >= checks:
+            log.warning("executor JVM %d is connected to its driver at %s, but %s is %s now: the driver "
+                        "it registered with is gone; ending the JVM so that a new one registers",
+                        pid, ", ".join(sorted(connected)), host, ", ".join(sorted(resolved)))
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                return False
+            return True
+        time.sleep(interval_s)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or not args[0].isdigit():
+        print("usage: python -m eddy_runtime.executor.driver_watch JVM_PID SPARK_DRIVER_URL", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    watch(int(args[0]), args[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
