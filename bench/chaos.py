@@ -33,7 +33,7 @@ verifier (`chaos_verify`) reads every output to its end. The report (`chaos_repo
 fault kind, the count, the recovery time p50 and max, the largest lateness, the verdict and the
 seed, and checks what Eddy itself reported (Events, status, the operator's and the driver's
 metrics) against the faults injected, listing every mismatch. Written to ``--out``: report.txt,
-report.json, lateness.png, and the driver and operator logs.
+report.json, lateness.png, and the driver, operator, executor and task runner logs.
 """
 
 from __future__ import annotations
@@ -722,8 +722,22 @@ def run_campaign(node: NodeCluster, kafka: KafkaCluster, s: Settings, namespace:
             (s.out / f"driver-{uid[:8]}.log").write_text(log)
         for name, log in watch.operator_logs.items():
             (s.out / f"operator-{name}.log").write_text(log)
+    keep_executor_logs(app, s.out)
     app.close(s.out)
     return report
+
+
+def keep_executor_logs(app: WordCount, out: Path) -> None:
+    """Each executor pod's container log (and its previous container's, if it restarted) and its
+    task runner's log (on its volume) into `out`: what a finding needs after the cluster is gone."""
+    for pod in app.executor_pods():
+        name = pod.metadata.name
+        for previous in ((), ("--previous",)):
+            log = app.kubectl("logs", name, "-c", builders.EXECUTOR_CONTAINER, *previous, check=False)
+            if log:
+                (out / f"{name}{'-previous' if previous else ''}.log").write_text(log)
+        with contextlib.suppress(Exception):  # a volume gone with its node: nothing to keep
+            shutil.copyfile(app.volume_dir(pod) / "eddy-runner.log", out / f"{name}-runner.log")
 
 
 @contextlib.contextmanager
