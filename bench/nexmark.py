@@ -249,7 +249,7 @@ class Run:
         self._log = open(log, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, cwd=REPO)
-        self.cpu = ProcessTreeCpu(self.proc.pid).start()
+        self.cpu = ProcessTreeCpu(self.proc.pid, role=eddy_role if system == "eddy" else None).start()
         self.memory = TreeMemory(self.proc.pid)
         self.running_at = math.nan
         self._running = threading.Event()
@@ -331,6 +331,8 @@ class Throughput:
     events: int = 0
     seconds: float = math.nan
     cpu_s: float = math.nan
+    #: Eddy's CPU seconds by process (`eddy_role`)
+    cpu_roles: dict[str, float] = field(default_factory=dict)
     cores: int = 1
     peak_rss_mb: float = math.nan
     output_records: int = 0
@@ -366,6 +368,7 @@ def run_throughput(system: str, query: str, prefix: str, events: int, want: refe
         end = wait_processed(settings.bootstrap, run, query_inputs(query, prefix), output, settings.timeout_s)
         result.seconds = end - run.running_at
         result.cpu_s = run.cpu.between(run.running_at, end)
+        result.cpu_roles = run.cpu.roles_between(run.running_at, end)
     except RuntimeError as e:
         result.error = str(e)
     finally:
@@ -378,8 +381,25 @@ def run_throughput(system: str, query: str, prefix: str, events: int, want: refe
     say(f"{system} {query}: " + (f"FAILED {result.error}" if result.error else
         f"{'WRONG ' if result.wrong else ''}{fmt(result.per_s)} events/s, {fmt(result.per_cpu_s)} per CPU-s "
         f"({result.seconds:.1f} s, {result.cpu_s:.1f} CPU s), peak RSS {result.peak_rss_mb:.0f} MB, "
-        f"{result.output_records} output records" + (f": {result.wrong}" if result.wrong else "")))
+        f"{result.output_records} output records" + (f": {result.wrong}" if result.wrong else "")
+        + ("; CPU s by process: " + ", ".join(f"{r} {c:.2f}" for r, c in result.cpu_roles.items())
+           if result.cpu_roles else "")))
     return result
+
+
+def eddy_role(cmdline: str) -> str:
+    """Which of Eddy's processes a command line is (the CPU breakdown of a run)."""
+    if "eddy_runtime.executor.runner" in cmdline:
+        return "task runner"
+    if "ExecutorBackend" in cmdline:
+        return "executor JVM"
+    if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline:
+        return "Spark's Python workers"
+    if "java" in cmdline.split(" ", 1)[0]:
+        return "driver JVM"
+    if "_eddy" in cmdline:
+        return "driver Python"
+    return "other"
 
 
 @dataclass

@@ -325,10 +325,13 @@ def count_errors(expected: dict[bytes, int], got: dict[bytes, int]) -> list[str]
 class ProcessTreeCpu:
     """Samples the CPU seconds used so far by a process and all its descendants (a background thread)."""
 
-    def __init__(self, pid: int, interval_s: float = 0.2) -> None:
+    def __init__(self, pid: int, interval_s: float = 0.2, role: Callable[[str], str] | None = None) -> None:
         self.pid = pid
         self.interval_s = interval_s
         self.samples: list[tuple[float, float]] = []  # (wall clock, CPU seconds)
+        #: `role` names a process by its command line: the CPU seconds of each role, per sample
+        self.role = role
+        self.role_samples: list[tuple[float, dict[str, float]]] = []
         self._tick = os.sysconf("SC_CLK_TCK")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="cpu-sampler")
@@ -343,12 +346,27 @@ class ProcessTreeCpu:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            cpu = self.read()
+            by_role: dict[str, float] = {}
+            cpu = self.read(by_role)
             if cpu is not None:
-                self.samples.append((time.time(), cpu))
+                now = time.time()
+                self.samples.append((now, cpu))
+                if self.role is not None:
+                    self.role_samples.append((now, by_role))
             self._stop.wait(self.interval_s)
 
-    def read(self) -> float | None:
+    def _role_of(self, pid: int) -> str:
+        """Read each time: a process forked by another has its parent's command line until it execs."""
+        assert self.role is not None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            cmdline = ""
+        return self.role(cmdline)
+
+    def read(self, by_role: dict[str, float] | None = None) -> float | None:
+        """The tree's CPU seconds so far; with `role`, also each role's, into `by_role` (the children a process
+        waited for count under its role)."""
         children: dict[int, list[int]] = {}
         ticks: dict[int, int] = {}
         for entry in os.scandir("/proc"):
@@ -370,8 +388,19 @@ class ProcessTreeCpu:
         while todo:
             pid = todo.pop()
             total += ticks.get(pid, 0)
+            if self.role is not None and by_role is not None and pid in ticks:
+                role = self._role_of(pid)
+                by_role[role] = by_role.get(role, 0.0) + ticks[pid] / self._tick
             todo.extend(children.get(pid, ()))
         return total / self._tick
+
+    def roles_between(self, start: float, end: float) -> dict[str, float]:
+        """Each role's CPU seconds between two wall-clock times (the samples nearest inside)."""
+        inside = [(t, r) for t, r in self.role_samples if start <= t <= end]
+        if len(inside) < 2:
+            return {}
+        (_, first), (_, last) = inside[0], inside[-1]
+        return {role: last.get(role, 0.0) - first.get(role, 0.0) for role in sorted(set(first) | set(last))}
 
     def between(self, start: float, end: float) -> float:
         """CPU seconds used between two wall-clock times (interpolated between samples)."""
