@@ -15,7 +15,6 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from eddy_contract import crd
 from eddy_contract.topology import StoreKind, TopologyDescription
 from eddy_contract.topology_compare import Difference, DifferenceKind
 
@@ -233,6 +232,8 @@ def classify_spec_change(old_spec_manifest: Mapping[str, Any], new_spec_manifest
 def _defaulted(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
     """The spec as the CRD defaults it, with `spec.upgrade`'s defaults even where it is absent
     (the CRD gives it none of its own; eddy_contract.spec.UpgradeSpec)."""
+    from eddy_contract import crd  # here, as in eddy_contract.spec: the runner never needs the schema
+
     body = crd.with_defaults(manifest)
     spec = body.get("spec") or {}
     if "upgrade" not in spec:
