@@ -8,7 +8,15 @@ import pyarrow as pa
 import pytest
 
 from eddy_runtime.kafka.partitions import TopicPartition
-from eddy_runtime.kafka.records import RawRecords, decode_column, decode_repartition, decode_source, encode_column
+from eddy_runtime.kafka.records import (
+    RAW_TEXT,
+    RawRecords,
+    decode_column,
+    decode_repartition,
+    decode_source,
+    encode_column,
+    raw_values,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -58,3 +66,35 @@ def test_columns_encode_with_kafkas_serializers():
     assert encode_column(pa.array(["é"]), "string") == ["é".encode()]
     assert encode_column(pa.array([3]), "string") == [b"3"]
     assert encode_column(pa.array([{"a": 1}]), "json") == [b'{"a":1}']
+
+
+def test_a_lone_text_value_crosses_a_repartition_as_its_own_bytes():
+    texts = ['{"auction": 7, "price": 12}', 'quotes " and \\ and é', ""]
+    values = raw_values(pa.array(texts))
+    assert values == [RAW_TEXT + t.encode() for t in texts]
+    raw = RawRecords("r", 0, keys=[b"a", b"b", b"c"], values=values, offsets=[0, 1, 2], timestamps=[1, 2, 3])
+    table, bad = decode_repartition(raw, "string", None, None)
+    assert not bad
+    assert table.column("value").to_pylist() == texts
+    assert table.column("value").type == pa.string()
+
+
+def test_other_values_cross_a_repartition_as_json_rows():
+    assert raw_values(pa.array(["a", None])) is None  # a null value: a JSON row says so
+    assert raw_values(pa.array([1, 2])) is None
+    assert raw_values(pa.array([b"\x00"], pa.binary())) is None
+
+
+def test_json_rows_and_raw_values_read_together_and_bad_text_is_a_bad_record():
+    # as while an app upgrades: records of the version before (JSON rows) and of the new one
+    raw = RawRecords("r", 0, keys=[b"a", b"b", b"c"], values=[b'{"value": "old"}', RAW_TEXT + b"new",
+                                                               RAW_TEXT + b"\xff"], offsets=[0, 1, 2],
+                     timestamps=[1, 2, 3])
+    table, bad = decode_repartition(raw, "string", None, None)
+    assert table.column("value").to_pylist() == ["old", "new"]
+    assert [(b.offset, b.value) for b in bad] == [(2, RAW_TEXT + b"\xff")]
+    alone = RawRecords("r", 0, keys=[b"a", b"b"], values=[RAW_TEXT + b"ok", RAW_TEXT + b"\xff"], offsets=[0, 1],
+                       timestamps=[1, 2])
+    table, bad = decode_repartition(alone, "string", None, None)
+    assert table.column("value").to_pylist() == ["ok"]
+    assert [b.offset for b in bad] == [1]

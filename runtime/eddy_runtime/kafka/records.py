@@ -273,7 +273,8 @@ def decode_repartition(raw: RawRecords, key_serde: str, combined: str | None,
     """A repartition topic's records: ``key``, the upstream's value columns, ``timestamp``.
 
     Values are JSON objects of the upstream row's columns (null when it had none besides the
-    key), or, for a combined repartition, the per-key partial result in column ``__partial``.
+    key), or the `value` column's own bytes behind a marker (`raw_values`), or, for a combined
+    repartition, the per-key partial result in column ``__partial``.
     """
     keys, bad = decode_column(raw.keys, key_serde)
     ts = pa.array(np.asarray(raw.timestamps, dtype=np.int64) * 1000, pa.int64()).cast(TS_TYPE)
@@ -282,6 +283,8 @@ def decode_repartition(raw: RawRecords, key_serde: str, combined: str | None,
         partial, bad_v = decode_column(raw.values, "int64")
         bad.update({i: e for i, e in bad_v.items() if i not in bad})
         cols["__partial"] = partial
+    elif combined is None and (value := _raw_value_column(raw.values, bad)) is not None:
+        cols["value"] = value
     else:
         rows: list[Any] = []
         loads = json.loads
@@ -290,8 +293,8 @@ def decode_repartition(raw: RawRecords, key_serde: str, combined: str | None,
                 rows.append({})
                 continue
             try:
-                obj = loads(v)
-            except ValueError as e:
+                obj = loads(v) if v[:1] != RAW_TEXT else {"value": v[1:].decode()}
+            except ValueError as e:  # UnicodeDecodeError is one
                 bad.setdefault(i, f"repartition value is not JSON: {e}")
                 obj = {}
             rows.append(obj if isinstance(obj, dict) else {"value": obj})
@@ -346,6 +349,45 @@ def encode_column(col: pa.Array | pa.ChunkedArray, serde: str | None) -> list[by
         encode = _encode_json
         return [None if v is None else encode(v).encode() for v in col.to_pylist()]
     raise ValueError(f"unknown serde {serde!r}")
+
+
+#: the first byte of a repartition value that is its row's text `value` column itself
+#: (`raw_values`); a JSON document never starts with it
+RAW_TEXT = b"\x00"
+
+
+def raw_values(column: pa.Array | pa.ChunkedArray) -> list[bytes | None] | None:
+    """A repartition's values when a row's only column besides its key is a text `value`
+    without nulls: its UTF-8 bytes behind `RAW_TEXT`, as Kafka Streams writes a repartition value
+    with its serde, instead of a JSON object with one string in it (encoded with every quote
+    escaped, and decoded back, on every hop). None otherwise (the rows go as JSON objects)."""
+    if column.null_count or not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return None
+    binary = column.cast(pa.binary())
+    prefixed = pc.binary_join_element_wise(pa.scalar(RAW_TEXT, pa.binary()), binary, pa.scalar(b"", pa.binary()))
+    return prefixed.to_pylist()  # type: ignore[no-any-return]
+
+
+def _raw_value_column(values: Sequence[bytes | None], bad: dict[int, str]) -> pa.Array | None:
+    """The `value` column of repartition records that are all `raw_values` (None if any is not:
+    JSON rows, or a mix of both, as while an app upgrades, go the JSON way, which reads both);
+    bad UTF-8 becomes a bad record."""
+    if not values or any(v is None for v in values):
+        return None
+    binary = pa.array(values, pa.binary())
+    if not pc.all(pc.equal(pc.binary_slice(binary, 0, 1), pa.scalar(RAW_TEXT, pa.binary()))).as_py():
+        return None
+    try:
+        return pc.binary_slice(binary, 1).cast(pa.string())
+    except pa.ArrowInvalid:
+        texts: list[str | None] = []
+        for i, v in enumerate(values):
+            try:
+                texts.append(v[1:].decode())  # type: ignore[index]
+            except UnicodeDecodeError as e:
+                bad.setdefault(i, f"repartition value is not UTF-8: {e.reason} at byte {e.start}")
+                texts.append(None)
+        return pa.array(texts, pa.string())
 
 
 def encode_rows(table: pa.Table, columns: Sequence[str]) -> list[bytes | None]:

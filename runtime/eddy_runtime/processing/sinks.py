@@ -17,7 +17,15 @@ import pyarrow.compute as pc
 from eddy_runtime.dsl.errors import PipelineRuntimeError
 from eddy_runtime.dsl.record_steps import GROUP_KEY_COLUMN
 from eddy_runtime.dsl.subtopology import METADATA_COLUMNS, RepartitionSink, TopicSink
-from eddy_runtime.kafka.records import _INT64, arrow_type, encode_column, encode_rows, output_records, timestamps_ms
+from eddy_runtime.kafka.records import (
+    _INT64,
+    arrow_type,
+    encode_column,
+    encode_rows,
+    output_records,
+    raw_values,
+    timestamps_ms,
+)
 from eddy_runtime.processing.batch import BatchOutput
 
 __all__ = ["repartition", "to_topic"]
@@ -87,5 +95,6 @@ def repartition(sink: RepartitionSink, rows: pa.Table, out: BatchOutput) -> None
     key_bytes = encode_column(keys, sink.key_serde)
     skip = {sink.key_column, GROUP_KEY_COLUMN, *METADATA_COLUMNS}
     value_cols = [c for c in rows.column_names if c not in skip]
-    values = encode_rows(rows, value_cols)
+    raw = raw_values(rows.column("value")) if value_cols == ["value"] else None
+    values = raw if raw is not None else encode_rows(rows, value_cols)
     out.outputs.extend(output_records(sink.topic, key_bytes, values, stamps))
