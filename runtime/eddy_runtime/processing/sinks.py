@@ -93,7 +93,8 @@ def repartition(sink: RepartitionSink, rows: pa.Table, out: BatchOutput) -> None
                                           group_stamps if stamps is not None else None))
         return
     key_bytes = encode_column(keys, sink.key_serde)
-    skip = {sink.key_column, GROUP_KEY_COLUMN, *METADATA_COLUMNS}
+    # The record's old key goes no further: the reading side's `key` is the record's (new) key.
+    skip = {sink.key_column, "key", GROUP_KEY_COLUMN, *METADATA_COLUMNS}
     value_cols = [c for c in rows.column_names if c not in skip]
     raw = raw_values(rows.column("value")) if value_cols == ["value"] else None
     values = raw if raw is not None else encode_rows(rows, value_cols)
