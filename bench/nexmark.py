@@ -88,6 +88,8 @@ KINDS = ("person", "auction", "bid")
 #: two events share a timestamp (at Beam's default 10,000/s, ten do, and which of a person and its
 #: auction of the same millisecond a stream-table join takes first would be up to each system)
 EVENT_RATE = 1_000
+#: q8's join grace when the events span less (examples/nexmark/streamapp.yaml's `join_grace`)
+DEFAULT_JOIN_GRACE_MS = 300_000
 
 
 # -- events and topics ----------------------------------------------------------------------------
@@ -216,6 +218,10 @@ class Settings:
     warmup_events: int
     timeout_s: float
     work_dir: Path
+    #: q8's join grace (Eddy, Kafka Streams): it must cover the events' span of event time, since
+    #: both read a backlog whose persons run ahead of its auctions (Flink's interval join waits
+    #: for the watermark of both inputs instead)
+    join_grace_ms: int = DEFAULT_JOIN_GRACE_MS
 
 
 class Run:
@@ -235,7 +241,8 @@ class Run:
                    "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.streams.processor.internals.StateDirectory=error",
                    "-cp", f"{build}/eddy-kstreams-bench.jar:{build}/lib/*", "dev.eddy.bench.kstreams.NexmarkBench",
                    "--bootstrap", settings.bootstrap, "--prefix", prefix, "--output-prefix", out_prefix,
-                   "--query", query, "--app-id", self.app_id, "--state-dir", str(state)]
+                   "--query", query, "--app-id", self.app_id, "--state-dir", str(state),
+                   "--join-grace-ms", str(settings.join_grace_ms)]
         elif system in ("flink", "sss"):
             cmd = [str(FLINK_SH), "nexmark"] if system == "flink" else [sys.executable, str(SSS_NEXMARK)]
             cmd += ["--bootstrap", settings.bootstrap, "--prefix", prefix, "--output-prefix", out_prefix,
@@ -244,7 +251,7 @@ class Run:
             cmd = [sys.executable, str(Path(__file__).resolve()), "_eddy", "--bootstrap", settings.bootstrap,
                    "--prefix", prefix, "--output-prefix", out_prefix, "--query", query, "--state-dir", str(state),
                    "--executors", str(settings.eddy_executors), "--warmup-events", str(settings.warmup_events),
-                   "--partitions", str(settings.partitions)]
+                   "--partitions", str(settings.partitions), "--join-grace-ms", str(settings.join_grace_ms)]
         self.log_path = log
         self._log = open(log, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -488,6 +495,7 @@ def eddy_program(argv: Sequence[str]) -> int:
     ap.add_argument("--warmup-events", type=int, default=20_000)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--trigger-ms", type=int, default=100)
+    ap.add_argument("--join-grace-ms", type=int, default=DEFAULT_JOIN_GRACE_MS)
     args = ap.parse_args(argv)
 
     import warnings
@@ -519,7 +527,8 @@ def eddy_program(argv: Sequence[str]) -> int:
         body = yaml.safe_load((REPO / "examples" / "nexmark" / "streamapp.yaml").read_text())
         body["metadata"]["name"] = app
         body["spec"]["kafka"]["bootstrapServers"] = args.bootstrap
-        body["spec"]["pipeline"]["args"].update(queries=args.query, prefix=prefix, output_prefix=app)
+        body["spec"]["pipeline"]["args"].update(queries=args.query, prefix=prefix, output_prefix=app,
+                                                join_grace=f"{args.join_grace_ms}ms")
         body["spec"]["triggerInterval"] = f"{args.trigger_ms}ms"
         body["spec"]["executors"].update(replicas=args.executors, cores=1)
         body["spec"]["state"] = {"standbyReplicas": 0}
@@ -627,6 +636,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         events_file = work / "events.jsonl"
         gen = generate(bootstrap, prefix, args.events, args.partitions, events_file, rate=EVENT_RATE)
         say(f"generated {gen}")
+        settings.join_grace_ms = max(DEFAULT_JOIN_GRACE_MS, gen["last_timestamp"] - gen["first_timestamp"] + 10_000)
         want = reference.expected(reference.read_events(str(events_file)))
         events_file.unlink()
         say("reference: " + ", ".join(f"{q} {want.size(q)}" for q in queries))
