@@ -173,10 +173,10 @@ def stream_table_join(spec: StatefulSpec, table: TableSpec, rows: pa.Table, keys
         joined = joined.filter(mask)
     if spec.joiner is None:
         return JoinedRows(joined, dropped)
-    return _valuesjoined_value(spec, joined, dropped)
+    return _values_joined(spec, joined, dropped)
 
 
-def _valuesjoined_value(spec: StatefulSpec, joined: pa.Table, dropped: int) -> JoinedRows:
+def _values_joined(spec: StatefulSpec, joined: pa.Table, dropped: int) -> JoinedRows:
     """A stream-table join's rows with ``value`` = ``joiner(value, table value)`` and no table
     value column; the rows whose joiner raised dropped (logged, counted)."""
     keys = joined.column("key").to_pylist()
