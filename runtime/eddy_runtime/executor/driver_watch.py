@@ -117,10 +117,20 @@ def resolve(host: str, port: int) -> set[str]:
     return {str(info[4][0]) for info in infos}
 
 
-def _running(pid: int) -> bool:
-    """Whether the process is there and not a zombie (ended, not yet reaped)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+def alive(pid: int) -> bool:
+    """Whether the process is there and not a zombie (ended, not yet reaped). The task runner
+    checks its executor JVM with it too (runner.py): this module imports nothing heavy."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def watch(pid: int, url: str, interval_s: float = INTERVAL_S, checks: int = CHECKS) -> bool:
@@ -129,11 +139,11 @@ def watch(pid: int, url: str, interval_s: float = INTERVAL_S, checks: int = CHEC
     host, port = driver_endpoint(url)
     behind = 0
     while True:
+        if not alive(pid):
+            return False
         try:
-            if not _running(pid):
-                return False
             connected = jvm_connections(pid, port)
-        except (FileNotFoundError, ProcessLookupError):  # the JVM ended
+        except (FileNotFoundError, ProcessLookupError):  # the JVM ended meanwhile
             return False
         resolved = resolve(host, port)
         behind = behind + 1 if stale(connected, resolved) else 0

@@ -39,6 +39,7 @@ from typing import Any
 import pyarrow as pa
 
 from eddy_runtime.dsl.subtopology import SubTopology
+from eddy_runtime.executor.driver_watch import alive
 from eddy_runtime.executor.metrics import ExecutorMetrics
 from eddy_runtime.executor.task_runner import TaskRunner
 from eddy_runtime.processing.batch import BatchOutput
@@ -123,7 +124,7 @@ def serve(address: str, executor_id: str, state_dir: str, executor_pid: int | No
 
     def watch_executor() -> None:
         while not stop.wait(0.2):
-            if executor_pid is not None and not _alive(executor_pid):
+            if executor_pid is not None and not alive(executor_pid):
                 log.warning("executor %s (pid %d) is gone; closing tasks and exiting", executor_id, executor_pid)
                 stop.set()
         # Wake the accept loop.
@@ -283,19 +284,6 @@ def _holding(runner: TaskRunner) -> Callable[..., Iterable[bytes]]:
     return app
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie is dead for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def main(argv: Sequence[str] | None = None) -> None:
