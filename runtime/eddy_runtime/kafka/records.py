@@ -283,7 +283,7 @@ def decode_repartition(raw: RawRecords, key_serde: str, combined: str | None,
         partial, bad_v = decode_column(raw.values, "int64")
         bad.update({i: e for i, e in bad_v.items() if i not in bad})
         cols["__partial"] = partial
-    elif combined is None and (value := _raw_value_column(raw.values, bad)) is not None:
+    elif combined is None and (value := _raw_value_column(raw.values)) is not None:
         cols["value"] = value
     else:
         rows: list[Any] = []
@@ -295,7 +295,7 @@ def decode_repartition(raw: RawRecords, key_serde: str, combined: str | None,
             try:
                 obj = loads(v) if v[:1] != RAW_TEXT else {"value": v[1:].decode()}
             except ValueError as e:  # UnicodeDecodeError is one
-                bad.setdefault(i, f"repartition value is not JSON: {e}")
+                bad.setdefault(i, f"repartition value is not {'UTF-8' if v[:1] == RAW_TEXT else 'JSON'}: {e}")
                 obj = {}
             rows.append(obj if isinstance(obj, dict) else {"value": obj})
         if combined is not None:
@@ -368,26 +368,19 @@ def raw_values(column: pa.Array | pa.ChunkedArray) -> list[bytes | None] | None:
     return prefixed.to_pylist()  # type: ignore[no-any-return]
 
 
-def _raw_value_column(values: Sequence[bytes | None], bad: dict[int, str]) -> pa.Array | None:
-    """The `value` column of repartition records that are all `raw_values` (None if any is not:
-    JSON rows, or a mix of both, as while an app upgrades, go the JSON way, which reads both);
-    bad UTF-8 becomes a bad record."""
-    if not values or any(v is None for v in values):
-        return None
+def _raw_value_column(values: Sequence[bytes | None]) -> pa.Array | None:
+    """The `value` column of repartition records that are all valid `raw_values`, in one go.
+    None otherwise: JSON rows, a mix of both (as while an app upgrades), or bad UTF-8 go the
+    record-by-record way, which reads both and makes a bad record of what it cannot read."""
     binary = pa.array(values, pa.binary())
+    if not len(binary) or binary.null_count:
+        return None
     if not pc.all(pc.equal(pc.binary_slice(binary, 0, 1), pa.scalar(RAW_TEXT, pa.binary()))).as_py():
         return None
     try:
         return pc.binary_slice(binary, 1).cast(pa.string())
     except pa.ArrowInvalid:
-        texts: list[str | None] = []
-        for i, v in enumerate(values):
-            try:
-                texts.append(v[1:].decode())  # type: ignore[index]
-            except UnicodeDecodeError as e:
-                bad.setdefault(i, f"repartition value is not UTF-8: {e.reason} at byte {e.start}")
-                texts.append(None)
-        return pa.array(texts, pa.string())
+        return None
 
 
 def encode_rows(table: pa.Table, columns: Sequence[str]) -> list[bytes | None]:
