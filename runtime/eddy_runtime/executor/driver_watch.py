@@ -145,7 +145,7 @@ def watch(pid: int, url: str, interval_s: float = INTERVAL_S, checks: int = CHEC
             connected = jvm_connections(pid, port)
         except (FileNotFoundError, ProcessLookupError):  # the JVM ended meanwhile
             return False
-        resolved = resolve(host, port)
+        resolved = resolve(host, port) if connected else set()  # no connection: nothing to compare
         behind = behind + 1 if stale(connected, resolved) else 0
         if behind >= checks:
             log.warning("executor JVM %d is connected to its driver at %s, but %s is %s now: the driver "
