@@ -89,6 +89,8 @@ def spark_session(kafka_credentials: KafkaCredentials):  # -> pyspark.sql.SparkS
     os.environ.update(spark_env())
     from pyspark.sql import SparkSession
 
+    from eddy_runtime.protocol.runner_client import PYTHON_DAEMON_CONF
+
     session = (
         SparkSession.builder.master("local-cluster[2,1,1024]")
         .appName("eddy-tests")
@@ -96,6 +98,7 @@ def spark_session(kafka_credentials: KafkaCredentials):  # -> pyspark.sql.SparkS
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.executor.memory", "1g")
+        .config(map=PYTHON_DAEMON_CONF)
         .getOrCreate()
     )
     yield session

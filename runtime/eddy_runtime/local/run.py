@@ -83,6 +83,8 @@ def local_spark_session(executors: int, app_name: str, extra_python_path: list[s
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
+    from eddy_runtime.protocol.runner_client import PYTHON_DAEMON_CONF
+
     builder = (
         SparkSession.builder.master(f"local-cluster[{executors},1,1024]")
         .appName(app_name)
@@ -99,7 +101,7 @@ def local_spark_session(executors: int, app_name: str, extra_python_path: list[s
     if log4j is not None:
         opt = f"-Dlog4j2.configurationFile=file:{log4j}"
         builder = builder.config("spark.driver.extraJavaOptions", opt).config("spark.executor.extraJavaOptions", opt)
-    for k, v in (conf or {}).items():
+    for k, v in {**PYTHON_DAEMON_CONF, **(conf or {})}.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
 

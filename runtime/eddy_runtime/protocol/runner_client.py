@@ -20,7 +20,10 @@ from eddy_runtime.protocol.placement import executor_jvm_pid
 from eddy_runtime.protocol.runner_messages import NeedProgram, Program, RunnerRequest, RunWork
 from eddy_runtime.protocol.work import BatchSettings, ItemResult, SlotWork
 
-__all__ = ["OUTLIVES_EXECUTOR_ENV", "PICKLE_PROTOCOL", "RunnerClient", "runner_address", "runner_outlives_executor"]
+__all__ = [
+    "OUTLIVES_EXECUTOR_ENV", "PICKLE_PROTOCOL", "PYTHON_DAEMON_CONF", "RunnerClient", "runner_address",
+    "runner_outlives_executor",
+]
 
 #: the pickle protocol of requests and replies
 PICKLE_PROTOCOL = 5
@@ -30,6 +33,10 @@ _Reply = TypeVar("_Reply")
 
 #: the module the runner process runs as (``python -m``)
 RUNNER_MODULE = "eddy_runtime.executor.runner"
+#: what every Eddy Spark application is given (`eddy driver`, `eddy run`, the tests and benches):
+#: Spark's Python daemon, and so every Python worker, imports pyspark from the installed package's
+#: bytecode instead of compiling it from pyspark.zip (executor/python_daemon.py)
+PYTHON_DAEMON_CONF = {"spark.python.daemon.module": "eddy_runtime.executor.python_daemon"}
 #: "1" on Kubernetes executor pods (the operator's pod template): the runner outlives its executor
 #: JVM and the driver, and goes on processing its continuous tasks until the pod stops
 #: (docker/entrypoint.sh starts a new JVM meanwhile; docs/operations.md, "Upgrading an app")
