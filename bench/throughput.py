@@ -333,6 +333,11 @@ class ProcessTreeCpu:
         self.role = role
         self.role_samples: list[tuple[float, dict[str, float]]] = []
         self._tick = os.sysconf("SC_CLK_TCK")
+        #: for `role`: pid -> (parent, role, CPU ticks of it and its waited-for children) when last seen;
+        #: each role's ticks of processes that ended; each process's ticks of ended children counted apart
+        self._seen: dict[int, tuple[int, str, int]] = {}
+        self._ended: dict[str, int] = {}
+        self._reaped: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="cpu-sampler")
 
@@ -365,10 +370,17 @@ class ProcessTreeCpu:
         return self.role(cmdline)
 
     def read(self, by_role: dict[str, float] | None = None) -> float | None:
-        """The tree's CPU seconds so far; with `role`, also each role's, into `by_role` (the children a process
-        waited for count under its role)."""
+        """The tree's CPU seconds so far; with `role`, also each role's, into `by_role`.
+
+        A process that ended keeps what it was last seen to have used under its own role: the
+        kernel adds an ended child's time to its parent's (cutime), which would move all of it, at
+        the moment it is reaped, to the parent's role (the warm-up app's task runner, reaped by
+        the Spark Python worker that started it, showed as 1-2 CPU-seconds of "workers" in the
+        measured app's window). Children that ended between two samples count under their parent.
+        """
         children: dict[int, list[int]] = {}
         ticks: dict[int, int] = {}
+        parent: dict[int, int] = {}
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
                 continue
@@ -379,20 +391,35 @@ class ProcessTreeCpu:
             # Fields after "(comm)": state ppid ... utime(14) stime(15) cutime(16) cstime(17).
             rest = stat[stat.rfind(")") + 2:].split()
             pid = int(entry.name)
-            children.setdefault(int(rest[1]), []).append(pid)
+            parent[pid] = int(rest[1])
+            children.setdefault(parent[pid], []).append(pid)
             # cutime/cstime hold the children that ended (and were waited for); live ones count themselves.
             ticks[pid] = int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])
         if self.pid not in ticks:
             return None
-        total, todo = 0, [self.pid]
+        total, todo, tree = 0, [self.pid], []
         while todo:
             pid = todo.pop()
             total += ticks.get(pid, 0)
-            if self.role is not None and by_role is not None and pid in ticks:
-                role = self._role_of(pid)
-                by_role[role] = by_role.get(role, 0.0) + ticks[pid] / self._tick
+            tree.append(pid)
             todo.extend(children.get(pid, ()))
+        if self.role is not None and by_role is not None:
+            self._roles(tree, ticks, parent, by_role)
         return total / self._tick
+
+    def _roles(self, tree: list[int], ticks: dict[int, int], parent: dict[int, int],
+               by_role: dict[str, float]) -> None:
+        for pid in [p for p in self._seen if p not in ticks]:  # ended since the last sample
+            ppid, role, last = self._seen.pop(pid)
+            self._ended[role] = self._ended.get(role, 0) + last - self._reaped.pop(pid, 0)
+            self._reaped[ppid] = self._reaped.get(ppid, 0) + last
+        counted = dict(self._ended)
+        for pid in tree:
+            role = self._role_of(pid)
+            self._seen[pid] = (parent[pid], role, ticks[pid])
+            counted[role] = counted.get(role, 0) + ticks[pid] - self._reaped.get(pid, 0)
+        for role, n in counted.items():
+            by_role[role] = n / self._tick
 
     def roles_between(self, start: float, end: float) -> dict[str, float]:
         """Each role's CPU seconds between two wall-clock times (the samples nearest inside)."""
