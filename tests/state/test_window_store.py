@@ -66,7 +66,9 @@ def test_window_transaction_merges_its_writes_into_range_fetches(tmp_path, spec:
     tx = store.begin()
     tx.delete("k", MIN)
     tx.put("k", 3 * MIN, 3)
+    tx.put("kk", 4 * MIN, 4)  # another key, whose bytes start with this one's
     assert list(tx.fetch_range("k", 0, 10 * MIN)) == [(2 * MIN, 2), (3 * MIN, 3)]
+    assert list(tx.fetch_range("kk", 0, 10 * MIN)) == [(4 * MIN, 4)]
     records = dict(tx.changelog_records())
     assert records[windowed_key(b"k", MIN)] is None
     assert split_windowed_key(windowed_key(b"k", 3 * MIN)) == (b"k", 3 * MIN)

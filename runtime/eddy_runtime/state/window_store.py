@@ -119,6 +119,13 @@ class WindowStore(SegmentedStore):
 class WindowTransaction(StreamTimeTransaction[WindowStore]):
     """One batch's view of a window store; reads see this batch's writes first."""
 
+    def __init__(self, store: WindowStore) -> None:
+        super().__init__(store)
+        #: serialised key -> the window starts this batch wrote or deleted (a key's range reads
+        #: look at its own writes, not every write of the batch: a stream-stream join reads a
+        #: range per record, and a batch under a backlog holds thousands of writes)
+        self._by_key: dict[bytes, set[int]] = {}
+
     def _expired(self, window_start: int) -> bool:
         st = self._stream_time
         return st is not None and window_start <= st - self.store._retention
@@ -135,11 +142,11 @@ class WindowTransaction(StreamTimeTransaction[WindowStore]):
     def fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
         k = self._kser(key)
         merged: dict[int, bytes | None] = dict(self.store.iter_key_raw(k, time_from, time_to, self._stream_time))
-        for wk, v in self._writes.items():
-            if len(wk) == len(k) + 8 and wk[:-8] == k:
-                ws = INT64.unpack(wk[-8:])[0]
-                if time_from <= ws <= time_to and not self._expired(ws):
-                    merged[ws] = v
+        writes = self._writes
+        for ws in self._by_key.get(k, ()):
+            wk = windowed_key(k, ws)
+            if time_from <= ws <= time_to and wk in writes and not self._expired(ws):  # (none once applied)
+                merged[ws] = writes[wk]
         vde = self._vde
         for ws in sorted(merged):
             v = merged[ws]
@@ -153,13 +160,17 @@ class WindowTransaction(StreamTimeTransaction[WindowStore]):
             self._stream_time = window_start
         if self._expired(window_start):
             return False
-        self._writes[windowed_key(self._kser(key), window_start)] = self._vser(value)
+        self._write(self._kser(key), window_start, self._vser(value))
         return True
 
     def delete(self, key: Any, window_start: int) -> None:
         self._check_open()
         if not self._expired(window_start):
-            self._writes[windowed_key(self._kser(key), window_start)] = None
+            self._write(self._kser(key), window_start, None)
+
+    def _write(self, k: bytes, window_start: int, value: bytes | None) -> None:
+        self._writes[windowed_key(k, window_start)] = value
+        self._by_key.setdefault(k, set()).add(window_start)
 
     def changelog_records(self) -> list[tuple[bytes, bytes | None]]:
         """This batch's writes, without windows that expired while the batch advanced stream time."""
