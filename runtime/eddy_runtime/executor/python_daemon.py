@@ -2,16 +2,17 @@
 
 Spark starts each executor's Python daemon, and through it every Python worker, with
 `$SPARK_HOME/python/lib/pyspark.zip` first on `PYTHONPATH`. Python cannot cache the bytecode of
-modules it imports from a zip, so every worker compiled pyspark's modules from source again:
-0.6-0.8 CPU-seconds per worker (`python -c "import pyspark.worker"`, 0.13 from the installed
-package), and 1.4-2.4 CPU-seconds per app start in `bench/nexmark.py`'s CPU split. The same
-pyspark is installed beside this runtime (the wheel that holds the zip), with its bytecode
-cached; this module takes the zip off the path and runs pyspark's own daemon.
+modules it imports from a zip, so every daemon and worker compiled pyspark's modules from source
+again (`import pyspark.worker`: 0.7-1.0 CPU-seconds from the zip, 0.13 from the installed package;
+an executor's daemon and first worker: 0.76 CPU-seconds before, 0.21 after). The same pyspark is
+installed beside this runtime (the wheel that holds the zip), with its bytecode cached; this module
+takes the zip off the path and runs pyspark's own daemon.
 
 Nothing else changes: workers are forked from this process, so they inherit the path, and the
 daemon imports the worker module after each fork, as pyspark's does. Where no installed pyspark
 is found (a SPARK_HOME of its own, without the wheel), the path is left as it is. Every Eddy Spark
-application names this module: `protocol.runner_client.PYTHON_DAEMON_CONF`.
+application names this module: `protocol.runner_client.PYTHON_DAEMON_CONF`. The task runner, which
+a worker starts, takes the zip off its path the same way (executor/runner.py).
 """
 
 from __future__ import annotations

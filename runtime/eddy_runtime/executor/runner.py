@@ -30,6 +30,7 @@ import os
 import pickle
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from multiprocessing.connection import Client, Connection, Listener
@@ -41,6 +42,7 @@ import pyarrow as pa
 from eddy_runtime.dsl.subtopology import SubTopology
 from eddy_runtime.executor.driver_watch import alive
 from eddy_runtime.executor.metrics import ExecutorMetrics
+from eddy_runtime.executor.python_daemon import without_pyspark_zip
 from eddy_runtime.executor.task_runner import TaskRunner
 from eddy_runtime.processing.batch import BatchOutput
 from eddy_runtime.protocol.health import HealthAndMetricsServer
@@ -293,6 +295,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--address", required=True, help="abstract socket name (without the leading NUL)")
     parser.add_argument("--executor-pid", type=int)
     args = parser.parse_args(argv)
+    # The program's functions come pickled by pyspark's cloudpickle, whose loading imports pyspark:
+    # from its bytecode, not compiled anew from the pyspark.zip of the worker's path
+    sys.path[:] = without_pyspark_zip(sys.path)
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s %(levelname)s [runner {args.executor_id} {socket.gethostname()}] "
                                "%(name)s: %(message)s")
