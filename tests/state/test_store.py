@@ -8,7 +8,7 @@ import pytest
 
 from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.state import KeyValueStore, StoreSpec, open_store
-from eddy_runtime.state.store import prefix_successor
+from eddy_runtime.state.store import SortedKeys, prefix_successor
 
 pytestmark = pytest.mark.unit
 
@@ -105,14 +105,15 @@ def test_range_and_prefix_merge_batch_writes_over_committed_data(counts: KeyValu
 def test_scans_see_the_writes_made_between_them(counts: KeyValueStore) -> None:
     # A processor that scans a prefix per record (examples/nexmark's q4) interleaves writes and
     # scans in one batch: every scan must see every write before it, over the committed data.
+    # Enough keys that the keys written since the last sort outgrow RESORT_AFTER, and are sorted in.
     rng = random.Random(7)
-    keys = [a + b for a in "abc" for b in "xyz"]
+    keys = [f"{a}{i:03d}" for a in "abc" for i in range(150)]
     base = counts.begin()
     base.put_many(keys[::2], list(range(len(keys[::2]))))
     base.apply(changelog_offset=0)
     model = dict(zip(keys[::2], range(len(keys[::2])), strict=True))
     tx = counts.begin()
-    for step in range(400):
+    for step in range(3000):
         op, key = rng.choice(("put", "delete", "many", "prefix", "range")), rng.choice(keys)
         if op == "put":
             tx.put(key, step)
@@ -175,3 +176,23 @@ def test_store_spec_rejects_bad_names_and_window_settings() -> None:
         StoreSpec.key_value("a/b")
     with pytest.raises(ValueError, match="retention"):
         StoreSpec.window("w", window_size_ms=1000, retention_ms=10)
+
+
+def test_sorted_keys_give_every_range_in_order_while_keys_come_and_chunks_split() -> None:
+    rng = random.Random(11)
+    pool = [bytes([rng.randrange(256) for _ in range(rng.randrange(1, 4))]) for _ in range(2000)]
+    first = set(pool[:50])
+    keys, model = SortedKeys(first, half=4), set(first)
+    for key in pool[50:]:
+        if key not in model:
+            keys.add(key)
+            model.add(key)
+        if rng.random() < 0.1:
+            start, end = rng.choice([None, *pool]), rng.choice([None, *pool])
+            want = sorted(k for k in model if (start is None or k >= start) and (end is None or k < end))
+            assert keys.between(start, end) == want
+    assert keys.between(None, None) == sorted(model)
+    empty = SortedKeys([], half=2)
+    assert empty.between(None, None) == []
+    empty.add(b"x")
+    assert empty.between(b"a", b"y") == [b"x"] and empty.between(b"y", None) == []

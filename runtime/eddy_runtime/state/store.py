@@ -18,7 +18,7 @@ import rocksdict
 from eddy_runtime.kafka.partitions import OffsetsByPartition
 from eddy_runtime.state.rocksdb_store import RocksDBStore, StoreTransaction
 
-__all__ = ["KeyValueStore", "KeyValueTransaction", "prefix_successor"]
+__all__ = ["KeyValueStore", "KeyValueTransaction", "SortedKeys", "prefix_successor"]
 
 
 def prefix_successor(prefix: bytes) -> bytes | None:
@@ -124,16 +124,18 @@ class KeyValueTransaction(StoreTransaction[KeyValueStore]):
     Writes are kept in memory (last write per key) until `apply`, which the committer calls
     after the batch's changelog records are in Kafka; `changelog_records` are exactly those
     writes, so the changelog carries one record per key and batch (Kafka Streams' caching).
-    A range or prefix scan merges the store with the batch's writes in the range, found in a
-    sorted list of the written keys (made at the first scan, kept sorted from then on), as Kafka
-    Streams' cache keeps its keys in a tree: a processor that scans a prefix per record does not
-    go over every write of a large batch each time.
+    A range or prefix scan merges the store with the batch's writes in the range, found in the
+    written keys kept in order (`SortedKeys`, made at the first scan), as Kafka Streams' cache
+    keeps its keys in a tree: a processor that scans a prefix per record does not go over every
+    write of a large batch each time, and a new key costs a short insertion, not one into a list
+    of every key (which was 11% of q4's runner in bench/nexmark.py: its processor scans a prefix
+    per auction and writes a key per early bid).
     """
 
     def __init__(self, store: KeyValueStore) -> None:
         super().__init__(store)
         #: the written keys in order, once a scan needed them (None: no scan yet)
-        self._sorted: list[bytes] | None = None
+        self._sorted: SortedKeys | None = None
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -164,12 +166,8 @@ class KeyValueTransaction(StoreTransaction[KeyValueStore]):
         yield from self._merged(p, prefix_successor(p))
 
     def _merged(self, start: bytes | None, end: bytes | None) -> Iterator[tuple[Any, Any]]:
-        if self._sorted is None:
-            self._sorted = sorted(self._writes)
-        keys, writes = self._sorted, self._writes
-        lo = 0 if start is None else bisect_left(keys, start)
-        hi = len(keys) if end is None else bisect_left(keys, end)
-        pending = [(k, writes[k]) for k in keys[lo:hi]]
+        writes = self._writes
+        pending = [(k, writes[k]) for k in self._written_between(start, end)]
         kde, vde = self._kde, self._vde
         i = 0
         for k, v in self.store.iter_raw(start, end):
@@ -188,6 +186,12 @@ class KeyValueTransaction(StoreTransaction[KeyValueStore]):
         for pk, pv in pending[i:]:
             if pv is not None:
                 yield kde(pk), vde(pv)
+
+    def _written_between(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        """The keys this batch wrote with start <= key < end, in order."""
+        if self._sorted is None:
+            self._sorted = SortedKeys(self._writes)
+        return self._sorted.between(start, end)
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -210,9 +214,46 @@ class KeyValueTransaction(StoreTransaction[KeyValueStore]):
 
     def _write(self, key: bytes, value: bytes | None) -> None:
         if self._sorted is not None and key not in self._writes:
-            insort(self._sorted, key)
+            self._sorted.add(key)
         self._writes[key] = value
 
     def apply(self, changelog_offset: int | None, input_offsets: OffsetsByPartition | None = None) -> None:
         super().apply(changelog_offset, input_offsets)
         self._sorted = None
+
+
+class SortedKeys:
+    """Distinct keys in order, as sorted chunks of at most 2 x `half` keys (the layout of
+    sortedcontainers' SortedList): adding a key is a bisection and an insertion into one chunk,
+    a range is a bisection and the chunks it covers."""
+
+    def __init__(self, keys: Iterable[bytes], half: int = 256) -> None:
+        ordered = sorted(keys)
+        self._half = half
+        self._chunks = [ordered[i:i + half] for i in range(0, len(ordered), half)]
+        self._maxes = [chunk[-1] for chunk in self._chunks]
+
+    def add(self, key: bytes) -> None:
+        """Add a key not already held."""
+        if not self._chunks:
+            self._chunks, self._maxes = [[key]], [key]
+            return
+        i = min(bisect_left(self._maxes, key), len(self._maxes) - 1)
+        chunk = self._chunks[i]
+        insort(chunk, key)
+        self._maxes[i] = chunk[-1]
+        if len(chunk) > 2 * self._half:
+            self._chunks[i:i + 1] = [chunk[:self._half], chunk[self._half:]]
+            self._maxes[i:i + 1] = [chunk[self._half - 1], chunk[-1]]
+
+    def between(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        """The keys with start <= key < end, in order."""
+        out: list[bytes] = []
+        for chunk in self._chunks[0 if start is None else bisect_left(self._maxes, start):]:
+            if end is not None and chunk[0] >= end:
+                break
+            hi = len(chunk) if end is None else bisect_left(chunk, end)
+            out.extend(chunk[0 if start is None else bisect_left(chunk, start):hi])
+            if hi < len(chunk):
+                break
+        return out
