@@ -248,12 +248,15 @@ class SortedKeys:
 
     def between(self, start: bytes | None, end: bytes | None) -> list[bytes]:
         """The keys with start <= key < end, in order."""
+        chunks = self._chunks
         out: list[bytes] = []
-        for chunk in self._chunks[0 if start is None else bisect_left(self._maxes, start):]:
-            if end is not None and chunk[0] >= end:
-                break
-            hi = len(chunk) if end is None else bisect_left(chunk, end)
-            out.extend(chunk[0 if start is None else bisect_left(chunk, start):hi])
+        j = 0 if start is None else bisect_left(self._maxes, start)
+        lo = 0 if start is None or j == len(chunks) else bisect_left(chunks[j], start)
+        while j < len(chunks):
+            chunk = chunks[j]
+            hi = len(chunk) if end is None else bisect_left(chunk, end, lo)
+            out.extend(chunk[lo:hi])
             if hi < len(chunk):
                 break
+            j, lo = j + 1, 0
         return out
