@@ -361,12 +361,15 @@ class ProcessTreeCpu:
             self._stop.wait(self.interval_s)
 
     def _role_of(self, pid: int) -> str:
-        """Read each time: a process forked by another has its parent's command line until it execs."""
+        """Read each time: a process forked by another has its parent's command line until it execs.
+        One that has none (it ended and waits to be reaped) keeps the role it was last seen with."""
         assert self.role is not None
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             cmdline = ""
+        if not cmdline and pid in self._seen:
+            return self._seen[pid][1]
         return self.role(cmdline)
 
     def read(self, by_role: dict[str, float] | None = None) -> float | None:

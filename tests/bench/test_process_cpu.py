@@ -1,6 +1,7 @@
 """The benches' CPU split by process (bench/throughput.py's `ProcessTreeCpu`): a child that ended
 and was waited for keeps its CPU under its own role, not its parent's (the kernel moves it into the
-parent's counters when it is reaped). The processes are real."""
+parent's counters when it is reaped), nor under none while it waits, ended, to be reaped. The
+processes are real."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ PARENT = textwrap.dedent("""\
     import subprocess, sys, time
     time.sleep(0.5)
     burn = "import time\\nend = time.process_time() + 0.6\\nwhile time.process_time() < end: pass\\n"
-    subprocess.run([sys.executable, "-c", burn, "cpu-" + "burner"], check=True)  # waited for: cutime
-    time.sleep(1.0)
+    child = subprocess.Popen([sys.executable, "-c", burn, "cpu-" + "burner"])
+    time.sleep(1.5)  # it ends meanwhile, and waits as a zombie, with no command line, to be reaped
+    child.wait()
+    time.sleep(0.5)
 """)
 
 
@@ -44,3 +47,4 @@ def test_a_reaped_child_keeps_its_cpu_under_its_own_role() -> None:
 
     assert roles.get("burner", 0.0) >= 0.5, roles
     assert roles.get("parent", 0.0) < 0.3, roles  # its interpreter's start-up, not the child's 0.6 s
+    assert roles.get("other", 0.0) < 0.1, roles
