@@ -14,6 +14,7 @@ from eddy_runtime.kafka.records import (
     decode_column,
     decode_repartition,
     decode_source,
+    decode_value,
     encode_column,
     raw_values,
 )
@@ -37,6 +38,17 @@ def test_json_values_are_checked_but_kept_as_text():
     values, bad = decode_column([b'{"a": 1}', b"{nope"], "json")
     assert values.to_pylist()[0] == '{"a": 1}'
     assert list(bad) == [1]
+
+
+@pytest.mark.parametrize("serde, raws", [
+    ("string", [b"ok", b"\xff\xfe", b"", "caf\u00e9".encode()]),
+    ("json", [b'{"a": 1}', b"{nope", b"3", b"\xff", b'"text"', b""]),
+    ("int64", [struct.pack(">q", -5), b"\x01", b""]),
+    ("bytes", [b"\x00\xff", b""]),
+])
+def test_one_value_decodes_as_a_column_of_it_does(serde: str, raws: list[bytes]) -> None:
+    for raw in raws:
+        assert decode_value(raw, serde) == decode_column([raw], serde)[0].to_pylist()[0], raw
 
 
 def test_a_source_table_leaves_bad_records_out_and_names_their_offsets():

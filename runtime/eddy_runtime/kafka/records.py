@@ -37,6 +37,7 @@ __all__ = [
     "RawRecords",
     "arrow_type",
     "decode_column",
+    "decode_value",
     "encode_column",
     "source_schema",
     "spark_source_schema",
@@ -234,6 +235,24 @@ def decode_column(raw: Sequence[bytes | None], serde: str) -> tuple[pa.Array, di
     elif serde != "string":
         raise ValueError(f"unknown serde {serde!r}")
     return strings, bad
+
+
+def decode_value(raw: bytes, serde: str) -> Any:
+    """One value as `decode_column` gives it, without an Arrow array for it: a join reads stored
+    values one at a time, and an array per value cost 20-30 us (12% of the task runner in
+    bench/nexmark.py's q8). None where the column has null (bad UTF-8, an int64 not of 8 bytes); a
+    json value is its text, as in the column, which keeps the text of a value that does not parse
+    and only reports it."""
+    if serde == "bytes":
+        return raw
+    if serde == "int64":
+        return _INT64.unpack(raw)[0] if len(raw) == 8 else None
+    if serde not in ("string", "json"):
+        raise ValueError(f"unknown serde {serde!r}")
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def decode_source(raw: RawRecords, key_serde: str, value_serde: str) -> tuple[pa.Table, list[BadRecord]]:

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from eddy_runtime.dsl.errors import PipelineRuntimeError
 from eddy_runtime.dsl.subtopology import StatefulSpec, TableSpec
-from eddy_runtime.kafka.records import TS_TYPE, RawRecords, decode_column, encode_column, timestamps_ms
+from eddy_runtime.kafka.records import TS_TYPE, RawRecords, decode_column, decode_value, encode_column, timestamps_ms
 from eddy_runtime.state import KeyValueTransaction, TaskTransaction
 
 __all__ = [
@@ -221,8 +221,7 @@ class _Side:
                 self.current[key] = None
             else:
                 value = raw[_TS.size:]
-                decoded, _ = decode_column([value], self.serde)
-                self.current[key] = (_TS.unpack_from(raw)[0], value, decoded[0].as_py())
+                self.current[key] = (_TS.unpack_from(raw)[0], value, decode_value(value, self.serde))
         return self.current[key]
 
     def set(self, key: bytes, entry: tuple[int, bytes, Any] | None) -> tuple[int, bytes, Any] | None:

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from eddy_runtime.dsl.subtopology import StatefulSpec, TableSpec
-from eddy_runtime.kafka.records import decode_column, encode_column, timestamps_ms
+from eddy_runtime.kafka.records import decode_value, encode_column, timestamps_ms
 from eddy_runtime.processing.joins import JoinedRows, TableUpdates, joined_value, merge_order, result_rows
 from eddy_runtime.state import KeyValueTransaction, TaskTransaction
 
@@ -134,7 +134,7 @@ def stream_stream_join(spec: StatefulSpec, other: TableSpec, rows: pa.Table, key
             dropped += 1
 
     def other_value(raw: bytes) -> Any:
-        return decode_column([raw], other.value_serde)[0][0].as_py()
+        return decode_value(raw, other.value_serde)
 
     for is_this, n in merge_order(this_ts, upd.timestamps):
         if is_this:
