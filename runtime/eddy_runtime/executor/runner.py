@@ -286,8 +286,6 @@ def _holding(runner: TaskRunner) -> Callable[..., Iterable[bytes]]:
     return app
 
 
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {RUNNER_MODULE}", description=__doc__.splitlines()[0])
     parser.add_argument("--state-dir", required=True)
