@@ -1,7 +1,9 @@
 """The executor container's driver watch (eddy_runtime/executor/driver_watch.py): a JVM whose
 driver connection goes to an address the driver's name no longer has is ended, one on the
-address the name has is left alone. The processes and their connections are real (on loopback:
-127.0.0.2 stands for the dead driver's address, `localhost` for the driver's name)."""
+address the name has is left alone; so is one whose driver connection stays unacknowledged. The
+processes and their connections are real (on loopback: 127.0.0.2 stands for the dead driver's
+address, `localhost` for the driver's name; a stalled connection is one whose packets a firewall
+rule drops, in a network namespace of the test's own)."""
 
 from __future__ import annotations
 
@@ -39,8 +41,21 @@ def test_the_driver_url_names_host_and_port() -> None:
 
 def test_only_the_processes_established_connections_to_the_driver_port_count() -> None:
     inodes = {"111", "112", "113", "114", "115"}
-    # 112 is closing (06), 113 goes to another port, 999 is another process' socket
-    assert driver_watch.connected_addresses([TCP, TCP6], inodes, 7078) == {"10.244.2.5", "10.244.2.8", "::1"}
+    # 112 is closing (06), 113 goes to another port, 999 is another process' socket; 111 has
+    # retransmitted its oldest segment 12 times (0000000C)
+    assert driver_watch.driver_connections([TCP, TCP6], inodes, 7078) == [
+        driver_watch.Connection("10.244.2.5", 12),
+        driver_watch.Connection("10.244.2.8", 0),
+        driver_watch.Connection("::1", 0),
+    ]
+
+
+def test_a_jvm_is_stalled_only_while_every_driver_connection_retransmits() -> None:
+    dead, live = driver_watch.Connection("10.244.2.5", 3), driver_watch.Connection("10.244.2.8", 0)
+    assert driver_watch.stalled([dead])
+    assert not driver_watch.stalled([dead, live])  # a connection that is acknowledged: the driver is there
+    assert not driver_watch.stalled([live])
+    assert not driver_watch.stalled([])  # not connected (yet)
 
 
 def test_a_jvm_is_stale_only_when_both_sides_are_known_and_share_no_address() -> None:
@@ -92,3 +107,58 @@ def test_a_jvm_on_the_address_the_name_has_is_left_alone(listener: socket.socket
         assert proc.wait(10) == 0
     finally:
         proc.kill()
+
+
+STALLED_JVM = """
+import socket, subprocess, sys, time
+from eddy_runtime.executor import driver_watch
+
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+driver = socket.create_server(("127.0.0.1", 0))
+port = driver.getsockname()[1]
+# the 'JVM': connected to the driver, a heartbeat every 0.2 s
+jvm = subprocess.Popen([sys.executable, "-c", f'''
+import socket, time
+s = socket.create_connection(("127.0.0.1", {port}))
+while True:
+    s.send(b"heartbeat")
+    time.sleep(0.2)
+'''])
+time.sleep(0.5)
+if sys.argv[1] == "cut":  # the driver's host goes: nothing it is sent arrives
+    subprocess.run(["iptables", "-A", "INPUT", "-p", "tcp", "--dport", str(port), "-j", "DROP"], check=True)
+started = time.monotonic()
+# the name keeps the JVM's address, as a dead pod's name does until the pod is gone
+ended = driver_watch.watch(jvm.pid, f"spark://CoarseGrainedScheduler@127.0.0.1:{port}", interval_s=0.2,
+                           stall_s=2.0) if sys.argv[1] == "cut" else None
+if ended is None:  # a live driver: the watch must still be watching after 4 s
+    watcher = subprocess.Popen([sys.executable, "-c", f'''
+from eddy_runtime.executor import driver_watch
+print(driver_watch.watch({jvm.pid}, "spark://CoarseGrainedScheduler@127.0.0.1:{port}", interval_s=0.2, stall_s=2.0))
+'''], stdout=subprocess.PIPE, text=True)
+    time.sleep(4)
+    ended = watcher.poll() is not None
+    watcher.kill()
+print(ended, round(time.monotonic() - started, 1), jvm.wait(10) if ended else "running", flush=True)
+jvm.kill()
+"""
+
+
+def in_own_network_namespace(case: str) -> list[str]:
+    """What STALLED_JVM prints, run in a network namespace of its own (its firewall rule stays there)."""
+    done = subprocess.run(["unshare", "--net", sys.executable, "-c", STALLED_JVM, case],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_a_jvm_whose_driver_acknowledges_nothing_is_ended_although_the_name_keeps_its_address() -> None:
+    ended, after_s, exit_code = in_own_network_namespace("cut")
+    assert ended == "True"
+    assert 2.0 <= float(after_s) < 10.0  # stall_s, and the first retransmission's timeout before it
+    assert exit_code == "-15"  # SIGTERM
+
+
+def test_a_jvm_whose_driver_acknowledges_its_heartbeats_is_left_alone() -> None:
+    ended, _after_s, state = in_own_network_namespace("live")
+    assert (ended, state) == ("False", "running")

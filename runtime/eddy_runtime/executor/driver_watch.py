@@ -5,17 +5,24 @@ An executor JVM learns that its driver is gone from its connection: a driver pro
 entrypoint (docker/entrypoint.sh) starts a new one, which registers with the next driver while
 the task runner goes on. A driver whose node dies closes nothing: its packets are dropped, the
 connection stays established, and the JVM only gives up after `spark.executor.heartbeat.maxFailures`
-heartbeats (60 of 10 s: ten minutes), long after the next driver, on a new pod address, has
-adopted the executor pods and waits for them to register (docs/reliability.md, finding 15).
+heartbeats (60 of 10 s: ten minutes), long after the next driver has adopted the executor pods and
+waits for them to register (docs/reliability.md, finding 15).
 
-So the entrypoint runs this beside each JVM: every `INTERVAL_S` it resolves the driver's name (the
-driver URL's host: the driver pod's stable DNS name, which names the newest driver pod once that
-is ready) and reads which addresses the JVM's own sockets are connected to on the driver's port
-(/proc/<pid>/fd and /proc/<pid>/net/tcp{,6}). When the JVM's driver connection goes to an address
-the name no longer has, `CHECKS` times in a row, the JVM's driver is not the one the name names:
-the JVM is sent SIGTERM, and the next one registers with the new driver. A name that does not
-resolve (no driver ready yet) or a JVM with no driver connection (starting, or reconnecting) is
-left alone: Spark's own handling stands.
+So the entrypoint runs this beside each JVM. Every `INTERVAL_S` it reads the JVM's own established
+connections to the driver's port (/proc/<pid>/fd and /proc/<pid>/net/tcp{,6}) and ends the JVM
+(SIGTERM; the next one registers with whichever driver runs then) on either sign:
+
+- **stale address**: the driver's name (the driver URL's host: the driver pod's stable DNS name,
+  which names the newest driver pod once that is ready) no longer has the address the JVM is
+  connected to, `CHECKS` looks in a row: a new driver runs on a new pod address;
+- **stalled connection**: the kernel has been retransmitting on the driver connection (data sent,
+  none of it acknowledged) for `STALL_S` on every look. The JVM sends a heartbeat every 10 s, and
+  the driver's kernel acknowledges it whatever its JVM does (a garbage collection pauses the JVM,
+  not its TCP stack), so a connection that stays unacknowledged that long goes to a host that is
+  gone or cut off: a driver whose node died, while its name still has the dead pod's address.
+
+A name that does not resolve (no driver ready yet) or a JVM with no driver connection (starting,
+or reconnecting) is left alone: Spark's own handling stands.
 
     python -m eddy_runtime.executor.driver_watch JVM_PID SPARK_DRIVER_URL
 """
@@ -31,6 +38,7 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 log = logging.getLogger("eddy.executor.driver_watch")
@@ -40,8 +48,19 @@ INTERVAL_S = 2.0
 #: looks in a row that must find the JVM on a stale address before it is ended (a name that
 #: changes while the JVM reconnects is not enough)
 CHECKS = 3
+#: seconds a driver connection may go unacknowledged (retransmitting on every look) before the JVM
+#: is ended: two missed heartbeats
+STALL_S = 20.0
 #: /proc/net/tcp's state of an established connection
 ESTABLISHED = "01"
+
+
+class Connection(NamedTuple):
+    """One of the JVM's established connections to the driver's port."""
+
+    remote: str
+    #: the kernel's retransmissions of the oldest unacknowledged segment (0 once it is acknowledged)
+    retransmits: int
 
 
 def driver_endpoint(url: str) -> tuple[str, int]:
@@ -63,10 +82,11 @@ def _address(hex_address: str) -> str:
     return str(v6.ipv4_mapped or v6)
 
 
-def connected_addresses(tables: Iterable[str], inodes: set[str], port: int) -> set[str]:
-    """The remote addresses of the established connections to `port` among the sockets `inodes`,
-    from the text of /proc/<pid>/net/tcp and tcp6 (`tables`)."""
-    found = set()
+def driver_connections(tables: Iterable[str], inodes: set[str], port: int) -> list[Connection]:
+    """The established connections to `port` among the sockets `inodes`, from the text of
+    /proc/<pid>/net/tcp and tcp6 (`tables`: sl, local, remote, state, queues, timer, retrnsmt,
+    uid, probes, inode, ...)."""
+    found = []
     for table in tables:
         for line in table.splitlines()[1:]:
             fields = line.split()
@@ -74,8 +94,13 @@ def connected_addresses(tables: Iterable[str], inodes: set[str], port: int) -> s
                 continue
             remote, _, remote_port = fields[2].rpartition(":")
             if int(remote_port, 16) == port:
-                found.add(_address(remote))
+                found.append(Connection(_address(remote), int(fields[6], 16)))
     return found
+
+
+def stalled(connections: Sequence[Connection]) -> bool:
+    """Whether every driver connection is retransmitting (none if there is no connection)."""
+    return bool(connections) and all(c.retransmits > 0 for c in connections)
 
 
 def stale(connected: set[str], resolved: set[str]) -> bool:
@@ -97,15 +122,15 @@ def socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
-def jvm_connections(pid: int, port: int) -> set[str]:
-    """The addresses the process' established connections to `port` go to."""
+def jvm_connections(pid: int, port: int) -> list[Connection]:
+    """The process' established connections to `port`."""
     tables = []
     for name in ("tcp", "tcp6"):
         try:
             tables.append(Path(f"/proc/{pid}/net/{name}").read_text())
         except FileNotFoundError:  # no IPv6 in its network namespace
             continue
-    return connected_addresses(tables, socket_inodes(pid), port)
+    return driver_connections(tables, socket_inodes(pid), port)
 
 
 def resolve(host: str, port: int) -> set[str]:
@@ -133,24 +158,35 @@ def alive(pid: int) -> bool:
         return False
 
 
-def watch(pid: int, url: str, interval_s: float = INTERVAL_S, checks: int = CHECKS) -> bool:
+def watch(pid: int, url: str, interval_s: float = INTERVAL_S, checks: int = CHECKS, stall_s: float = STALL_S) -> bool:
     """Watch the JVM `pid` until it ends; SIGTERM it once it has been on a stale driver address
-    `checks` looks in a row. Whether it was ended here."""
+    `checks` looks in a row, or on a stalled driver connection for `stall_s`. Whether it was ended
+    here."""
     host, port = driver_endpoint(url)
     behind = 0
+    stalled_since: float | None = None
     while True:
         if not alive(pid):
             return False
         try:
-            connected = jvm_connections(pid, port)
+            connections = jvm_connections(pid, port)
         except (FileNotFoundError, ProcessLookupError):  # the JVM ended meanwhile
             return False
+        connected = {c.remote for c in connections}
         resolved = resolve(host, port) if connected else set()  # no connection: nothing to compare
         behind = behind + 1 if stale(connected, resolved) else 0
+        now = time.monotonic()
+        stalled_since = (now if stalled_since is None else stalled_since) if stalled(connections) else None
+        reason = None
         if behind >= checks:
-            log.warning("executor JVM %d is connected to its driver at %s, but %s is %s now: the driver "
-                        "it registered with is gone; ending the JVM so that a new one registers",
-                        pid, ", ".join(sorted(connected)), host, ", ".join(sorted(resolved)))
+            reason = (f"connected to its driver at {', '.join(sorted(connected))}, but {host} is "
+                      f"{', '.join(sorted(resolved))} now: the driver it registered with is gone")
+        elif stalled_since is not None and now - stalled_since >= stall_s:
+            reason = (f"on a stalled driver connection: {', '.join(sorted(connected))} has acknowledged nothing for "
+                      f"{now - stalled_since:.0f} s (the kernel retransmits, "
+                      f"{max(c.retransmits for c in connections)} times so far): that host is gone or cut off")
+        if reason is not None:
+            log.warning("executor JVM %d is %s; ending the JVM so that a new one registers", pid, reason)
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
