@@ -14,7 +14,7 @@ import logging
 import os
 import secrets
 import threading
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 
 from eddy_contract.assignor import Assignment
 from eddy_contract.tasks import Role
@@ -26,7 +26,7 @@ from eddy_runtime.protocol.placement import ExecutorRef
 from eddy_runtime.protocol.work import ContinuousWork, StateReset
 from eddy_runtime.protocol.work_push import push_work, release_tasks
 
-__all__ = ["PUSH_TOKEN_ENV", "RELEASE_TIMEOUT_S", "GenerationHandoff"]
+__all__ = ["PUSH_TOKEN_ENV", "RELEASE_TIMEOUT_S", "GenerationHandoff", "lost_runners"]
 
 log = logging.getLogger("eddy.driver")
 
@@ -38,19 +38,28 @@ RELEASE_TIMEOUT_S = 3.0
 PUSH_TOKEN_ENV = "EDDY_PUSH_TOKEN"
 
 
+def lost_runners(runner_key: Callable[[str], str], gone: Set[str], named: Iterable[str]) -> set[str]:
+    """The runner keys of the executors in `gone` (died, or dropped by the operator: the operator
+    names every live executor, a leaving one too, so one it no longer names is dead or taken for
+    dead) that no live executor the generation `named` shares: a runner outlives its executor's
+    JVM, and the pod's next JVM, under a new executor id, is served by the same runner."""
+    return {runner_key(e) for e in gone} - {runner_key(e) for e in named if e not in gone}
+
+
 class GenerationHandoff:
     """Pushes each new generation's continuous work to the runners, once, after fencing for it."""
 
-    def __init__(self, app: str, kafka: KafkaClientConfig, commit_interval_s: float, lost: Set[str],
+    def __init__(self, app: str, kafka: KafkaClientConfig, commit_interval_s: float, gone: Callable[[], Set[str]],
                  per_executor_state_dirs: bool = True, runner_port: int | None = None) -> None:
-        """`per_executor_state_dirs`: executors share a host (local mode), and runners are known by
+        """`gone`: the executors the driver saw die or the operator dropped from its assignment
+        (the assignment source's word, read at each generation): never asked to let go.
+        `per_executor_state_dirs`: executors share a host (local mode), and runners are known by
         executor id; otherwise by host (protocol/fences.py's `runner_key`), and a runner no executor
         has answered from yet is reached on its host at `runner_port` (its pod's metrics port)."""
         self.app = app
         self.kafka = kafka
         self.commit_interval_s = commit_interval_s
-        #: the executors the driver saw die (kept up to date by the assignment source): never asked to let go
-        self._lost = lost
+        self._gone = gone
         #: executor -> where its runner serves pushes, syncs and interactive queries
         self.runner_addresses: dict[str, str] = {}
         #: what the runners require of a request over HTTP (sent to them in the batch settings)
@@ -135,7 +144,8 @@ class GenerationHandoff:
     def fence(self, assignment: Assignment) -> None:
         """Exactly-once continuous: before any runner hears of `assignment`, the executors that
         lose a continuous active in it let it go, or have their runner transactions fenced
-        (protocol/fences.py); only an executor that `assignment` still names is asked to let go."""
+        (protocol/fences.py). A runner of an executor that died or that the operator dropped is
+        fenced at once (`lost_runners`): asking a dead one would only wait out the release timeout."""
         if self._fences is None or self._compiled is None:
             return
         if unknown := self.unknown_hosts(assignment):
@@ -146,8 +156,7 @@ class GenerationHandoff:
         actives = {task: self.runner_key(placement.active) for sub in self._compiled.subtopologies
                    if sub.id in self._continuous
                    for task in sub.task_ids if (placement := assignment.tasks.get(task)) is not None}
-        lost = {self.runner_key(e) for e in self._lost} - {self.runner_key(e) for e in assignment.executors()
-                                                           if e not in self._lost}
+        lost = lost_runners(self.runner_key, self._gone(), assignment.executors())
 
         addresses = self._runner_addresses_by_key()  # not under the fences' lock, which `release` runs under
 

@@ -107,7 +107,8 @@ class Driver:
         #: where the queryable stores' keys live now (what the driver's query endpoint routes by)
         self.routing: QueryRouting | None = None
         self._source = AssignmentSource(self.sc, spec, options.assignment_source, self.metrics)
-        self._handoff = GenerationHandoff(self.app, self.kafka, spec.trigger_interval_s, self._source.lost,
+        self._handoff = GenerationHandoff(self.app, self.kafka, spec.trigger_interval_s,
+                                          lambda: self._source.lost | self._source.dropped,
                                           options.per_executor_state_dirs,
                                           spec.metrics_port if options.assignment_source is not None else None)
         self._prepared: PreparedApp | None = None
