@@ -95,6 +95,8 @@ class Settings:
     kstreams_caught_up_lag: int
     sss_restart: str
     work_dir: Path
+    #: keys of Eddy's counts store written to its changelog before the app starts (upgrade_eddy.fill_store)
+    state_keys: int = 0
 
 
 @dataclass
@@ -561,6 +563,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "process starts after the old one exited")
     ap.add_argument("--nodes", type=int, default=1,
                     help="Eddy's cluster: real nodes (3: zones a, a, b); the drain cases need 2 or more")
+    ap.add_argument("--state-keys", type=int, default=0,
+                    help="Eddy: keys of the counts store written to its changelog before the app starts (it starts "
+                    "by restoring them; a copy made from scratch restores them again)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of every case, interleaved; the middle one is quoted")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", help="also write every run's figures to this file")
@@ -585,7 +590,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with brokers(args, work_dir) as (bootstrap, node):
         settings = Settings(bootstrap, args.partitions, args.rate, args.settle, args.steady, args.tail, args.late_ms,
                             args.warmup_max, args.change_timeout, args.commit_interval_ms,
-                            args.kstreams_session_timeout_ms, args.kstreams_caught_up_lag, args.sss_restart, work_dir)
+                            args.kstreams_session_timeout_ms, args.kstreams_caught_up_lag, args.sss_restart, work_dir,
+                            args.state_keys)
         chosen = [x.strip() for x in args.cases.split(",") if x.strip()]
         plan = [(system, case, factory) for system in args.systems for case, factory in factories(system, node)
                 if system != "eddy" or not chosen or case in chosen]

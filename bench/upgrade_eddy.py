@@ -32,6 +32,22 @@ and changes it while upgrade.py's producer runs:
   later the node restarts as a machine that rebooted (``node.sh restart-node``), and its pod
   comes back to its volume (within ``spec.state.nodeLossTimeout``). Phases "the loss" (kill to
   restart) and "the return". Done when the executor runs again and the app holds every task.
+- ``node lost for good`` (``--nodes 3``): the same kill, and the node stays down (a machine that
+  is gone): after ``spec.state.nodeLossTimeout`` (`NODE_LOSS_TIMEOUT_S` here) the operator
+  releases the executor's claim, its pod is made again on a live node with a fresh volume, which
+  restores its copies from the changelogs as warmups and takes its actives back once caught up.
+  Phases "the failover" (kill to the driver running the generation without the executor) and "the
+  re-creation" (to every copy caught up). Done when the new executor holds every copy caught up;
+  the node is restarted after that, for the next run.
+
+Both node cases kill an executor's node that has neither the driver nor the operator's leader on
+it (a leader lost with the node costs a Lease duration first, 15 s by the chart's default: the
+fault campaign's story), and say so in the notes.
+
+``--state-keys N`` gives the counts store N keys before the app starts: their records are written
+to its changelog topic (created for it, compacted, one record per key, on the partition Kafka's
+partitioner gives the key), so the app starts by restoring them, and a copy made from scratch
+(``node lost for good``) restores them again; the input never names those keys.
 
 The four upgrade cases check the installed CRD for ``spec.upgrade`` first (an older operator
 reports "not run: <reason>" through `upgrade.NotRun` instead of failing obscurely), as they do
@@ -56,10 +72,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import throughput as tp  # noqa: E402
 from upgrade import Marks, NotRun, Settings, SubjectFactory  # noqa: E402
 
 from e2e.wordcount import APP, RECOVERY_LAG, RESTORE_LINE, Channel, WordCount, caught_up  # noqa: E402
 from eddy_operator import builders  # noqa: E402
+from eddy_runtime.state.serde import INT64  # noqa: E402
 from tests.operator.cluster import apply, condition, example, get  # noqa: E402
 from tests.servers import (  # noqa: E402
     OPERATOR_NAMESPACE,
@@ -71,11 +89,43 @@ from tests.servers import (  # noqa: E402
     node_cluster,
 )
 
+#: the word count's store (examples/wordcount/app.py's default `store`)
+STORE = "counts"
+#: spec.state.nodeLossTimeout of the app in ``node lost for good``: well after the node is NotReady
+#: (20 s in these clusters), as in e2e/test_node_loss.py
+NODE_LOSS_TIMEOUT_S = 30
+#: the operator's leader election Lease (the chart's release ``eddy``)
+OPERATOR_LEASE = "eddy-eddy-operator"
 #: how long a refused change or a rollback may take to show its condition before the case says "not run"
 CONDITION_TIMEOUT_S = 300
 #: spec.upgrade of the app in every case
 UPGRADE_SPEC = {"mode": "keepState", "rollback": True, "healthTimeout": "120s"}
 NEW_IMAGE_SUFFIX = "-bench-upgrade"
+
+
+def fill_store(bootstrap: str, changelog: str, partitions: int, keys: int) -> None:
+    """`keys` records ``state-<n>`` -> 1 (Kafka's LongSerializer, as the count store writes its
+    values) on the compacted changelog topic `changelog`, created here with the app's partition
+    count, each on the partition Kafka's partitioner gives its key (the task that would count it)."""
+    from confluent_kafka import Producer
+
+    tp.create_topics(bootstrap, [changelog], partitions, {"cleanup.policy": "compact"})
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20, "compression.type": "lz4",
+                  "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2 << 20,
+                  "partitioner": "murmur2_random"})  # the Java client's partitioner, as the app's producers
+    one = INT64.pack(1)
+    started = time.monotonic()
+    for n in range(keys):
+        key = b"state-%09d" % n
+        while True:
+            try:
+                p.produce(changelog, one, key)
+                break
+            except BufferError:
+                p.poll(0.1)
+    if p.flush(300):
+        raise RuntimeError(f"{changelog}: the store's records were not all written within 300 s")
+    tp.say(f"  {keys:,} records of the store written to {changelog} in {time.monotonic() - started:.1f} s")
 
 
 class EddyCluster:
@@ -165,6 +215,9 @@ class EddyChange:
 
     def start(self) -> None:
         self.require_upgrade_feature()  # before anything is deployed
+        if self.s.state_keys:
+            fill_store(self.s.bootstrap, f"{self.body['spec']['applicationId']}-{STORE}-changelog", self.s.partitions,
+                       self.s.state_keys)
         self.c.node.kubectl("create", "namespace", self.namespace)
         apply(self.c.node, self.body)
         self.app = WordCount(self.c.node, self.c.kafka, self.namespace, self.body["spec"]["applicationId"],
@@ -532,12 +585,17 @@ class NodeLost(NodeDrained):
         if len(self.c.node.nodes) < 2:
             raise NotRun("needs two nodes or more (--nodes 3)")
 
-    def make_change(self, marks: Marks) -> None:
+    def victim(self, marks: Marks) -> tuple[Any, Any, str]:
+        """(executor pod, its node, its executor id) to lose: on a node with neither the driver nor
+        the operator's leader, and with as few operator replicas as there are (with every replica on
+        the node that dies, nothing acts until Kubernetes evicts them, 5 min: another fault)."""
         assert self.app is not None
-        pods = self.off_driver_node()
-        # The executor's node, not the operator's: with every operator replica on the node that
-        # dies, nothing acts until Kubernetes evicts them (5 min); that is another fault.
-        operator_nodes = [p.spec.node_name for p in self.app.core.list_namespaced_pod(OPERATOR_NAMESPACE).items]
+        operator_pods = self.app.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
+        operator_nodes = [p.spec.node_name for p in operator_pods]
+        leader = self.leader_node(operator_pods)
+        pods = [p for p in self.off_driver_node() if p.spec.node_name != leader]
+        if not pods:
+            raise NotRun(f"every executor off the driver's node is on the operator leader's node {leader}")
         pod = min(pods, key=lambda p: operator_nodes.count(p.spec.node_name))
         node = self.c.node.node(pod.spec.node_name)
         if set(operator_nodes) <= {node.name}:
@@ -545,20 +603,39 @@ class NodeLost(NodeDrained):
         before = self.app.channel.assignment()
         assert before is not None
         (lost,) = [e.id for e in before.executors if e.pod == pod.metadata.name]
-        # what else dies with it (an operator replica, perhaps the leader, changes the story)
+        # what else dies with it (an operator replica changes the story)
         others = [name for name, _ in self._pods_on(node.name) if name != pod.metadata.name]
-        marks.notes.append(f"pods on {node.name} besides the executor: {', '.join(others) or 'none'}")
+        marks.notes.append(f"pods on {node.name} besides the executor: {', '.join(others) or 'none'} "
+                           f"(the operator's leader is on {leader})")
+        return pod, node, lost
+
+    def leader_node(self, operator_pods: list[Any]) -> str | None:
+        """The node of the operator replica that holds the leader election Lease."""
+        lease = json.loads(self.c.node.kubectl("-n", OPERATOR_NAMESPACE, "get", "lease", OPERATOR_LEASE, "-o", "json",
+                                               check=False).stdout or "{}")
+        holder = (lease.get("spec") or {}).get("holderIdentity") or ""
+        return next((p.spec.node_name for p in operator_pods if holder.startswith(p.metadata.name + "-")), None)
+
+    def kill(self, marks: Marks) -> tuple[Any, Any, float]:
+        """Kill the victim's node; (pod, node, epoch ms of the kill) once the driver runs a generation
+        without its executor."""
+        pod, node, lost = self.victim(marks)
         t0_ms = time.time() * 1000
         killed = self.c.node.kill_node(node)
         marks.step(f"{node.name} killed ({killed})")
+        self.wait(lambda: self._failed_over(lost), self.s.change_timeout_s,
+                  f"an assignment without executor {lost}, run by the driver")
+        failover_s = (time.time() * 1000 - t0_ms) / 1000
+        marks.step(f"executor {lost} ({pod.metadata.name}) failed over: the driver runs a generation without it")
+        said = [m for m in self.app.events("ExecutorLost") if f"({pod.metadata.name})" in m] if self.app else []
+        marks.notes.append(f"killed {node.name} (executor {lost}, {pod.metadata.name}); its actives' new owners "
+                           f"ran {failover_s:.1f} s after the kill; ExecutorLost: {said[-1] if said else '(none)'}")
+        return pod, node, t0_ms
+
+    def make_change(self, marks: Marks) -> None:
+        assert self.app is not None
+        pod, node, t0_ms = self.kill(marks)
         try:
-            self.wait(lambda: self._failed_over(lost), self.s.change_timeout_s,
-                      f"an assignment without executor {lost}, run by the driver")
-            failover_s = (time.time() * 1000 - t0_ms) / 1000
-            marks.step(f"executor {lost} ({pod.metadata.name}) failed over: the driver runs a generation without it")
-            said = [m for m in self.app.events("ExecutorLost") if f"({pod.metadata.name})" in m]
-            marks.notes.append(f"killed {node.name} (executor {lost}, {pod.metadata.name}); its actives' new owners "
-                               f"ran {failover_s:.1f} s after the kill; ExecutorLost: {said[-1] if said else '(none)'}")
             time.sleep(self.HOLD_S)
         finally:
             since = time.time() * 1000
@@ -578,8 +655,51 @@ class NodeLost(NodeDrained):
                     and st.assignment_generation == m.assignment.generation)
 
 
+class NodeLostForGood(NodeLost):
+    """The same kill, and the node stays down until the app is whole again without it: its
+    executor's claim released after ``spec.state.nodeLossTimeout``, the pod made again on a live
+    node with a fresh volume, every copy restored from the changelogs."""
+
+    case = "node lost for good"
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.body["spec"].setdefault("state", {})["nodeLossTimeout"] = f"{NODE_LOSS_TIMEOUT_S}s"
+
+    def make_change(self, marks: Marks) -> None:
+        assert self.app is not None
+        pod, node, t0_ms = self.kill(marks)
+        failed_over_ms = time.time() * 1000
+        marks.phases.append(("the failover", t0_ms, failed_over_ms))
+        try:
+            self.wait(lambda: any(pod.metadata.name in m for m in self.app.events("NodeLost")) if self.app else False,
+                      self.s.change_timeout_s, f"the NodeLost Event of {pod.metadata.name}")
+            marks.step(f"NodeLost: {pod.metadata.name}'s claim released")
+            self.wait(lambda: self._remade(pod, node.name) is not None, self.s.change_timeout_s,
+                      f"{pod.metadata.name} made again and ready on a live node")
+            new = self._remade(pod, node.name)
+            assert new is not None
+            marks.step(f"{pod.metadata.name} made again on {new.spec.node_name}")
+            path = self.app.volume_dir(new) / "eddy-runner.log"
+            self.volumes[f"{pod.metadata.name} again"] = (path, 0)  # its fresh volume's restores count too
+            self.wait(self.ready, self.s.change_timeout_s, "every copy caught up, the new executor's included")
+            marks.done()
+            marks.step("holds every task, every copy caught up")
+            marks.phases.append(("the re-creation", failed_over_ms, marks.done_ms))
+        finally:  # the next run has its three nodes again
+            marks.step(f"{node.name} restarted ({self.c.node.restart_node(node)})")
+
+    def _remade(self, lost: Any, dead_node: str) -> Any | None:
+        """The pod made again under `lost`'s name, once it runs ready on a live node."""
+        assert self.app is not None
+        pod = self.app.pod(lost.metadata.name)
+        if pod is None or pod.metadata.uid == lost.metadata.uid or pod.spec.node_name in (None, dead_node):
+            return None
+        return pod if any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []) else None
+
+
 CASES: tuple[type[EddyChange], ...] = (DriverPodDeleted, CompatibleImageUpgrade, ConfigChange, RefusedChange,
-                                       Rollback, NodeDrained, NodeDrainedPlainly, NodeLost)
+                                       Rollback, NodeDrained, NodeDrainedPlainly, NodeLost, NodeLostForGood)
 
 
 def cases(c: EddyCluster) -> list[tuple[str, SubjectFactory]]:
