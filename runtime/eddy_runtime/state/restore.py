@@ -66,11 +66,17 @@ def restore_consumer_settings(app: str, task_id: str) -> dict[str, object]:
         # An offset out of range is reported, never silently reset: a restore from the wrong
         # place corrupts the store, so the reader decides (wipe and restore from scratch).
         "auto.offset.reset": "error",
-        # Restore throughput comes from large fetches queued ahead of the Python loop.
-        "fetch.max.bytes": 64 << 20,
-        "max.partition.fetch.bytes": 16 << 20,
-        "queued.min.messages": 500_000,
-        "queued.max.messages.kbytes": 256 << 10,
+        # Restore throughput comes from large fetches queued ahead of the Python loop; but a task
+        # runner restores several tasks at once, a chunk of each in turn, each reader with a
+        # consumer of its own that fetches ahead while the others read. librdkafka's queue limits
+        # count payload, not its per-message overhead, which small compressed changelog records
+        # multiply: with 16 MB fetches, four 2.5M-key restores held 2.7 GB and the runner was
+        # killed by its pod's memory limit in a loop. 4 MB: four such restores +0.5 GB, one
+        # restore 0.5M records/s (docs/DESIGN.md, "Figures behind settings in the code").
+        "fetch.max.bytes": 16 << 20,
+        "max.partition.fetch.bytes": 4 << 20,
+        "queued.min.messages": 20_000,
+        "queued.max.messages.kbytes": 16 << 10,
         "fetch.wait.max.ms": 100,
     }
     return conf

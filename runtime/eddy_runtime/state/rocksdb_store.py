@@ -41,6 +41,23 @@ _K_CHANGELOG = b"changelog_offset"
 _K_INPUTS = b"input_offsets"
 _K_STREAM_TIME = b"stream_time"
 _BULK_LOAD_MAX_L0_FILES = 8
+#: the memtables of every store a process opens, together (one `rocksdict.WriteBufferManager`
+#: shared by all): past it RocksDB flushes, and past it with the flushes behind it stalls the
+#: writers. A task runner holds many stores and restores several at once (a bulk load may keep 16
+#: memtables of 16 MB, a store 2 of 64 MB), and its pod's memory limit is Spark's executor memory
+#: and overhead, the JVM's included (docs/DESIGN.md, "Figures behind settings in the code").
+#: Kafka Streams' users bound it the same way (a `RocksDBConfigSetter` with one
+#: WriteBufferManager for all stores).
+MEMTABLE_BUDGET_BYTES = 192 << 20
+_memtables: rocksdict.WriteBufferManager | None = None
+
+
+def _memtable_budget() -> rocksdict.WriteBufferManager:
+    """The process' WriteBufferManager, made on first use (not at import: it is not picklable)."""
+    global _memtables
+    if _memtables is None:
+        _memtables = rocksdict.WriteBufferManager(MEMTABLE_BUDGET_BYTES, True)
+    return _memtables
 
 
 def _encode_inputs(offsets: InputOffsets) -> bytes:
@@ -99,6 +116,7 @@ class RocksDBStore:
         opts.set_keep_log_file_num(2)
         opts.set_max_background_jobs(2)
         opts.set_write_buffer_size(64 << 20)
+        opts.set_write_buffer_manager(_memtable_budget())
         if bulk_load:
             # Loading a cold store from its changelog (restore.py): inserts append to a vector
             # memtable instead of a random skiplist insert each, and flushes sort each memtable
