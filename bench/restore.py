@@ -15,6 +15,11 @@ the store being restored, excluding client start-up), and includes the final flu
 are printed too (Eddy: this process; Kafka Streams: its JVM, start-up included), since on a
 shared machine the wall clock also measures the neighbours.
 
+``--tasks N`` spreads the changelog over N partitions and restores N tasks at once, a chunk of
+each in turn, as a task runner does after a node loss or a scale-out (Kafka Streams restores the
+N partitions in one instance); Eddy's line then also gives how much this process grew while it
+restored (its peak resident memory over the start's), the figure a pod's memory limit is about.
+
     .venv/bin/python bench/restore.py                       # starts its own broker
     .venv/bin/python bench/restore.py --bootstrap 127.0.0.1:9092 --sizes 1000000
     .venv/bin/python bench/restore.py --skip-kstreams --repeat 3
@@ -34,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -76,9 +82,10 @@ def broker(bootstrap: str | None) -> Iterator[str]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def fill_changelog(bootstrap: str, topic: str, records: int, keys: int, value_bytes: int, seed: int) -> float:
+def fill_changelog(bootstrap: str, topic: str, records: int, keys: int, value_bytes: int, seed: int,
+                   partitions: int = 1) -> float:
     """Write `records` records over `keys` keys: every key once (in random order), then random
-    repeats, as a store's updates arrive in a changelog."""
+    repeats, as a store's updates arrive in a changelog; key k on partition k % `partitions`."""
     p = Producer({
         "bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20, "compression.type": "lz4",
         "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2 << 20, "acks": "all",
@@ -93,7 +100,7 @@ def fill_changelog(bootstrap: str, topic: str, records: int, keys: int, value_by
         k = first[i] if i < keys else rnd.randrange(keys)
         while True:
             try:
-                produce(topic, value, b"key-%09d" % k, partition=0)
+                produce(topic, value, b"key-%09d" % k, partition=k % partitions)
                 break
             except BufferError:
                 p.poll(0.1)
@@ -102,27 +109,51 @@ def fill_changelog(bootstrap: str, topic: str, records: int, keys: int, value_by
     return time.monotonic() - started
 
 
-def eddy_restore(bootstrap: str, app: str, state_root: Path, chunk: int, chunk_s: float) -> dict[str, float]:
+def resident_mb() -> float:
+    """This process' resident memory now, in MB."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def eddy_restore(bootstrap: str, app: str, state_root: Path, chunk: int, chunk_s: float,
+                 tasks: int = 1) -> dict[str, float]:
+    """Restore tasks 0_0..0_<tasks-1> at once, a chunk of each in turn (a task runner's way)."""
     state_dir = state_root / "eddy"
     shutil.rmtree(state_dir, ignore_errors=True)
-    mgr = ProcessorStateManager.open(app, "0_0", [STORE], state_dir, bootstrap)
+    before = peak = resident_mb()
+    sampling = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not sampling.is_set():
+            peak = max(peak, resident_mb())
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    mgrs = [ProcessorStateManager.open(app, f"0_{p}", [STORE], state_dir, bootstrap) for p in range(tasks)]
     try:
         started = time.monotonic()
         cpu = time.process_time()
         chunks = 0
-        while not mgr.restored:
-            mgr.restore_chunk(max_records=chunk, max_seconds=chunk_s)
-            chunks += 1
+        while not all(m.restored for m in mgrs):
+            for m in mgrs:
+                if not m.restored:
+                    m.restore_chunk(max_records=chunk, max_seconds=chunk_s)
+                    chunks += 1
         seconds = time.monotonic() - started
         cpu_s = time.process_time() - cpu
-        progress = mgr.progress
-        keys = mgr.store("store").size().keys
+        restored = sum(m.progress.restored for m in mgrs)
+        keys = sum(m.store("store").size().keys for m in mgrs)
     finally:
-        mgr.close()
+        for m in mgrs:
+            m.close()
+        sampling.set()
+        sampler.join()
         shutil.rmtree(state_dir, ignore_errors=True)
-    return {"records": progress.restored, "seconds": seconds, "records_per_s": progress.restored / seconds,
-            "cpu_s": cpu_s, "records_per_cpu_s": progress.restored / cpu_s, "chunks": chunks,
-            "keys_estimate": keys}
+    return {"records": restored, "seconds": seconds, "records_per_s": restored / seconds,
+            "cpu_s": cpu_s, "records_per_cpu_s": restored / cpu_s, "chunks": chunks,
+            "keys_estimate": keys, "grew_mb": peak - before}
 
 
 def kstreams_restore(bootstrap: str, app: str, topic: str, state_root: Path) -> dict[str, float] | str:
@@ -157,7 +188,10 @@ def report(system: str, runs: list[dict[str, float]], note: str) -> dict[str, ob
     def cpu_per_m(r: dict[str, float]) -> float:
         return r["cpu_s"] / r["records"] * 1e6
 
-    every = "; ".join(f"{r['records_per_s']:,.0f}/s in {r['seconds']:.2f}s, {cpu_per_m(r):.2f} CPU-s/M"
+    def grew(r: dict[str, float]) -> str:
+        return f", grew {r['grew_mb']:,.0f} MB" if "grew_mb" in r else ""
+
+    every = "; ".join(f"{r['records_per_s']:,.0f}/s in {r['seconds']:.2f}s, {cpu_per_m(r):.2f} CPU-s/M{grew(r)}"
                       for r in runs)
     print(f"  {system:<11} {mid['records_per_s']:>12,.0f} records/s  (middle of {len(runs)}: {mid['records']:,.0f} "
           f"records in {mid['seconds']:.2f}s, {mid['cpu_s']:.1f} CPU-s = {cpu_per_m(mid):.2f} CPU-s per M records; "
@@ -177,6 +211,8 @@ def main() -> int:
                     help="seconds per restore_chunk call at most (default: the continuous path's)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs of each system, interleaved; the middle one is reported")
+    ap.add_argument("--tasks", type=int, default=1,
+                    help="changelog partitions, restored at once as that many tasks (a chunk of each in turn)")
     ap.add_argument("--skip-kstreams", action="store_true")
     ap.add_argument("--state-dir", help="where stores are restored (default: a temporary folder)")
     args = ap.parse_args()
@@ -194,18 +230,18 @@ def main() -> int:
             topic = f"{app}-store-changelog"
             # Compacted as the store needs, but never compacted during the benchmark, so both
             # systems restore the same records.
-            ensure_changelog_topics(admin, [ChangelogTopicSpec(topic, 1, extra_config=(
+            ensure_changelog_topics(admin, [ChangelogTopicSpec(topic, args.tasks, extra_config=(
                 ("min.compaction.lag.ms", str(7 * 24 * 3600 * 1000)),))])
-            fill_s = fill_changelog(bootstrap, topic, size, keys, args.value_bytes, seed=size)
-            print(f"\nchangelog {topic}: {size:,} records over {keys:,} keys, {args.value_bytes}-byte values "
-                  f"(filled in {fill_s:.1f}s)", flush=True)
+            fill_s = fill_changelog(bootstrap, topic, size, keys, args.value_bytes, seed=size, partitions=args.tasks)
+            print(f"\nchangelog {topic}: {size:,} records over {keys:,} keys, {args.value_bytes}-byte values, "
+                  f"{args.tasks} partition(s) (filled in {fill_s:.1f}s)", flush=True)
             row: dict[str, object] = {"records": size, "keys": keys}
             # interleaved (Eddy, Kafka Streams, Eddy, ...), so that a busy spell of the machine
             # does not fall on one system's runs only
             runs: list[dict[str, float]] = []
             ks_runs: list[dict[str, float] | str] = []
             for _ in range(args.repeat):
-                runs.append(eddy_restore(bootstrap, app, state_root, args.chunk, args.chunk_seconds))
+                runs.append(eddy_restore(bootstrap, app, state_root, args.chunk, args.chunk_seconds, args.tasks))
                 if not args.skip_kstreams:
                     ks_runs.append(kstreams_restore(bootstrap, app, topic, state_root))
             row["eddy"] = report("eddy", runs, f"{args.chunk:,} records / {args.chunk_seconds:g} s chunks")
