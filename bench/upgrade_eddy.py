@@ -591,8 +591,20 @@ class NodeLost(NodeDrained):
         the node that dies, nothing acts until Kubernetes evicts them, 5 min: another fault)."""
         assert self.app is not None
         operator_pods = self.app.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
-        operator_nodes = [p.spec.node_name for p in operator_pods]
         leader = self.leader_node(operator_pods)
+        if not [p for p in self.off_driver_node() if p.spec.node_name != leader]:
+            # the leader's pod deleted: a standby takes the Lease over (the leader lets it go as it
+            # stops), and the Deployment makes a new standby
+            old = next(p.metadata.name for p in operator_pods if p.spec.node_name == leader)
+            self.c.node.kubectl("-n", OPERATOR_NAMESPACE, "delete", "pod", old, "--wait=true", "--timeout=120s")
+            self.wait(lambda: (n := self.leader_node(self.app.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
+                                                     if self.app else [])) is not None and n != leader,
+                      120, "the operator's Lease taken over by a replica on another node")
+            marks.notes.append(f"the operator's leader was on {leader}, the only executor node off the driver's: "
+                               f"its pod {old} was deleted first")
+            operator_pods = self.app.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
+            leader = self.leader_node(operator_pods)
+        operator_nodes = [p.spec.node_name for p in operator_pods]
         pods = [p for p in self.off_driver_node() if p.spec.node_name != leader]
         if not pods:
             raise NotRun(f"every executor off the driver's node is on the operator leader's node {leader}")
@@ -682,12 +694,22 @@ class NodeLostForGood(NodeLost):
             marks.step(f"{pod.metadata.name} made again on {new.spec.node_name}")
             path = self.app.volume_dir(new) / "eddy-runner.log"
             self.volumes[f"{pod.metadata.name} again"] = (path, 0)  # its fresh volume's restores count too
-            self.wait(self.ready, self.s.change_timeout_s, "every copy caught up, the new executor's included")
+            self.wait(self.caught_up_while_fed, self.s.change_timeout_s,
+                      "every copy caught up, the new executor's included")
             marks.done()
             marks.step("holds every task, every copy caught up")
             marks.phases.append(("the re-creation", failed_over_ms, marks.done_ms))
         finally:  # the next run has its three nodes again
             marks.step(f"{node.name} restarted ({self.c.node.restart_node(node)})")
+
+    def caught_up_while_fed(self) -> bool:
+        """The driver runs the operator's newest generation, nothing restores, both executors run,
+        and every copy is within the app's acceptable recovery lag of its changelog (input flows:
+        a standby is always a little behind)."""
+        assert self.app is not None
+        m, st = self.app.channel.assignment(), self.app.channel.runtime_state()
+        return bool(m and st and st.assignment_generation == m.assignment.generation and not st.restores
+                    and caught_up(st, m, slack=RECOVERY_LAG) and self.app.running_executors() is not None)
 
     def _remade(self, lost: Any, dead_node: str) -> Any | None:
         """The pod made again under `lost`'s name, once it runs ready on a live node."""
