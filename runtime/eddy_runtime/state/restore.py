@@ -71,8 +71,9 @@ def restore_consumer_settings(app: str, task_id: str) -> dict[str, object]:
         # consumer of its own that fetches ahead while the others read. librdkafka's queue limits
         # count payload, not its per-message overhead, which small compressed changelog records
         # multiply: with 16 MB fetches, four 2.5M-key restores held 2.7 GB and the runner was
-        # killed by its pod's memory limit in a loop. 4 MB: four such restores +0.5 GB, one
-        # restore 0.5M records/s (docs/DESIGN.md, "Figures behind settings in the code").
+        # killed by its pod's memory limit in a loop. 4 MB: four such restores +0.5 GB, but one
+        # restore alone 0.32-0.52M records/s against 0.83-0.96M (docs/DESIGN.md, "Figures behind
+        # settings in the code"; bench/restore.py --tasks 1 and 4).
         "fetch.max.bytes": 16 << 20,
         "max.partition.fetch.bytes": 4 << 20,
         "queued.min.messages": 20_000,
