@@ -687,9 +687,9 @@ class NodeLostForGood(NodeLost):
             self.wait(lambda: any(pod.metadata.name in m for m in self.app.events("NodeLost")) if self.app else False,
                       self.s.change_timeout_s, f"the NodeLost Event of {pod.metadata.name}")
             marks.step(f"NodeLost: {pod.metadata.name}'s claim released")
-            self.wait(lambda: self._remade(pod, node.name) is not None, self.s.change_timeout_s,
-                      f"{pod.metadata.name} made again and ready on a live node")
-            new = self._remade(pod, node.name)
+            self.wait(lambda: self.app is not None and self.app.remade(pod, node.name) is not None,
+                      self.s.change_timeout_s, f"{pod.metadata.name} made again and ready on a live node")
+            new = self.app.remade(pod, node.name)
             assert new is not None
             marks.step(f"{pod.metadata.name} made again on {new.spec.node_name}")
             path = self.app.volume_dir(new) / "eddy-runner.log"
@@ -710,14 +710,6 @@ class NodeLostForGood(NodeLost):
         m, st = self.app.channel.assignment(), self.app.channel.runtime_state()
         return bool(m and st and st.assignment_generation == m.assignment.generation and not st.restores
                     and caught_up(st, m, slack=RECOVERY_LAG) and self.app.running_executors() is not None)
-
-    def _remade(self, lost: Any, dead_node: str) -> Any | None:
-        """The pod made again under `lost`'s name, once it runs ready on a live node."""
-        assert self.app is not None
-        pod = self.app.pod(lost.metadata.name)
-        if pod is None or pod.metadata.uid == lost.metadata.uid or pod.spec.node_name in (None, dead_node):
-            return None
-        return pod if any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []) else None
 
 
 CASES: tuple[type[EddyChange], ...] = (DriverPodDeleted, CompatibleImageUpgrade, ConfigChange, RefusedChange,

@@ -144,15 +144,6 @@ def _ready_again(app: WordCount, name: str, node: str) -> Any | None:
     return pod if any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []) else None
 
 
-def _remade(app: WordCount, lost: Any, dead_node: str) -> Any | None:
-    """The pod made again under `lost`'s name, once it runs ready on a live node."""
-    pod = app.pod(lost.metadata.name)
-    if pod is None or pod.metadata.uid == lost.metadata.uid or pod.spec.node_name in (None, dead_node):
-        return None
-    ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-    return pod if ready else None
-
-
 @pytest.mark.timeout(1200)
 def test_a_lost_zones_executor_fails_over_to_the_other_zone_and_is_made_again_there_with_a_fresh_volume(
         three_nodes: NodeCluster, app: WordCount) -> None:
@@ -190,7 +181,7 @@ def test_a_lost_zones_executor_fails_over_to_the_other_zone_and_is_made_again_th
     said = until(lambda: [m for m in app.events("NodeLost") if lost.metadata.name in m], 180,
                  f"the NodeLost Event of {lost.metadata.name}", alive=app.check_driver)
     released_after = time.monotonic() - t0
-    pod = until(lambda: _remade(app, lost, dead.name), REMADE_WITHIN_S,
+    pod = until(lambda: app.remade(lost, dead.name), REMADE_WITHIN_S,
                 f"{lost.metadata.name} made again and ready on a live node", alive=app.check_driver)
     remade_after = time.monotonic() - t0
     claim = app.claim_of(pod)

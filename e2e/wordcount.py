@@ -231,6 +231,14 @@ class WordCount:
             out[exec_id] = p
         return out
 
+    def remade(self, lost: Any, dead_node: str) -> Any | None:
+        """The pod made again under `lost`'s name, once it runs ready on a live node (not `dead_node`)."""
+        pod = self.pod(lost.metadata.name)
+        if pod is None or pod.metadata.uid == lost.metadata.uid or pod.spec.node_name in (None, dead_node):
+            return None
+        ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+        return pod if ready else None
+
     def claim_of(self, pod: Any) -> Any:
         """The bound state claim mounted by an executor pod."""
         claim = next(v.persistent_volume_claim.claim_name for v in pod.spec.volumes

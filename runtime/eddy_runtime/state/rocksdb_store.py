@@ -19,6 +19,7 @@ Restores and standbys (restore.py) write changelog records with the WAL off, the
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -49,15 +50,13 @@ _BULK_LOAD_MAX_L0_FILES = 8
 #: Kafka Streams' users bound it the same way (a `RocksDBConfigSetter` with one
 #: WriteBufferManager for all stores).
 MEMTABLE_BUDGET_BYTES = 192 << 20
-_memtables: rocksdict.WriteBufferManager | None = None
 
 
+@functools.cache
 def _memtable_budget() -> rocksdict.WriteBufferManager:
-    """The process' WriteBufferManager, made on first use (not at import: it is not picklable)."""
-    global _memtables
-    if _memtables is None:
-        _memtables = rocksdict.WriteBufferManager(MEMTABLE_BUDGET_BYTES, True)
-    return _memtables
+    """The process' WriteBufferManager, made when its first store opens (a process that opens
+    none, a driver or a Spark worker, makes none)."""
+    return rocksdict.WriteBufferManager(MEMTABLE_BUDGET_BYTES, True)
 
 
 def _encode_inputs(offsets: InputOffsets) -> bytes:
