@@ -50,7 +50,7 @@ _STALL_CHECK_S = 10.0
 
 
 def restore_consumer_settings(app: str, task_id: str) -> dict[str, object]:
-    """Consumer settings for restoring and tailing changelogs: read_committed, big fetches
+    """Consumer settings for restoring and tailing changelogs: read_committed, a short queue ahead
     (`kafka_client` adds bootstrap, spec.kafka.config and security).
 
     The group id is never used for commits (partitions are assigned, not subscribed); the
@@ -66,18 +66,20 @@ def restore_consumer_settings(app: str, task_id: str) -> dict[str, object]:
         # An offset out of range is reported, never silently reset: a restore from the wrong
         # place corrupts the store, so the reader decides (wipe and restore from scratch).
         "auto.offset.reset": "error",
-        # Restore throughput comes from large fetches queued ahead of the Python loop; but a task
-        # runner restores several tasks at once, a chunk of each in turn, each reader with a
-        # consumer of its own that fetches ahead while the others read. librdkafka's queue limits
-        # count payload, not its per-message overhead, which small compressed changelog records
-        # multiply: with 16 MB fetches, four 2.5M-key restores held 2.7 GB and the runner was
-        # killed by its pod's memory limit in a loop. 4 MB: four such restores +0.5 GB, but one
-        # restore alone 0.32-0.52M records/s against 0.83-0.96M (docs/DESIGN.md, "Figures behind
-        # settings in the code"; bench/restore.py --tasks 1 and 4).
+        # A task runner restores several tasks at once, a chunk of each in turn, each reader with
+        # a consumer of its own that fetches ahead while the others read; librdkafka's queue
+        # limits count payload, not its per-message overhead, which small compressed changelog
+        # records multiply (16 MB fetches: four 2.5M-key restores held 2.7 GB, and the runner
+        # was killed by its pod's memory limit in a loop). So the queue ahead is kept short:
+        # small fetches, issued as soon as fewer than queued.min.messages wait. librdkafka
+        # postpones the next fetch by fetch.queue.backoff.ms (1 s by default) whenever it finds
+        # the queue above that mark, which drains in a few ms here: left at 1 s it halved one
+        # restore's speed. docs/DESIGN.md, "Figures behind settings in the code".
         "fetch.max.bytes": 16 << 20,
-        "max.partition.fetch.bytes": 4 << 20,
-        "queued.min.messages": 20_000,
+        "max.partition.fetch.bytes": 512 << 10,
+        "queued.min.messages": 50_000,
         "queued.max.messages.kbytes": 16 << 10,
+        "fetch.queue.backoff.ms": 10,
         "fetch.wait.max.ms": 100,
     }
     return conf
