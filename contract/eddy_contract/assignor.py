@@ -37,7 +37,11 @@ The rules (Kafka Streams' guarantees; "balanced" = per core, loads differ by at 
 
 Lag of an executor for a task = changelog end offset - the offset its volume holds (the sum over
 the task's stores); an executor that holds nothing for the task has lag = end offset, i.e. a full
-restore from the changelog's start. A stateless task has end offset 0 and lag 0 everywhere.
+restore from the changelog's start. A stateless task has end offset 0 and lag 0 everywhere. An
+active that runs (`running`: the runtime took the previous generation and the active is not
+restoring; `running_actives`) has lag 0, as a Kafka Streams active reports its offsets as
+"latest": its figures are read while it writes, and judged on them it would flap between two
+caught-up executors.
 
 Each rule is a module of `eddy_contract.assignment` (rule 1: `active_targets`, `caught_up_swaps`,
 `stateless`; 2 and 4: `task_movement`; 3: `standbys`, `standby_balance`); `plan` runs them once.
@@ -74,6 +78,7 @@ __all__ = [
     "assign",
     "assign_app",
     "diff",
+    "running_actives",
     "task_lag",
     "task_sort_key",
 ]
@@ -103,10 +108,12 @@ def assign_app(
     settings: AssignorSettings,
     stateful: Collection[str],
     leaving: Collection[str] = (),
+    running: Collection[tuple[str, str]] = (),
 ) -> Assignment:
     """`assign` for a whole app: `stateful` are the tasks with stores; the others get no standbys
     and are balanced with them in total and apart per kind, as Kafka Streams does. `leaving`: live
-    executors to empty (rule 5)."""
+    executors to empty (rule 5). `running`: (executor, task) of the previous actives that run,
+    taken as caught up whatever their figures (`running_actives`)."""
     if not executors:
         raise AssignmentError("no live executor to assign tasks to")
     ids = [e.id for e in executors]
@@ -114,7 +121,8 @@ def assign_app(
         raise AssignmentError(f"duplicate executor ids: {sorted(ids)}")
     tasks = AppTasks.of(end_offsets, stateful)
     prev = dict(previous.tasks) if previous is not None else {}
-    clients = ClientState.observe(executors, end_offsets, held, prev, settings.acceptable_recovery_lag, leaving)
+    clients = ClientState.observe(executors, end_offsets, held, prev, settings.acceptable_recovery_lag, leaving,
+                                  running)
     seen: list[dict[str, TaskAssignment]] = []
     while True:
         placed = plan(tasks, clients, settings)
@@ -127,6 +135,17 @@ def assign_app(
         return previous
     generation = previous.generation + 1 if previous is not None else 1
     return Assignment(generation, MappingProxyType(placed))
+
+
+def running_actives(previous: Assignment | None, generation_run: int | None,
+                    restoring: Collection[tuple[str, str]]) -> set[tuple[str, str]]:
+    """(executor, task) of `previous`'s actives that run: the runtime runs that generation
+    (`generation_run`) and none of them is among `restoring` (executor, task). A generation not
+    taken yet has no running actives: the copies it promoted may still have to catch up."""
+    if previous is None or generation_run != previous.generation:
+        return set()
+    gone = set(restoring)
+    return {(a.active, t) for t, a in previous.tasks.items() if (a.active, t) not in gone}
 
 
 # Rule 6: the property tests find the fixed point within this many rounds.

@@ -37,8 +37,10 @@ from eddy_contract.assignor import (
     Executor,
     assign_app,
     diff,
+    running_actives,
 )
 from eddy_contract.spec import SpecError, StreamAppSpec
+from eddy_contract.tasks import Role
 from eddy_operator import builders, metrics
 from eddy_operator.app_state import AppController, AppKey, Snapshot, now_iso
 from eddy_operator.assignment_events import describe_moves
@@ -251,9 +253,14 @@ class Orchestrator:
         going += [e.id for e in executors if e.id not in going and e.pod in surplus(snap.pods, spec)]
         going += unknown_to_driver(executors, runtime, previous, going)
         announce_leaving(self._event, ctl, snap, executors, going, previous)
+        # Under new ids (a new driver) the runtime state still names the old ones: no active is
+        # taken as running then, and their figures decide as for any copy.
+        running = () if renames else running_actives(
+            previous, runtime.assignment_generation,
+            [(r.executor, r.task) for r in runtime.restores if r.role == Role.ACTIVE])
         try:
             new = assign_app(executors, runtime.end_offsets(), held_by_live_id(runtime, executors), previous, settings,
-                             stateful, going)
+                             stateful, going, running)
         except AssignmentError as err:
             log.warning("app %s: no assignment: %s", spec.name, err)
             return

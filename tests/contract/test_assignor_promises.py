@@ -12,7 +12,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eddy_contract.assignor import Assignment, AssignorSettings, Executor, TaskAssignment, assign, assign_app, task_lag
+from eddy_contract.assignor import (
+    Assignment,
+    AssignorSettings,
+    Executor,
+    TaskAssignment,
+    assign,
+    assign_app,
+    running_actives,
+    task_lag,
+)
 from tests.contract.test_assignor_properties import MANY
 
 pytestmark = pytest.mark.unit
@@ -112,6 +121,51 @@ def test_a_balanced_previous_assignment_with_every_copy_caught_up_comes_back_unc
     executors, end, held, previous, cfg, stateful = app
     assert _balanced([e.id for e in executors], dict(previous.tasks), set(stateful))
     assert assign_app(executors, end, held, previous, cfg, stateful) is previous
+
+
+@MANY
+@given(balanced_apps(), st.integers(min_value=1, max_value=5_000))
+def test_running_actives_stay_put_whatever_lag_their_figures_show(app: tuple, behind: int) -> None:  # type: ignore[type-arg]
+    """Kafka Streams' running actives report their offsets as "latest": an active's figures (end
+    and held read at different moments while it writes) never move it off a balanced assignment."""
+    executors, end, held, previous, cfg, stateful = app
+    noisy = {e: dict(tasks) for e, tasks in held.items()}
+    for t, p in previous.tasks.items():
+        if t in stateful:
+            noisy.setdefault(p.active, {})[t] = end[t] - cfg.acceptable_recovery_lag - behind
+    running = running_actives(previous, previous.generation, [])
+    assert assign_app(executors, end, noisy, previous, cfg, stateful, running=running) is previous
+
+
+def test_actives_do_not_flap_between_two_caught_up_executors_on_their_figures_noise() -> None:
+    """Recorded in `bench/upgrade.py --cases "node lost for good"` (2,000 records/s, lag 100): with
+    the actives judged on their figures, 1_0 and 1_2 went back to executor 1 (then to 3 again,
+    six generations in nine seconds); running, they stay."""
+    executors = [Executor("1", pod="spark-s-wordcount-0-0", zone="zone-a"),
+                 Executor("3", pod="spark-s-wordcount-0-1", zone="zone-a")]
+    stateless = {f"0_{p}": a for p, a in enumerate("3113")}
+    stateful = {"1_0": ("3", "1"), "1_1": ("1", "3"), "1_2": ("3", "1"), "1_3": ("1", "3")}
+    previous = Assignment(7, MappingProxyType({
+        **{t: TaskAssignment(a) for t, a in stateless.items()},
+        **{t: TaskAssignment(a, (s,)) for t, (a, s) in stateful.items()}}))
+    end = {**{t: 0 for t in stateless}, "1_0": 2572759, "1_1": 2574048, "1_2": 2566828, "1_3": 2573029}
+    held = {"1": {"1_0": 2572758, "1_1": 2573922, "1_2": 2566638, "1_3": 2572896},
+            "3": {"1_0": 2572645, "1_1": 2541243, "1_2": 2566608, "1_3": 2572380}}
+    cfg = AssignorSettings(standby_replicas=1, acceptable_recovery_lag=100, max_warmup_replicas=2)
+    judged_on_figures = assign_app(executors, end, held, previous, cfg, list(stateful))
+    assert {t: judged_on_figures.tasks[t].active for t in ("1_0", "1_2")} == {"1_0": "1", "1_2": "1"}
+    # 1_1's standby on 3 is restoring; the driver runs generation 7
+    running = running_actives(previous, 7, [("3", "1_1")])
+    assert running == {("3", "1_0"), ("1", "1_1"), ("3", "1_2"), ("1", "1_3"), ("3", "0_0"), ("1", "0_1"),
+                       ("1", "0_2"), ("3", "0_3")}
+    assert assign_app(executors, end, held, previous, cfg, list(stateful), running=running) is previous
+
+
+def test_no_active_runs_before_the_runtime_takes_its_generation_nor_while_it_restores() -> None:
+    previous = Assignment(4, MappingProxyType({"1_0": TaskAssignment("1", ("2",)), "1_1": TaskAssignment("2")}))
+    assert running_actives(previous, 3, []) == set()
+    assert running_actives(None, 3, []) == set()
+    assert running_actives(previous, 4, [("1", "1_0")]) == {("2", "1_1")}
 
 
 # (b) At most one warmup per task at a time.

@@ -6,7 +6,12 @@ or `cores`, only in `leaving`; an active it holds caught up stays on it (`holdin
 target elsewhere has caught up, so it hands each task over to a warm copy.
 
 Lag of an executor for a task = changelog end offset - the offset its volume holds; a copy is
-caught up when that is within acceptableRecoveryLag.
+caught up when that is within acceptableRecoveryLag. An active that runs (it took the previous
+assignment and is not restoring) has lag 0 whatever the figures say, as in Kafka Streams, where a
+running active reports its offsets as "latest": the end offset and the offset held are read at
+different moments while it writes, so its figure is noise that, past acceptableRecoveryLag, would
+move it away from a balanced assignment and back again (seen at 2,000 records/s with a lag of 100:
+six generations in nine seconds).
 """
 
 from __future__ import annotations
@@ -36,14 +41,18 @@ class ClientState:
         previous: Mapping[str, TaskAssignment],
         acceptable_recovery_lag: int,
         leaving: Collection[str] = (),
+        running: Collection[tuple[str, str]] = (),
     ) -> ClientState:
         """`held`: per executor, the offset each task's stores hold on its volume; `leaving`: the
-        executors to empty (if every executor is leaving, none is: someone has to run the tasks)."""
+        executors to empty (if every executor is leaving, none is: someone has to run the tasks);
+        `running`: (executor, task) of actives that run, caught up by definition (lag 0)."""
         gone = frozenset(leaving) & {e.id for e in executors}
         if len(gone) == len(executors):
             gone = frozenset()
         staying = [e for e in executors if e.id not in gone]
-        lags = {e.id: {t: task_lag(end, held.get(e.id, {}).get(t)) for t, end in end_offsets.items()}
+        runs = frozenset(running)
+        lags = {e.id: {t: 0 if (e.id, t) in runs else task_lag(end, held.get(e.id, {}).get(t))
+                       for t, end in end_offsets.items()}
                 for e in executors}
         return cls(
             live=tuple(sorted(e.id for e in staying)),

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence, Set
 from typing import TYPE_CHECKING
 
-from eddy_contract.assignor import Assignment, AssignorSettings, Executor, assign_app
+from eddy_contract.assignor import Assignment, AssignorSettings, Executor, assign_app, running_actives
 from eddy_contract.channel import AssignmentMessage, LiveSettings
 from eddy_contract.spec import StreamAppSpec
 from eddy_runtime.driver.channel_io import AssignmentWatch, ChannelLocation, read_channel
@@ -178,8 +178,11 @@ class AssignmentSource:
             max_warmup_replicas=self.spec.state.max_warmup_replicas,
         )
         executors = [Executor(id=e.id, cores=self.spec.executors.cores) for e in live]
+        # the driver runs `current` itself: its actives run but for those still restoring
+        running = running_actives(self.current, self.current.generation if self.current else None,
+                                  [(e, t) for t, e in self.volumes.restoring.items()])
         return assign_app(executors, self.changelog_ends, held, self.current, settings,
-                          self._compiled.stateful_tasks())
+                          self._compiled.stateful_tasks(), running=running)
 
     def lost_mid_batch(self, executor: str) -> None:
         """On a thread of the batch watch, when an executor dies while a job or a sync over HTTP
