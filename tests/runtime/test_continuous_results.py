@@ -34,6 +34,16 @@ def test_a_failure_after_commits_is_reported_with_what_was_committed_before_it()
         "bad-record", "bad record at t[0] offset 7", 7, {("t", 0): 7}, (1,))
 
 
+def test_a_copy_s_restore_progress_is_its_latest_not_the_sum_of_its_rounds():
+    # a standby that tailed 2.5M records over three rounds between two syncs reported 13M restored
+    rounds = [ItemResult("1_0", "3", "standby", "standby", restored=n, restore_remaining=2_500_000 - n)
+              for n in (1_000_000, 2_000_000, 2_499_900)]
+    m = None
+    for r in rounds:
+        m = merge_results(m, r)
+    assert m is not None and (m.restored, m.restore_remaining) == (2_499_900, 100)
+
+
 def test_a_round_s_busy_time_is_shared_by_its_tasks_records_and_adds_up_to_the_round():
     round_ = [ItemResult("0_0", "1", "active", "processed", records_in=300),
               ItemResult("1_0", "1", "active", "processed", records_in=100),

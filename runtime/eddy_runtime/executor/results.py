@@ -14,7 +14,9 @@ __all__ = ["merge_results", "share_busy"]
 
 
 def merge_results(old: ItemResult | None, new: ItemResult) -> ItemResult:
-    """What a task did since the last sync: counts added up, the latest status and figures."""
+    """What a task did since the last sync: counts added up, the latest status and figures (a
+    copy's restore progress among them: `restored` counts from the restore's start, so it is
+    not added up)."""
     if old is None:
         return new
     counts = new.latency_counts
@@ -35,7 +37,6 @@ def merge_results(old: ItemResult | None, new: ItemResult) -> ItemResult:
         latency_sum_s=old.latency_sum_s + new.latency_sum_s,
         duration_s=old.duration_s + new.duration_s,
         busy_s=old.busy_s + new.busy_s,
-        restored=old.restored + new.restored,
         figures=new.figures or old.figures,
         message=new.message or old.message,
     )

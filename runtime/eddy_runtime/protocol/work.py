@@ -201,6 +201,8 @@ class ItemResult:
     busy_s: float = 0.0
     message: str = ""
     figures: TaskFigures | None = None
+    #: a restoring or tailing copy: records applied since its restore (or tail) started, and
+    #: changelog offsets still to go
     restored: int = 0
     restore_remaining: int = 0
     #: executor slots only: the volume's inventory after this batch
