@@ -653,12 +653,24 @@ class NodeLost(NodeDrained):
             since = time.time() * 1000
             marks.phases.append(("the loss", t0_ms, since))
             marks.step(f"{node.name} restarted ({self.c.node.restart_node(node)})")
-        self.wait(lambda: self.app is not None and self.app.running_executors() is not None, self.s.change_timeout_s,
-                  "every executor running again")
+        # Until the node's kubelet reports again, the pod's status is the one from before the kill
+        # (Running, ready): the executor is back once its containers started after the restart.
+        self.wait(lambda: self._restarted(pod.metadata.name, since) and self.app is not None
+                  and self.app.running_executors() is not None, self.s.change_timeout_s,
+                  f"{pod.metadata.name}'s containers started again, every executor running")
         back = self.app.pod(pod.metadata.name)
         marks.step(f"{pod.metadata.name} running again on {back.spec.node_name if back else '?'}")
         self.wait_holds_every_task(marks, since)
         marks.phases.append(("the return", since, marks.done_ms))
+
+    def _restarted(self, name: str, since_ms: float) -> bool:
+        """Whether every container of pod `name` is ready and started at `since_ms` or later."""
+        assert self.app is not None
+        p = self.app.pod(name)
+        statuses = (p.status.container_statuses or []) if p is not None else []
+        return bool(statuses) and all(
+            s.ready and s.state.running is not None and s.state.running.started_at is not None
+            and s.state.running.started_at.timestamp() * 1000 >= since_ms for s in statuses)
 
     def _failed_over(self, lost: str) -> bool:
         assert self.app is not None
