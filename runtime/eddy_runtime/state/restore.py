@@ -411,6 +411,12 @@ class StoreChangelogReader:
             t.end = max(t.end, high)
             t.done = t.position >= t.end
 
+    def flush_early(self, limit_bytes: int) -> None:
+        """Start writing out (no wait) the memtables of each store over `limit_bytes` that were
+        written with the WAL off (`RocksDBStore.flush_early`)."""
+        for t in self._targets.values():
+            t.store.flush_early(limit_bytes)
+
     def flush_stores(self) -> None:
         for t in self._targets.values():
             t.store.flush()
