@@ -290,20 +290,17 @@ class RocksDBStore:
         self._meta.flush(True)
         self._unflushed_without_wal = False
 
-    def flush_early(self, limit_bytes: int) -> bool:
+    def flush_early(self, limit_bytes: int) -> None:
         """Start flushing, without waiting (RocksDB's threads write the files), each data column
         family whose active memtable holds more than `limit_bytes`, if it was written with the
         WAL off: a later `flush` (a standby's promotion, before the active's first logged write)
         then has little left to write. The metadata family is left to `flush`, so the data on disk
-        stays at least as new as the offsets. True if a flush was started."""
+        stays at least as new as the offsets."""
         if not self._unflushed_without_wal:
-            return False
-        started = False
+            return
         for cf in self._data_families():
             if (cf.property_int_value("rocksdb.cur-size-active-mem-table") or 0) > limit_bytes:
                 cf.flush(False)
-                started = True
-        return started
 
     def is_empty(self) -> bool:
         for cf in self._data_families():

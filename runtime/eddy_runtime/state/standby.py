@@ -48,7 +48,8 @@ class StandbyUpdater:
         if not self._last.remaining:
             # Caught up: what the catch-up wrote with the WAL off (a copy made from scratch: tens
             # of MB of memtables) is written out now, in RocksDB's threads, not by the promotion's
-            # flush, which a failover waits for (docs/DESIGN.md, "Figures behind settings").
+            # flush, which a failover waits for (docs/DESIGN.md, "Figures behind settings in
+            # the code").
             self._reader.flush_early(FLUSH_EARLY_BYTES)
         return self._last
 
