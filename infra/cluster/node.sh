@@ -152,10 +152,11 @@ cmd_build() {
     local version stamp start=$SECONDS
     version="$(module_version "$COREDNS_MODULE_DIR" github.com/coredns/coredns)"
     stamp="github.com/coredns/coredns@$version $(module_stamp "$COREDNS_MODULE_DIR")"
+    stamp+=" $(sha256sum "$COREDNS_MODULE_DIR/main.go" | cut -c1-16)"
     if ! stamp_matches coredns "$stamp"; then
         log "building coredns ($version)"
         (cd "$COREDNS_MODULE_DIR" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
-            -o "$BIN/coredns" github.com/coredns/coredns)
+            -o "$BIN/coredns" .)
         write_stamp coredns "$stamp"
         log "built coredns in $((SECONDS - start)) s"
     fi
