@@ -10,10 +10,11 @@ export EDDY_CACHE ?= $(CURDIR)/.cache
 .PHONY: setup setup-go setup-fetched test test-unit test-properties test-integration test-e2e lint demo bench-failover bench-autoscale chaos clean-cache
 
 # In two lanes at once: the Go builds keep both cores busy while the other lane mostly waits on
-# downloads (pip, the Kafka jars, Debian packages, the image's debootstrap). Each lane's log comes
-# out whole when it ends (--output-sync).
+# downloads (pip, the Kafka jars, Debian packages, the image's debootstrap). Their logs interleave
+# as they come (each script names itself in its lines; make's output sync would hold a 20-minute
+# build's lines until it ends).
 setup:
-	@$(MAKE) --no-print-directory -j2 --output-sync=target setup-go setup-fetched
+	@$(MAKE) --no-print-directory -j2 setup-go setup-fetched
 
 setup-go:
 	$(call timed,infra/k8s/k8s.sh build)
