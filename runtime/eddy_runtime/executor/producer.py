@@ -45,6 +45,9 @@ class RunnerProducer:
         self._retry_at = 0.0
         #: a committer made under work of this epoch found a newer one in the fence topic
         self.stale_epoch = -1
+        #: how many committers were dropped (fenced, broken, or of an older epoch or key): the
+        #: actives that committed through one are let go before the next commits anything
+        self.dropped = 0
 
     def ready(self, work: ContinuousWork, settings: BatchSettings, pool: ThreadPoolExecutor) -> bool:
         """Whether the committer is there and valid for `work`; if not, start making one on `pool`."""
@@ -101,6 +104,7 @@ class RunnerProducer:
     def drop(self) -> None:
         committer, self.committer = self.committer, None
         if committer is not None:  # a fenced producer's flush may wait: not on the loop's thread
+            self.dropped += 1
             threading.Thread(target=_close_dropped, args=(committer,), name="eddy-committer-close",
                              daemon=True).start()
 

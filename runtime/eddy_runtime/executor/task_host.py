@@ -51,6 +51,9 @@ class TaskHost(Protocol):
         """Let go of a held task, closing it in the background (it is opened again, and restores
         its delta, if it comes back)."""
 
+    def release_actives(self, why: str) -> list[str]:
+        """`release_task` for every active held (the ids let go)."""
+
     def reset_state(self, reset: StateReset | None, settings: BatchSettings | None = None) -> None:
         """Drop the runner's copies of a state reset's stores, once per reset, before its work runs."""
 

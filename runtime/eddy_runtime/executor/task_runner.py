@@ -184,6 +184,13 @@ class TaskRunner:
         """Let go of a held task, closing it in the background (`TaskManager.release`)."""
         self.tasks.release(task_id, why)
 
+    def release_actives(self, why: str) -> list[str]:
+        """Let go of every active held (`TaskManager.release`); the ids let go."""
+        actives = self.tasks.actives()
+        for task_id in actives:
+            self.tasks.release(task_id, why)
+        return actives
+
     def reading(self, task_id: str, store: str) -> AbstractContextManager[LocalCopy | None]:
         """A held copy of `task_id`'s `store` for an interactive query (`TaskManager.reading`)."""
         return self.tasks.reading(task_id, store)

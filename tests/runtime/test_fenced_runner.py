@@ -1,0 +1,97 @@
+"""A runner fenced while it is alive, given its task back later, on a real broker (finding 16 of
+docs/reliability.md): runner 1 holds active 0_0 of a pass-through app, idle; the driver's fences
+give 0_0 to runner 2 (runner 1 fenced), which processes more input and commits; then 0_0 comes
+back to runner 1, under a newer fence epoch. Runner 1 must take it from the group's committed
+positions, not from where it had left off: before the fix it processed runner 2's records again,
+and each of them came out twice. Two real task runners and their continuous loops, in this
+process; the fences as the driver keeps them (`FenceBook`)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+
+from eddy_contract.spec import BadRecordPolicy, ProcessingGuarantee
+from eddy_contract.tasks import Role
+from eddy_runtime.dsl.compiler import compile_topology
+from eddy_runtime.dsl.pipeline import Topology
+from eddy_runtime.executor.task_runner import TaskRunner
+from eddy_runtime.kafka.client import KafkaClientConfig
+from eddy_runtime.protocol.fences import FenceBook, fence_topic
+from eddy_runtime.protocol.work import BatchSettings, ContinuousWork
+from tests.runtime.apps import produce, read_all
+
+pytestmark = pytest.mark.integration
+
+TASK = "0_0"
+
+
+def _values(bootstrap: str, topic: str) -> list[bytes]:
+    return [m.value() for m in read_all(bootstrap, topic, idle_s=0.5)]
+
+
+def _wait_for(bootstrap: str, topic: str, n: int, what: str, timeout_s: float = 60.0) -> list[bytes]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        values = _values(bootstrap, topic)
+        if len(values) >= n:
+            return values
+        assert time.monotonic() < deadline, f"{what}: {len(values)} of {n} records out after {timeout_s:.0f} s"
+        time.sleep(0.3)
+
+
+def _feed(bootstrap: str, topic: str, first: int, n: int) -> None:
+    produce(bootstrap, topic, ((None, f"v{i}".encode()) for i in range(first, first + n)))
+
+
+def _work(generation: int, epoch: int, *tasks: str) -> ContinuousWork:
+    return ContinuousWork(generation, tuple((t, Role.ACTIVE) for t in tasks), 0.1, fence_epoch=epoch)
+
+
+def test_a_fenced_runner_given_its_task_back_starts_from_the_committed_positions(kafka, tmp_path):
+    app = kafka.unique_name("refenced")
+    source = kafka.create_topic(f"{app}-in", partitions=1)
+    out = kafka.create_topic(f"{app}-out", partitions=1)
+    kafka.create_topic(fence_topic(app), partitions=1, config={"cleanup.policy": "compact"})
+    topology = Topology()
+    topology.stream(source).to(out)
+    subs = {s.id: s.for_executor() for s in compile_topology(topology, app, {source: 1}).subtopologies}
+    settings = BatchSettings(app, 0, 1, KafkaClientConfig.of(kafka.bootstrap), ProcessingGuarantee.EXACTLY_ONCE,
+                             BadRecordPolicy.FAIL, None, str(tmp_path), True)
+    book = FenceBook(kafka.bootstrap, app)
+    book.start()
+    runner1, runner2 = TaskRunner("1", str(tmp_path)), TaskRunner("2", str(tmp_path))
+    try:
+        book.before_generation(1, {TASK: "1"})
+        runner1.continuous.sync(subs, settings, _work(1, 0, TASK))
+        _feed(kafka.bootstrap, source, 0, 10)
+        _wait_for(kafka.bootstrap, out, 10, "runner 1, generation 1")
+
+        # Generation 2 gives the task to runner 2: runner 1 is fenced first, and hears of it only
+        # as its next work's fence epoch (it holds the task, idle, meanwhile).
+        book.before_generation(2, {TASK: "2"})
+        assert book.epochs()["1"] == 1
+        runner1.continuous.push(_work(2, 1))
+        runner2.continuous.sync(subs, settings, _work(2, 0, TASK))
+        _feed(kafka.bootstrap, source, 10, 10)
+        _wait_for(kafka.bootstrap, out, 20, "runner 2, generation 2")
+        runner2.continuous.close()
+        runner2.close_all()
+
+        # Generation 3 gives it back to runner 1.
+        book.before_generation(3, {TASK: "1"})
+        runner1.continuous.push(_work(3, 1, TASK))
+        _feed(kafka.bootstrap, source, 20, 10)
+        values = _wait_for(kafka.bootstrap, out, 30, "runner 1, generation 3")
+        time.sleep(2)  # anything processed twice would be out by now
+        values = _values(kafka.bootstrap, out)
+        twice = sorted(v.decode() for v, n in Counter(values).items() if n > 1)
+        assert not twice, f"processed twice after the task came back: {twice}"
+        assert sorted(values) == sorted(f"v{i}".encode() for i in range(30))
+    finally:
+        for runner in (runner1, runner2):
+            runner.continuous.close()
+            runner.close_all()
+        book.close()
