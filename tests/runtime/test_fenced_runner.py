@@ -1,7 +1,8 @@
 """A runner fenced while it is alive, given its task back later, on a real broker (finding 16 of
-docs/reliability.md): runner 1 holds active 0_0 of a pass-through app, idle; the driver's fences
-give 0_0 to runner 2 (runner 1 fenced), which processes more input and commits; then 0_0 comes
-back to runner 1, under a newer fence epoch. Runner 1 must take it from the group's committed
+docs/reliability.md): runner 1 holds active 0_0 of a pass-through app; the driver's fences give
+0_0 to runner 2 (runner 1 fenced: its next commit fails, and it holds the task on, unable to
+commit), which processes more input and commits; then 0_0 comes back to runner 1, under a newer
+fence epoch. Runner 1 must take it from the group's committed
 positions, not from where it had left off: before the fix it processed runner 2's records again,
 and each of them came out twice. Two real task runners and their continuous loops, in this
 process; the fences as the driver keeps them (`FenceBook`)."""
@@ -69,13 +70,18 @@ def test_a_fenced_runner_given_its_task_back_starts_from_the_committed_positions
         _feed(kafka.bootstrap, source, 0, 10)
         _wait_for(kafka.bootstrap, out, 10, "runner 1, generation 1")
 
-        # Generation 2 gives the task to runner 2: runner 1 is fenced first, and hears of it only
-        # as its next work's fence epoch (it holds the task, idle, meanwhile).
+        # Generation 2 gives the task to runner 2: runner 1 is fenced first, and no work of
+        # generation 2 reaches it (its driver took its executor for dead). Its next commit fails
+        # on the fence; the committer it makes then finds the newer epoch in the fence topic and
+        # is not kept; it holds the task, which it opens again, reading the positions of then.
         book.before_generation(2, {TASK: "2"})
         assert book.epochs()["1"] == 1
-        runner1.continuous.push(_work(2, 1))
-        runner2.continuous.sync(subs, settings, _work(2, 0, TASK))
         _feed(kafka.bootstrap, source, 10, 10)
+        deadline = time.monotonic() + 60
+        while runner1.continuous.producer.stale_epoch != 0:
+            assert time.monotonic() < deadline, "runner 1 never found itself fenced"
+            time.sleep(0.2)
+        runner2.continuous.sync(subs, settings, _work(2, 0, TASK))
         _wait_for(kafka.bootstrap, out, 20, "runner 2, generation 2")
         runner2.continuous.close()
         runner2.close_all()

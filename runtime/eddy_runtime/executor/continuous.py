@@ -89,8 +89,8 @@ class ContinuousLoop:
         #: exactly-once: the runner's one committer, one transaction per round for every active
         self.producer = RunnerProducer(runner.executor_id)
         self._synced = False
-        #: `producer.dropped` when the loop last let go of the actives of a dropped committer
-        self._dropped_seen = 0
+        #: `producer.made_after_lapse` when the loop last let go of the actives held through a lapse
+        self._lapses_seen = 0
         self._cycle = CommitCycle()
         self._round_future: Future[None] | None = None
 
@@ -211,8 +211,6 @@ class ContinuousLoop:
             self._poller = InputPoller(settings.kafka)
         poller = self._poller
         on_runner_transactions = settings.guarantee == ProcessingGuarantee.EXACTLY_ONCE
-        if on_runner_transactions and self.producer.dropped != self._dropped_seen:
-            self._let_go_of_a_dropped_committers_actives()
         busy = tasks.busy()
         now = time.monotonic()
         processing = any(role == Role.ACTIVE and task in busy for task, role in work.tasks)
@@ -260,6 +258,9 @@ class ContinuousLoop:
         busy = tasks.busy()
         if on_runner_transactions:
             ready = self.producer.ready(work, settings, self._step_pool())  # made before the first active comes
+            if ready and self.producer.made_after_lapse != self._lapses_seen:
+                self._let_go_of_actives_held_through_a_lapse()
+                return
             if (running and ready and (self._round_future is None or self._round_future.done())
                     and self._cycle.own_output_fetched(poller, now)):
                 batch = [(task, poller.take(tps)) for task, tps in self._due_tasks(subs, running, busy, now, due)]
@@ -296,18 +297,20 @@ class ContinuousLoop:
 
     # -- exactly-once: one transaction per round (protocol/fences.py) -------------------------------------
 
-    def _let_go_of_a_dropped_committers_actives(self) -> None:
-        """The runner's committer was fenced or broke, or is of an older fence epoch: let go of
-        every active it committed for. Each knows its input positions and its stores only as far
-        as this runner committed them, and others may have moved both since (the driver fences a
-        runner before it gives its tasks to another, and may give them back later): one held on
-        would process its input again from where this runner left off, and count it twice
-        (docs/reliability.md, finding 16). Let go, each is opened anew if it comes back here, from
-        the group's committed positions, its stores restoring what their changelogs gained."""
-        self._dropped_seen = self.producer.dropped
-        let_go = self.runner.release_actives("the runner's committer was fenced or broke")
+    def _let_go_of_actives_held_through_a_lapse(self) -> None:
+        """A committer is made after the runner was without a valid one (its last fenced, broken
+        or of an older epoch; or one made found stale): before anything commits through it, let
+        go of every active held. While the runner could not commit, others could (the driver
+        fences a runner before it gives its tasks to another, and may give them back later), so
+        what a held active knows of its input positions and stores may be behind, whether it
+        read them before the lapse or during it: one held on would process input again that
+        another runner committed, and count it twice (docs/reliability.md, finding 16). Let go,
+        each is opened anew if it comes back here, from the group's committed positions, its
+        stores restoring what their changelogs gained."""
+        self._lapses_seen = self.producer.made_after_lapse
+        let_go = self.runner.release_actives("held while the runner could not commit")
         if let_go:
-            log.warning("let go of %s: the runner's committer they committed through was dropped", let_go)
+            log.warning("let go of %s: held while the runner could not commit, they are opened anew", let_go)
 
     def _start_round(self, work: ContinuousWork, subs: dict[int, SubTopology], settings: BatchSettings,
                      batch: list[tuple[str, list[RawRecords]]]) -> None:

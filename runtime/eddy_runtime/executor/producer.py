@@ -45,9 +45,12 @@ class RunnerProducer:
         self._retry_at = 0.0
         #: a committer made under work of this epoch found a newer one in the fence topic
         self.stale_epoch = -1
-        #: how many committers were dropped (fenced, broken, or of an older epoch or key): the
-        #: actives that committed through one are let go before the next commits anything
-        self.dropped = 0
+        #: whether the runner has been without a valid committer since the last one was made (one
+        #: dropped: fenced, broken, of an older epoch or key; or one made found stale)
+        self.lapsed = False
+        #: committers made after such a lapse: the loop lets go of every active it holds before
+        #: the first round through each (executor/continuous.py)
+        self.made_after_lapse = 0
 
     def ready(self, work: ContinuousWork, settings: BatchSettings, pool: ThreadPoolExecutor) -> bool:
         """Whether the committer is there and valid for `work`; if not, start making one on `pool`."""
@@ -88,10 +91,14 @@ class RunnerProducer:
                         "until newer work comes", work.generation, work.fence_epoch, epoch)
             committer.close()
             self.stale_epoch = work.fence_epoch
+            self.lapsed = True
             self.made.set()
             return
         log.info("runner committer %s ready for generation %d (fence epoch %d)", key, work.generation,
                  work.fence_epoch)
+        if self.lapsed:
+            self.made_after_lapse += 1
+            self.lapsed = False
         self.committer, self.epoch, self.key = committer, work.fence_epoch, key
         self.made.set()
 
@@ -104,7 +111,7 @@ class RunnerProducer:
     def drop(self) -> None:
         committer, self.committer = self.committer, None
         if committer is not None:  # a fenced producer's flush may wait: not on the loop's thread
-            self.dropped += 1
+            self.lapsed = True
             threading.Thread(target=_close_dropped, args=(committer,), name="eddy-committer-close",
                              daemon=True).start()
 
