@@ -90,7 +90,7 @@ def test_a_fenced_runner_given_its_task_back_starts_from_the_committed_positions
         book.before_generation(3, {TASK: "1"})
         runner1.continuous.push(_work(3, 1, TASK))
         _feed(kafka.bootstrap, source, 20, 10)
-        values = _wait_for(kafka.bootstrap, out, 30, "runner 1, generation 3")
+        _wait_for(kafka.bootstrap, out, 30, "runner 1, generation 3")
         time.sleep(2)  # anything processed twice would be out by now
         values = _values(kafka.bootstrap, out)
         twice = sorted(v.decode() for v, n in Counter(values).items() if n > 1)
