@@ -446,10 +446,11 @@ class Skip(Exception):
 @dataclass
 class Watch:
     """Eddy's own figures over the run, scraped every few seconds: the newest value of each
-    counter per process (a driver or operator leader pod, by uid), whose counters start at 0."""
+    counter per process (a driver or operator leader pod's container, by `process_key`), whose
+    counters start at 0."""
 
     app: WordCount
-    driver_losses: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # uid: first, last t, value
+    driver_losses: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # process: first, last t, value
     operator_failovers: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     driver_logs: dict[str, str] = field(default_factory=dict)
     #: each operator pod's log (by name: a pod of the chart's Deployment is never made again
@@ -468,19 +469,19 @@ class Watch:
                 self.scrape()
 
     @staticmethod
-    def _keep(store: dict[str, tuple[float, float, float]], uid: str, value: float) -> None:
+    def _keep(store: dict[str, tuple[float, float, float]], process: str, value: float) -> None:
         now = time.time()
-        first = store.get(uid, (now, now, 0.0))[0]
-        store[uid] = (first, now, value)
+        first = store.get(process, (now, now, 0.0))[0]
+        store[process] = (first, now, value)
 
     def scrape(self) -> None:
         app = self.app
         driver = app.pod(builders.driver_pod_name(APP))
         if driver is not None and driver.status.pod_ip and driver.status.phase == "Running":
             figures = samples_at(f"http://{driver.status.pod_ip}:{METRICS_PORT}/metrics")
-            self._keep(self.driver_losses, driver.metadata.uid,
+            self._keep(self.driver_losses, process_key(driver),
                        metric_sum(figures, "eddy_driver_executor_losses_total", app=app.app_id))
-            self.driver_logs[driver.metadata.uid] = app.driver_log(tail=400)
+            self.driver_logs[process_key(driver)] = app.driver_log(tail=400)
         leader, others = operator_pods(app)
         self._scrapes += 1
         for pod in (leader, *others) if self._scrapes % 5 == 1 else ():  # every 15 s: kubectl costs CPU
@@ -489,7 +490,7 @@ class Watch:
                 self.operator_logs[pod.metadata.name] = said
         if leader.status.pod_ip:
             figures = samples_at(f"http://{leader.status.pod_ip}:8080/metrics")
-            self._keep(self.operator_failovers, leader.metadata.uid,
+            self._keep(self.operator_failovers, process_key(leader),
                        metric_sum(figures, "eddy_operator_failovers_total", namespace=app.namespace, app=APP))
 
     def close(self) -> None:
@@ -498,6 +499,14 @@ class Watch:
         self._scrapes = 0  # the last scrape takes the logs too
         with contextlib.suppress(Exception):
             self.scrape()
+
+
+def process_key(pod: Any) -> str:
+    """One process of a pod: its uid and its first container's restarts. A container restarted in
+    place (its JVM SIGKILLed, or its node lost and back with the pod still bound to it) keeps the
+    pod's uid, but its counters start at 0 again."""
+    statuses = pod.status.container_statuses or []
+    return f"{pod.metadata.uid}/{statuses[0].restart_count if statuses else 0}"
 
 
 def events_of(app: WordCount, reason: str) -> list[dict[str, Any]]:
@@ -569,19 +578,20 @@ def check_reports(app: WordCount, faults: Sequence[Fault], watch: Watch, epoch: 
                           f"{expected}")
     moved = [e for e in lost_events if " 0 active task(s)" not in e.get("message", "")]
     failovers = sum(v for _, _, v in watch.operator_failovers.values())
-    notes.append(f"eddy_operator_failovers_total summed over {len(watch.operator_failovers)} leader pod(s): "
+    notes.append(f"eddy_operator_failovers_total summed over {len(watch.operator_failovers)} leader process(es): "
                  f"{failovers:g}; ExecutorLost Events that moved actives: {len(moved)}")
     if len(watch.operator_failovers) == 1 and failovers != len(moved):
         mismatches.append(f"eddy_operator_failovers_total {failovers:g} against {len(moved)} ExecutorLost Events that "
                           "moved actives")
     # the driver's executor losses, per driver pod, against the executor faults during its life
-    for uid, (first, last, value) in watch.driver_losses.items():
+    for process, (first, last, value) in watch.driver_losses.items():
         inside = sum(len(f.executor_pods) for f in faults
                      if loses_executor(f) and first + 5 <= f.started + epoch and f.healed + epoch + 30 <= last)
         around = sum(len(f.executor_pods) for f in faults
                      if loses_executor(f) and first - 30 <= f.started + epoch <= last)
         if not inside <= value <= around:
-            mismatches.append(f"driver pod {uid[:8]}: eddy_driver_executor_losses_total {value:g}, executor-losing "
+            mismatches.append(f"driver pod {process[:8]} (restarts {process.rpartition('/')[2]}): "
+                              f"eddy_driver_executor_losses_total {value:g}, executor-losing "
                               f"faults during its life: {inside} (at least) to {around} (at most)")
     status = (get(app.node, "streamapp", APP, app.namespace).get("status") or {})
     last_failover: dict[str, Any] = status.get("lastFailover") or {}
@@ -718,8 +728,9 @@ def run_campaign(node: NodeCluster, kafka: KafkaCluster, s: Settings, namespace:
         plot(s.out / "lateness.png", samples, flow.lag, faults, p99,
              f"Eddy fault campaign, seed {s.seed}: {len(faults)} faults, {s.rate:g} events/s")
     if watch is not None:
-        for uid, log in watch.driver_logs.items():
-            (s.out / f"driver-{uid[:8]}.log").write_text(log)
+        for process, log in watch.driver_logs.items():
+            uid, _, restarts = process.partition("/")
+            (s.out / f"driver-{uid[:8]}-{restarts}.log").write_text(log)
         for name, log in watch.operator_logs.items():
             (s.out / f"operator-{name}.log").write_text(log)
     keep_executor_logs(app, s.out)
