@@ -296,7 +296,7 @@ class ControlPlane:
 @contextmanager
 def control_plane(base_dir: Path, fake_nodes: int = 2) -> Iterator[ControlPlane]:
     script = REPO / "infra/k8s/k8s.sh"
-    run_script(script, "build", timeout=3600)
+    run_script(script, "build", "control-plane", timeout=3600)
     port = free_port(1)
     d = base_dir / "k8s"
     d.mkdir(parents=True, exist_ok=True)

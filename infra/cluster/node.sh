@@ -7,6 +7,7 @@
 #   node.sh build          build CoreDNS (infra/coredns/go.mod) into
 #                          $EDDY_CACHE/k8s/bin (skipped when up to date); the
 #                          Kubernetes binaries come from ../k8s/k8s.sh build
+#                          (kubelet and kube-proxy: its part `node`)
 #   node.sh start <dir>    start everything (run inside netns.sh), wait until
 #                          every node is Ready and CoreDNS answers, create the
 #                          StorageClass and the PersistentVolumes
@@ -565,7 +566,7 @@ cmd_start() {
     if ip route get 1.1.1.1 >/dev/null 2>&1; then
         die "this network namespace has a route out; run inside infra/cluster/netns.sh"
     fi
-    require_binaries coredns
+    require_binaries kubelet kube-proxy coredns
     [[ -f "$EDDY_CACHE/images/images.env" ]] || die "$EDDY_CACHE/images/images.env is missing; run: infra/image/image.sh build"
     pause="$(images_env PAUSE_IMAGE)"
     [[ -n "$pause" ]] || die "no PAUSE_IMAGE in $EDDY_CACHE/images/images.env"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Real Kubernetes control plane for Eddy's tests, built from Go modules.
 #
-#   k8s.sh build                   build etcd, kube-apiserver, kube-controller-manager,
-#                                  kube-scheduler, kubectl, helm, kubeconform and kwok
-#                                  into $EDDY_CACHE/k8s/bin (skips what is up to date)
+#   k8s.sh build [part]            build into $EDDY_CACHE/k8s/bin (skips what is up to
+#                                  date) the part's binaries, or both parts':
+#                                  control-plane: etcd, kube-apiserver, kube-controller-
+#                                  manager, kube-scheduler, kubectl, helm, kubeconform, kwok;
+#                                  node: kubelet and kube-proxy (infra/cluster/node.sh)
 #   k8s.sh start <dir> <port>      certificates, etcd, apiserver on 127.0.0.1:<port>,
 #                                  controller-manager and scheduler; writes <dir>/kubeconfig
 #                                  and waits until the cluster serves a default namespace
@@ -32,7 +34,9 @@ HELM_VERSION=v3.19.5
 KUBECONFORM_VERSION=v0.7.0
 KWOK_VERSION=v0.7.0
 
-KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
+CONTROL_PLANE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+# Only a real node's: most of their packages are the control plane's, compiled already.
+NODE_BINARIES=(kubelet kube-proxy)
 # Stopped in this order: clients of the apiserver first, etcd last.
 COMPONENTS=(kwok kube-scheduler kube-controller-manager kube-apiserver etcd)
 
@@ -64,11 +68,12 @@ module_stamp() {
     echo "$(go env GOVERSION) $(cat "$dir/go.mod" "$dir/go.sum" | sha256sum | cut -c1-16)"
 }
 
+# build_kube <command...>: those of k8s.io/kubernetes/cmd that are not up to date.
 build_kube() {
     local version stamp name stale=0 ldflags pkgs=()
     version="$(module_version "$HERE" k8s.io/kubernetes)"
     stamp="k8s.io/kubernetes@$version $(module_stamp "$HERE")"
-    for name in "${KUBE_BINARIES[@]}"; do
+    for name in "$@"; do
         stamp_matches "$name" "$stamp" || stale=1
         pkgs+=("k8s.io/kubernetes/cmd/$name")
     done
@@ -83,10 +88,11 @@ build_kube() {
         ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=$major"
         ldflags+=" -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
     done
-    log "building ${KUBE_BINARIES[*]} ($version)"
-    # One invocation, so the four commands share compiled packages.
+    log "building $* ($version)"
+    # One invocation, so the commands share compiled packages (later builds find them in
+    # Go's build cache).
     (cd "$HERE" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$BIN/" "${pkgs[@]}")
-    for name in "${KUBE_BINARIES[@]}"; do write_stamp "$name" "$stamp"; done
+    for name in "$@"; do write_stamp "$name" "$stamp"; done
 }
 
 build_etcd() {
@@ -112,12 +118,22 @@ go_install() {
 }
 
 cmd_build() {
+    local part="${1:-all}"
+    [[ "$part" =~ ^(all|control-plane|node)$ ]] || die "build: no part '$part' (control-plane, node)"
     command -v go >/dev/null || die "go is not on PATH"
     mkdir -p "$BIN"
     # Concurrent callers (e.g. parallel test workers) wait for one build.
     exec 9>"$BIN/.build.lock"
     flock 9
-    build_kube
+    [[ "$part" == node ]] || build_control_plane
+    if [[ "$part" != control-plane ]]; then
+        build_kube "${NODE_BINARIES[@]}"
+        printf '  %-24s %s\n' kubelet "$("$BIN/kubelet" --version)" kube-proxy "$("$BIN/kube-proxy" --version)"
+    fi
+}
+
+build_control_plane() {
+    build_kube "${CONTROL_PLANE_BINARIES[@]}"
     build_etcd
     # As helm's Makefile does: without the Kubernetes version (that of its
     # client-go, 1.34 for helm 3.19) `helm template` assumes v1.20.
@@ -147,7 +163,7 @@ cmd_build() {
 
 require_binaries() {
     local name
-    for name in etcd "${KUBE_BINARIES[@]}" "$@"; do
+    for name in etcd "${CONTROL_PLANE_BINARIES[@]}" "$@"; do
         [[ -x "$BIN/$name" ]] || die "$BIN/$name is missing; run: $0 build"
     done
 }
