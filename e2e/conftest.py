@@ -69,10 +69,11 @@ WORDCOUNT_MODULES = ("test_real_pods.py", "test_changes.py")
 @pytest.fixture(scope="session")
 def wordcount(operator: NodeCluster, kafka: KafkaBroker, tmp_path_factory: pytest.TempPathFactory
               ) -> Iterator[WordCount]:
-    """The word count on two executor pods, one standby per stateful task, exactly-once: deployed
-    once for e2e/test_real_pods.py and then e2e/test_changes.py; the driver's log and both
-    channel histories are kept when it goes."""
-    app = deploy_word_count(operator, kafka, "wordcount-e2e", executors=2, standbys=1)
+    """The word count on two executor pods, one standby per stateful task, exactly-once, talking
+    SASL_SSL to the broker with its credentials in Secrets (as a user of a secured Kafka sets it
+    up): deployed once for e2e/test_real_pods.py and then e2e/test_changes.py; the driver's log
+    and both channel histories are kept when it goes."""
+    app = deploy_word_count(operator, kafka, "wordcount-e2e", executors=2, standbys=1, listener="sasl_ssl")
 
     def close() -> None:
         try:

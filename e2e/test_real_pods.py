@@ -7,7 +7,11 @@ Dockerfile; the driver pod runs `eddy driver`, a Spark client against
 with their state claims; the executors reach Kafka at the node's address. The tests run in order
 on one app, each step feeding more input and checking the counts exactly:
 
-1. counts on executor pods, one standby per stateful task, exactly-once;
+1. counts on executor pods, one standby per stateful task, exactly-once, over SASL_SSL with
+   SCRAM-SHA-512: the StreamApp's ``spec.kafka.security`` references Secrets for the user, the
+   password and the CA, the operator puts them into the driver's and the executors' pods, and
+   every Kafka client of the app (driver, task runners, committers, restore and standby
+   consumers) connects to the broker's SASL_SSL listener with them;
 2. an executor pod deleted: standbys promoted, the pod comes back on the same claim, restores
    from its volume's checkpoint plus the changelog's tail, and takes its share back;
 3. an executor's JVM SIGKILLed inside its container: the same, through a container restart;
@@ -58,6 +62,13 @@ def test_word_count_runs_on_executor_pods_with_bound_state_claims(wordcount: Wor
                       alive=app.check_driver, interval=2)
     report(f"\n{EXECUTORS} executor pods ready {time.monotonic() - t0:.0f}s after kubectl apply: "
            + ", ".join(f"{p.metadata.name}=executor {i}" for i, p in sorted(executors.items())))
+    # SASL_SSL, its credentials from Secrets: referenced, never inlined, nor said in a log
+    bootstrap = app.kubectl("get", "sapp", APP, "-o", "jsonpath={.spec.kafka.bootstrapServers}")
+    assert app.kafka.secure_bootstrap in bootstrap, bootstrap
+    for pod in (app.pod(builders.driver_pod_name(APP)), *executors.values()):
+        env = {e.name: e for e in pod.spec.containers[0].env}
+        assert env["EDDY_KAFKA_SASL_PASSWORD"].value_from.secret_key_ref.name == "kafka-user", pod.metadata.name
+        assert env["EDDY_KAFKA_SASL_PASSWORD"].value is None, f"{pod.metadata.name}: the password inlined"
     for _exec_id, pod in executors.items():
         claim = app.claim_of(pod)
         ordinal = int(pod.metadata.name.rsplit("-", 1)[1])
@@ -76,7 +87,8 @@ def test_word_count_runs_on_executor_pods_with_bound_state_claims(wordcount: Wor
         placement = message.assignment.tasks[task]
         assert len(placement.standbys) == 1 and placement.standbys[0] != placement.active, (task, placement)
     app.steady()
-    report(f"counted {len(app.fed)} lines exactly on generation {message.assignment.generation} "
+    assert app.kafka.credentials.password not in app.driver_log(tail=5000)
+    report(f"counted {len(app.fed)} lines exactly over SASL_SSL on generation {message.assignment.generation} "
            f"{time.monotonic() - t0:.0f}s after kubectl apply")
 
 
