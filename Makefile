@@ -7,7 +7,7 @@ PY      := .venv/bin/python
 PYTEST  := $(PY) -m pytest
 export EDDY_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: setup setup-go setup-control-plane setup-node setup-node-meanwhile setup-fetched test test-before-e2e test-unit test-properties test-integration test-e2e lint demo bench-failover bench-autoscale chaos clean-cache
+.PHONY: setup setup-go setup-control-plane setup-node setup-go-meanwhile setup-fetched test test-before-e2e test-unit test-properties test-integration test-e2e lint demo bench-failover bench-autoscale chaos clean-cache
 
 # In two lanes at once: the Go builds keep both cores busy while the other lane mostly waits on
 # downloads (pip, the Kafka jars, Debian packages, the image's debootstrap). Their logs interleave
@@ -37,22 +37,26 @@ setup-fetched:
 timed = @start=$$(date +%s); $(1) && echo "setup: $(1): $$(( $$(date +%s) - start )) s"
 
 # Stages run cheapest first; each fails the run on any failure, including "no tests collected".
-# A real node's binaries (kubelet, kube-proxy, CoreDNS: ~4 min of both cores from an empty Go
-# cache) build at nice 19 beside the stages before e2e, on what they leave idle: lint, unit and
-# properties run on one core, and the integration stage keeps both busy two thirds of the time.
+# The Go builds (~20 min of both cores from an empty Go cache) run at nice 19 beside everything
+# before the e2e stage, on what it leaves idle: the downloads, the single-process lint, unit and
+# properties stages, the integration stage's idle third. The integration tests on the control
+# plane run last, once its binaries are built (`k8s.sh build control-plane` waits for the build
+# under way); the e2e stage starts once a real node's are too.
 test:
-	@$(MAKE) --no-print-directory -j2 setup-control-plane setup-fetched
-	@$(MAKE) --no-print-directory -j2 test-before-e2e setup-node-meanwhile
+	@$(MAKE) --no-print-directory -j2 test-before-e2e setup-go-meanwhile
 	@$(MAKE) --no-print-directory test-e2e
 
 test-before-e2e:
+	@$(MAKE) --no-print-directory setup-fetched
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory test-properties
-	@$(MAKE) --no-print-directory test-integration
+	$(PYTEST) -m "integration and not control_plane" -q --durations=20
+	$(call timed,infra/k8s/k8s.sh build control-plane)
+	$(PYTEST) -m "integration and control_plane" -q --durations=10
 
-setup-node-meanwhile:
-	@nice -n 19 $(MAKE) --no-print-directory setup-node
+setup-go-meanwhile:
+	@nice -n 19 $(MAKE) --no-print-directory setup-go
 
 # ruff; import circles and layering (infra/lint/import_cycles.py); mypy --strict (pyproject.toml).
 lint:

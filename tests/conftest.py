@@ -74,6 +74,14 @@ def kube(servers_dir: Path) -> Iterator[ControlPlane]:
         yield cp
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests on the control plane are marked `control_plane`: `make test` runs them after the
+    others, once the Go builds that it runs beside those stages have made its binaries."""
+    for item in items:
+        if "kube" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.control_plane)
+
+
 @pytest.fixture
 def namespace(kube: ControlPlane) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"

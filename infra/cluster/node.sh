@@ -148,7 +148,7 @@ die() { log "error: $*"; exit 1; }
 cmd_build() {
     command -v go >/dev/null || die "go is not on PATH"
     mkdir -p "$BIN"
-    exec 9>"$BIN/.build.lock"
+    exec 9>"$BIN/.build-coredns.lock"
     flock 9
     local version stamp start=$SECONDS
     version="$(module_version "$COREDNS_MODULE_DIR" github.com/coredns/coredns)"

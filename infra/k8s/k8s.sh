@@ -122,13 +122,20 @@ cmd_build() {
     [[ "$part" =~ ^(all|control-plane|node)$ ]] || die "build: no part '$part' (control-plane, node)"
     command -v go >/dev/null || die "go is not on PATH"
     mkdir -p "$BIN"
-    # Concurrent callers (e.g. parallel test workers) wait for one build.
-    exec 9>"$BIN/.build.lock"
-    flock 9
-    [[ "$part" == node ]] || build_control_plane
+    # Concurrent callers of a part wait for one build of it (`make test` builds it beside the
+    # tests, whose control plane waits here for its part, not for the node's after it).
+    if [[ "$part" != node ]]; then
+        exec 9>"$BIN/.build-control-plane.lock"
+        flock 9
+        build_control_plane
+        exec 9>&-
+    fi
     if [[ "$part" != control-plane ]]; then
+        exec 9>"$BIN/.build-node.lock"
+        flock 9
         build_kube "${NODE_BINARIES[@]}"
         printf '  %-24s %s\n' kubelet "$("$BIN/kubelet" --version)" kube-proxy "$("$BIN/kube-proxy" --version)"
+        exec 9>&-
     fi
 }
 

@@ -77,6 +77,7 @@ def _app_pods() -> dict[str, tuple[dict[str, str], list[dict[str, Any]], dict[st
 
 
 @pytest.mark.integration
+@pytest.mark.control_plane  # helm, built with the control plane
 @pytest.mark.parametrize("values", [[], ["--set", "watchNamespaces={team-a,team-b}"]])
 def test_podmonitor_selects_the_driver_and_executor_pods_the_builders_make_on_their_metrics_port(values):
     rendered = _render(*ENABLED, *values)
@@ -102,6 +103,7 @@ def test_podmonitor_selects_the_driver_and_executor_pods_the_builders_make_on_th
 
 
 @pytest.mark.integration
+@pytest.mark.control_plane  # helm, built with the control plane
 def test_servicemonitor_selects_the_operators_metrics_service_whose_port_reaches_the_pod():
     rendered = _render(*ENABLED)
     (monitor,) = rendered["ServiceMonitor"]
@@ -122,6 +124,7 @@ def test_servicemonitor_selects_the_operators_metrics_service_whose_port_reaches
 
 
 @pytest.mark.integration
+@pytest.mark.control_plane  # helm, built with the control plane
 def test_the_dashboard_configmap_carries_the_dashboard_for_grafanas_sidecar_and_the_chart_lints():
     rendered = _render(*ENABLED)
     (configmap,) = [c for c in rendered["ConfigMap"] if c["metadata"]["name"].endswith("-dashboard")]
