@@ -501,6 +501,21 @@ class Watch:
             self.scrape()
 
 
+def run_by_the_driver_now_running(app: WordCount) -> bool:
+    """The driver pod is ready and not going, and the newest runtime state is its process's (its
+    load counters started after its container did). Right after a driver pod's deletion, the old
+    driver goes on publishing for up to its grace period: a wait on the channel alone ended before
+    the new driver had taken over, and the next fault overlapped the restart."""
+    pod = app.pod(builders.driver_pod_name(APP))
+    if pod is None or pod.metadata.deletion_timestamp is not None or not pod.status.container_statuses:
+        return False
+    container = pod.status.container_statuses[0]
+    started = container.state.running.started_at if container.ready and container.state.running else None
+    state = app.channel.runtime_state()
+    return bool(started and state is not None and state.load_since
+                and datetime.fromisoformat(state.load_since.replace("Z", "+00:00")) >= started)
+
+
 def process_key(pod: Any) -> str:
     """One process of a pod: its uid and its first container's restarts. A container restarted in
     place (its JVM SIGKILLed, or its node lost and back with the pod still bound to it) keeps the
@@ -674,6 +689,8 @@ def run_campaign(node: NodeCluster, kafka: KafkaCluster, s: Settings, namespace:
                                        f"{faults[-1].kind if faults else 'the warm-up'}")
                 time.sleep(0.5)
             if s.healthy_between:
+                until(lambda: run_by_the_driver_now_running(app), max(1.0, deadline - time.monotonic()),
+                      "the app's state published by the driver now running", interval=1)
                 app.steady(timeout=max(1.0, deadline - time.monotonic()))
             time.sleep(planned.gap_s)
             try:
