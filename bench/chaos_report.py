@@ -11,8 +11,11 @@ Pure, but for `plot` (matplotlib, writing a PNG). Times are seconds since the ca
   time), at or after it, that begins `CALM_SECONDS` seconds in a row in which at least
   `IN_TIME_SHARE` of the events sent were within the steady p99: from then on, records are on
   time again. Zero when the fault delayed nothing.
-- **Largest lateness** of a fault: the worst lateness among the events sent from
-  `BEFORE_S` seconds before it until the next fault (events in flight when it struck count).
+- **Largest lateness** of a fault: the worst lateness among the events whose join record came
+  out after it struck and before the next fault did (events in flight when it struck count; an
+  event sent just before the next fault and held up by it counts for that one). An event never
+  seen counts for the faults whose time it was sent in: from `BEFORE_S` seconds before each until
+  the next.
 """
 
 from __future__ import annotations
@@ -136,7 +139,9 @@ def analyse(faults: list[Fault], samples: Sequence[Sample], threshold: float, en
     for i, f in enumerate(faults):
         following = faults[i + 1].started if i + 1 < len(faults) else end
         f.recovery_s = recovery(by_second, f.started, threshold, int(end))
-        window = [s.lateness for s in samples if f.started - BEFORE_S <= s.sent < following]
+        window = [s.lateness for s in samples
+                  if f.started <= s.sent + s.lateness < following
+                  or (math.isinf(s.lateness) and f.started - BEFORE_S <= s.sent < following)]
         f.largest_lateness_s = max(window) if window else None
 
 

@@ -65,6 +65,15 @@ def test_events_in_flight_when_a_fault_struck_count_in_its_largest_lateness() ->
     assert faults[0].largest_lateness_s == 7.0 and faults[1].largest_lateness_s == pytest.approx(0.1)
 
 
+def test_an_event_sent_just_before_a_fault_and_held_up_by_it_counts_for_that_fault_only() -> None:
+    # the driver's restart is over (on time again from 33 s); 2.5 s before the node is lost, an
+    # event is sent that comes out only once the node's loss is over, 100 s later
+    samples = [*flow({30: 3.0, 31: 2.0, 32: 1.0}, seconds=200), Sample(97.5, 100.0)]
+    faults = [Fault("driver-pod-deleted", "driver", 30.0, 30.0), Fault("node-lost", "n3", 100.0, 130.0)]
+    analyse(faults, samples, threshold=0.2, end=200)
+    assert faults[0].largest_lateness_s == 3.0 and faults[1].largest_lateness_s == 100.0
+
+
 def test_the_report_s_json_and_text_hold_events_never_seen(tmp_path: Path) -> None:
     samples = [*flow({}), Sample(40.0, math.inf)]
     faults = [Fault("executor-cut-off", "pod", 39.0, 49.0, executor_pods=[])]
