@@ -52,7 +52,7 @@ test-before-e2e:
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory test-properties
 	$(PYTEST) -m "integration and not control_plane" -q --durations=20
-	$(call timed,infra/k8s/k8s.sh build control-plane)
+	@$(MAKE) --no-print-directory setup-control-plane
 	$(PYTEST) -m "integration and control_plane" -q --durations=10
 
 setup-go-meanwhile:

@@ -56,7 +56,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -443,16 +443,23 @@ class Skip(Exception):
 # -- what Eddy reports -----------------------------------------------------------------------------
 
 
+class Process(NamedTuple):
+    """A pod's process: the pod's uid and how often its first container had restarted."""
+
+    uid: str
+    restarts: int
+
+
 @dataclass
 class Watch:
     """Eddy's own figures over the run, scraped every few seconds: the newest value of each
-    counter per process (a driver or operator leader pod's container, by `process_key`), whose
+    counter per process (a driver or operator leader pod's container, by `process_of`), whose
     counters start at 0."""
 
     app: WordCount
-    driver_losses: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # process: first, last t, value
-    operator_failovers: dict[str, tuple[float, float, float]] = field(default_factory=dict)
-    driver_logs: dict[str, str] = field(default_factory=dict)
+    driver_losses: dict[Process, tuple[float, float, float]] = field(default_factory=dict)  # first, last t, value
+    operator_failovers: dict[Process, tuple[float, float, float]] = field(default_factory=dict)
+    driver_logs: dict[Process, str] = field(default_factory=dict)
     #: each operator pod's log (by name: a pod of the chart's Deployment is never made again
     #: under its name), as last scraped: a pod the campaign killed keeps what it said before
     operator_logs: dict[str, str] = field(default_factory=dict)
@@ -469,7 +476,7 @@ class Watch:
                 self.scrape()
 
     @staticmethod
-    def _keep(store: dict[str, tuple[float, float, float]], process: str, value: float) -> None:
+    def _keep(store: dict[Process, tuple[float, float, float]], process: Process, value: float) -> None:
         now = time.time()
         first = store.get(process, (now, now, 0.0))[0]
         store[process] = (first, now, value)
@@ -479,9 +486,10 @@ class Watch:
         driver = app.pod(builders.driver_pod_name(APP))
         if driver is not None and driver.status.pod_ip and driver.status.phase == "Running":
             figures = samples_at(f"http://{driver.status.pod_ip}:{METRICS_PORT}/metrics")
-            self._keep(self.driver_losses, process_key(driver),
+            process = process_of(driver)
+            self._keep(self.driver_losses, process,
                        metric_sum(figures, "eddy_driver_executor_losses_total", app=app.app_id))
-            self.driver_logs[process_key(driver)] = app.driver_log(tail=400)
+            self.driver_logs[process] = app.driver_log(tail=400)
         leader, others = operator_pods(app)
         self._scrapes += 1
         for pod in (leader, *others) if self._scrapes % 5 == 1 else ():  # every 15 s: kubectl costs CPU
@@ -490,7 +498,7 @@ class Watch:
                 self.operator_logs[pod.metadata.name] = said
         if leader.status.pod_ip:
             figures = samples_at(f"http://{leader.status.pod_ip}:8080/metrics")
-            self._keep(self.operator_failovers, process_key(leader),
+            self._keep(self.operator_failovers, process_of(leader),
                        metric_sum(figures, "eddy_operator_failovers_total", namespace=app.namespace, app=APP))
 
     def close(self) -> None:
@@ -516,12 +524,12 @@ def run_by_the_driver_now_running(app: WordCount) -> bool:
                 and datetime.fromisoformat(state.load_since.replace("Z", "+00:00")) >= started)
 
 
-def process_key(pod: Any) -> str:
+def process_of(pod: Any) -> Process:
     """One process of a pod: its uid and its first container's restarts. A container restarted in
     place (its JVM SIGKILLed, or its node lost and back with the pod still bound to it) keeps the
     pod's uid, but its counters start at 0 again."""
     statuses = pod.status.container_statuses or []
-    return f"{pod.metadata.uid}/{statuses[0].restart_count if statuses else 0}"
+    return Process(pod.metadata.uid, statuses[0].restart_count if statuses else 0)
 
 
 def events_of(app: WordCount, reason: str) -> list[dict[str, Any]]:
@@ -605,7 +613,7 @@ def check_reports(app: WordCount, faults: Sequence[Fault], watch: Watch, epoch: 
         around = sum(len(f.executor_pods) for f in faults
                      if loses_executor(f) and first - 30 <= f.started + epoch <= last)
         if not inside <= value <= around:
-            mismatches.append(f"driver pod {process[:8]} (restarts {process.rpartition('/')[2]}): "
+            mismatches.append(f"driver pod {process.uid[:8]} (restarts {process.restarts}): "
                               f"eddy_driver_executor_losses_total {value:g}, executor-losing "
                               f"faults during its life: {inside} (at least) to {around} (at most)")
     status = (get(app.node, "streamapp", APP, app.namespace).get("status") or {})
@@ -746,8 +754,7 @@ def run_campaign(node: NodeCluster, kafka: KafkaCluster, s: Settings, namespace:
              f"Eddy fault campaign, seed {s.seed}: {len(faults)} faults, {s.rate:g} events/s")
     if watch is not None:
         for process, log in watch.driver_logs.items():
-            uid, _, restarts = process.partition("/")
-            (s.out / f"driver-{uid[:8]}-{restarts}.log").write_text(log)
+            (s.out / f"driver-{process.uid[:8]}-{process.restarts}.log").write_text(log)
         for name, log in watch.operator_logs.items():
             (s.out / f"operator-{name}.log").write_text(log)
     keep_executor_logs(app, s.out)
