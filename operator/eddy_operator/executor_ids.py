@@ -21,8 +21,8 @@ from eddy_contract import channel
 from eddy_contract.assignor import Assignment, Executor, TaskAssignment
 from eddy_operator.pods import PodInfo, instant
 
-__all__ = ["REREGISTRATION_GRACE_S", "Incarnations", "carried_ids", "executor_renames", "held_by_live_id",
-           "renamed", "reregistering", "reused"]
+__all__ = ["REREGISTRATION_GRACE_S", "Incarnations", "carried_ids", "driver_life_started", "executor_renames",
+           "held_by_live_id", "renamed", "reregistering", "reused"]
 
 #: how long after a driver pod started the operator waits for the executor pods that outlived the
 #: last driver to register with it before it takes them for lost (their JVMs start, then register,
@@ -30,15 +30,29 @@ __all__ = ["REREGISTRATION_GRACE_S", "Incarnations", "carried_ids", "executor_re
 REREGISTRATION_GRACE_S = 180.0
 
 
+def driver_life_started(pods: Iterable[PodInfo]) -> str | None:
+    """When the app's driver (its pod not being deleted) started its present life, ISO 8601: its
+    container's start once it runs, else the pod's. A driver whose node was lost and came back
+    keeps its pod (and the pod's start) but starts over in a new container, and the executor pods
+    that outlived it register with that one: counted from the pod's start, a driver pod older than
+    `REREGISTRATION_GRACE_S` waited for none of them, and their tasks failed over to whichever
+    registered first (the short fault campaign in CI, 2026-11-29: the node that died held the
+    driver and one executor; the other executor, whose runner went on, was reported lost too)."""
+    drivers = [p for p in pods if p.role == "driver" and not p.deleting]
+    if not drivers:
+        return None
+    return drivers[0].running_since or drivers[0].started_at
+
+
 def reregistering(previous: channel.AssignmentMessage | None, pods: Iterable[PodInfo],
                   driver_started: str | None) -> list[str]:
     """The pods of `previous`'s executors that outlived its driver and have not registered with a
-    new one yet: started before the driver pod (`driver_started`, ISO 8601; a pod made since, under
-    the same name, is a new executor), running, ready (their runner is warm: it holds tasks and
-    goes on processing them), without an executor id (a starting driver labels the pods it adopts
-    `EXECID`, as Spark labels a pod until its executor registers: driver/executor_set.py). Until
-    they register, an assignment would take them for lost and move their tasks to the pods that
-    registered first."""
+    new one yet: started before the driver's present life (`driver_started`, ISO 8601:
+    `driver_life_started`; a pod made since, under the same name, is a new executor), running,
+    ready (their runner is warm: it holds tasks and goes on processing them), without an executor
+    id (a starting driver labels the pods it adopts `EXECID`, as Spark labels a pod until its
+    executor registers: driver/executor_set.py). Until they register, an assignment would take
+    them for lost and move their tasks to the pods that registered first."""
     if previous is None or not driver_started:
         return []
     named = {e.pod for e in previous.executors if e.pod}

@@ -30,6 +30,7 @@ from eddy_operator.pods import pod_info, zone_of
 from eddy_operator.reachability import (
     PROBE_INTERVAL_S,
     Reachability,
+    answer_timeout_s,
     metrics_port,
     probe,
     probe_targets,
@@ -125,7 +126,7 @@ async def _probe_forever(memo: kopf.Memo, indexes: dict[str, Any]) -> None:
             for key, streamapp in apps.items():
                 if streamapp is not None:
                     targets.update(probe_targets(pods[key], metrics_port(streamapp)))
-            answers = await probe(targets, timeout_s=PROBE_INTERVAL_S)
+            answers = await probe(targets, timeout_s=answer_timeout_s(reachability.after_s))
             now = time.monotonic()
             for target, answered in answers.items():
                 reachability.record(target, answered, now)

@@ -49,18 +49,19 @@ from eddy_operator.drains import hands_over, leaving
 from eddy_operator.executor_ids import (
     REREGISTRATION_GRACE_S,
     carried_ids,
+    driver_life_started,
     held_by_live_id,
     renamed,
     reregistering,
 )
 from eddy_operator.kube import Kube
 from eddy_operator.node_loss import HOSTNAME_LABEL, release, release_unplaceable, stranded, unplaceable
-from eddy_operator.pods import LostExecutor, live_executors, lost_executors
+from eddy_operator.pods import LostExecutor, instant, live_executors, lost_executors
 from eddy_operator.scale_step import announce_leaving, autoscale, evict_drained, scale_in
 from eddy_operator.scaling import surplus, unknown_to_driver
 from eddy_operator.status import Failover, Observed, compute_status, without_times
 from eddy_operator.upgrade_step import judge_upgrade
-from eddy_operator.upgrades import VersionBook, driver_seen
+from eddy_operator.upgrades import VersionBook
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ class Orchestrator:
             runtime = self._runtime_state(snap, app)
             ctl.reported_lost -= {(e.id, e.pod) for e in executors}  # back (its runner answers again): not lost
             if runtime is not None and runtime.changelog_end_offsets and executors \
-                    and not self._awaiting_registrations(ctl, snap, runtime, app):
+                    and not self._awaiting_registrations(ctl, snap, app):
                 await self._assign(ctl, snap, spec, executors, runtime, cause, started)
                 if self.hand_over:
                     await evict_drained(self.kube, self._event, ctl, snap, spec, runtime)
@@ -171,16 +172,17 @@ class Orchestrator:
             log.warning("app %s/%s: %s", spec.namespace, spec.name, said)
 
     @staticmethod
-    def _awaiting_registrations(ctl: AppController, snap: Snapshot, runtime: channel.RuntimeState, app: str) -> bool:
+    def _awaiting_registrations(ctl: AppController, snap: Snapshot, app: str) -> bool:
         """A new driver is up and some executor pods that outlived the last one have not registered
         with it yet (executor_ids.py's `reregistering`): no assignment until they have, or until
-        `REREGISTRATION_GRACE_S` after the driver pod started."""
-        waiting = reregistering(ctl.message, snap.pods, _driver_started(snap))
-        driver = driver_seen(snap.pods, runtime)
-        if not waiting or driver is None or driver.age_s >= REREGISTRATION_GRACE_S:
+        `REREGISTRATION_GRACE_S` after the driver started its present life."""
+        started = _driver_started(snap)
+        waiting = reregistering(ctl.message, snap.pods, started)
+        age_s = (datetime.now(UTC) - instant(started)).total_seconds() if started else None
+        if not waiting or age_s is None or age_s >= REREGISTRATION_GRACE_S:
             return False
         log.info("app %s: executor pods %s outlived the last driver and are registering with the new one "
-                 "(%.0f s after its start): no assignment until they have", app, waiting, driver.age_s)
+                 "(%.0f s after its start): no assignment until they have", app, waiting, age_s)
         return True
 
     def _runtime_state(self, snap: Snapshot, app: str) -> channel.RuntimeState | None:
@@ -423,6 +425,5 @@ class Orchestrator:
 
 
 def _driver_started(snap: Snapshot) -> str | None:
-    """When the app's driver pod (not one being deleted) started, if it has."""
-    drivers = [p for p in snap.pods if p.role == "driver" and not p.deleting]
-    return drivers[0].started_at if drivers else None
+    """When the app's driver (a pod not being deleted) started its present life, if it has."""
+    return driver_life_started(snap.pods)

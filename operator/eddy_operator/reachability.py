@@ -5,13 +5,14 @@ A node that dies (power, kernel, a cut network) stops renewing its kubelet's Lea
 marks it not Ready only after the controller-manager's `--node-monitor-grace-period` (50 s by
 default), and until then its pods look Running. Kafka Streams and Flink do not wait for that: a
 member that misses its heartbeats for `session.timeout.ms` (Flink: `heartbeat.timeout`) is taken
-out of the group. Eddy's operator does the same from where it sits: every `PROBE_INTERVAL_S` it
-asks each executor's task runner for `/healthz` on the pod's metrics port (the endpoint the driver
-pushes work to, executor/runner.py), and an executor whose runner has answered before but not for
-`after_s` counts as lost (`pods.LossReason.UNREACHABLE`): its actives fail over to their standbys
-as for a pod that is gone. Fencing keeps a runner that is only cut off from the operator (not from
-Kafka) from committing once its tasks' new owners have started: a false alarm costs a move, never
-a record. When it answers again it is live again and gets copies as a new executor would.
+out of the group. Eddy's operator does the same from where it sits: `PROBE_INTERVAL_S` after each
+round it asks each executor's task runner for `/healthz` on the pod's metrics port (the endpoint
+the driver pushes work to, executor/runner.py), waiting `answer_timeout_s` for each answer, and an
+executor whose runner has answered before but not for `after_s` counts as lost
+(`pods.LossReason.UNREACHABLE`): its actives fail over to their standbys as for a pod that is gone.
+Fencing keeps a runner that is only cut off from the operator (not from Kafka) from committing
+once its tasks' new owners have started: a false alarm costs a move, never a record. When it
+answers again it is live again and gets copies as a new executor would.
 
 A pod's record is keyed by its uid and restart count, so a restarted container is judged afresh; a
 runner that has never answered is judged only once its containers have run for `STARTUP_GRACE_S`
@@ -39,8 +40,8 @@ import aiohttp
 from eddy_contract.spec import StreamAppSpec
 from eddy_operator.pods import PodInfo, instant
 
-__all__ = ["PROBE_INTERVAL_S", "UNREACHABLE_AFTER_ENV", "Reachability", "metrics_port", "probe", "probe_targets",
-           "unreachable_after_s"]
+__all__ = ["PROBE_INTERVAL_S", "UNREACHABLE_AFTER_ENV", "Reachability", "answer_timeout_s", "metrics_port", "probe",
+           "probe_targets", "unreachable_after_s"]
 
 #: the operator's setting (the chart's `failover.unreachableAfterSeconds`); unset or 0: no probing
 UNREACHABLE_AFTER_ENV = "EDDY_OPERATOR_UNREACHABLE_AFTER"
@@ -136,6 +137,16 @@ def metrics_port(streamapp: Mapping[str, Any]) -> int:
     if it is missing, as in a manifest not read back from the apiserver)."""
     port = (streamapp.get("spec") or {}).get("metricsPort")
     return int(port) if port else StreamAppSpec.from_manifest(streamapp).metrics_port
+
+
+def answer_timeout_s(after_s: float) -> float:
+    """How long one probe waits for an answer: what `after_s` leaves beside the round's pause
+    (`PROBE_INTERVAL_S`), at least that pause. A runner slow to answer is there: on the 2-core
+    test machine, a driver's deletion started a new driver and a new executor JVM on the node of a
+    runner that went on processing, and with a 1 s timeout that runner missed 3 s of probes and
+    was taken for lost (the short fault campaign in CI, 2026-11-29). A runner that is gone still
+    counts as lost `after_s` after its last answer: its probes time out in this, one after the other."""
+    return max(PROBE_INTERVAL_S, after_s - PROBE_INTERVAL_S)
 
 
 def probe_targets(pods: Iterable[PodInfo], port: int) -> dict[PodKey, str]:

@@ -20,6 +20,7 @@ from eddy_contract.channel import (
 from eddy_operator.executor_ids import (
     Incarnations,
     carried_ids,
+    driver_life_started,
     executor_renames,
     held_by_live_id,
     renamed,
@@ -148,6 +149,22 @@ def test_pods_that_outlived_the_driver_and_have_no_new_id_yet_are_awaited() -> N
     assert reregistering(PUBLISHED, [pod("wc-exec-1", "4")], driver) == []  # registered
     assert reregistering(None, pods, driver) == []
     assert reregistering(PUBLISHED, pods, None) == []  # no driver pod
+
+
+def test_a_driver_restarted_in_its_pod_starts_a_new_life_that_the_pods_which_outlived_it_register_with() -> None:
+    # the driver pod made at 00:10; its node died and came back, and its container started again at 00:20
+    def driver(running_since: str | None, deleting: bool = False) -> PodInfo:
+        return PodInfo("wc-driver-0", "driver", None, "node-c", "Running", running_since is not None, deleting, None,
+                       None, started_at="2025-01-01T00:10:00Z", running_since=running_since)
+
+    assert driver_life_started([driver("2025-01-01T00:20:00Z")]) == "2025-01-01T00:20:00Z"
+    assert driver_life_started([driver(None)]) == "2025-01-01T00:10:00Z"  # its container not running (yet)
+    assert driver_life_started([driver("2025-01-01T00:20:00Z", deleting=True)]) is None
+    # an executor pod made at 00:15 (after the pod, before its container started again) outlived it
+    survivor = PodInfo("wc-exec-2", "executor", "EXECID", "node-a", "Running", True, False, None, None,
+                       started_at="2025-01-01T00:15:00Z")
+    assert reregistering(PUBLISHED, [survivor], driver_life_started([driver("2025-01-01T00:20:00Z")])) == [
+        "wc-exec-2"]
 
 
 def test_nothing_is_renamed_while_the_ids_are_the_same() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from eddy_operator.pods import PodInfo, pod_info
-from eddy_operator.reachability import Reachability, key_of, metrics_port, probe, probe_targets
+from eddy_operator.reachability import Reachability, answer_timeout_s, key_of, metrics_port, probe, probe_targets
 
 pytestmark = pytest.mark.unit
 
@@ -103,7 +104,9 @@ def test_the_metrics_port_is_the_spec_s_or_the_crd_default() -> None:
 def server() -> Iterator[str]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            self.send_response(200 if self.path == "/healthz" else 500)
+            if self.path == "/slow/healthz":  # a runner starved of CPU for 1.3 s
+                time.sleep(1.3)
+            self.send_response(200 if self.path.endswith("/healthz") else 500)
             self.end_headers()
 
         def log_message(self, *args: object) -> None:
@@ -122,6 +125,14 @@ def test_the_probe_tells_an_answering_runner_from_a_failing_and_a_closed_port(se
     answers = asyncio.run(probe({up: f"{server}/healthz", failing: f"{server}/other",
                                  closed: "http://127.0.0.1:1/healthz"}, timeout_s=2.0))
     assert answers == {up: True, failing: False, closed: False}
+
+
+def test_a_runner_slow_to_answer_answers_within_what_the_window_leaves_beside_the_round_s_pause(server: str) -> None:
+    assert answer_timeout_s(3.0) == 2.0
+    assert answer_timeout_s(1.0) == 1.0  # never less than the pause between rounds
+    slow = ("slow", "", 0)
+    assert asyncio.run(probe({slow: f"{server}/slow/healthz"}, timeout_s=answer_timeout_s(3.0))) == {slow: True}
+    assert asyncio.run(probe({slow: f"{server}/slow/healthz"}, timeout_s=1.0)) == {slow: False}
 
 
 def test_a_pod_runs_since_its_last_container_started_and_not_at_all_while_one_waits() -> None:
