@@ -7,7 +7,7 @@ PY      := .venv/bin/python
 PYTEST  := $(PY) -m pytest
 export EDDY_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: setup setup-go setup-control-plane setup-node setup-go-meanwhile setup-fetched test test-before-e2e test-unit test-properties test-integration test-e2e lint demo bench-failover bench-autoscale chaos clean-cache
+.PHONY: setup setup-go setup-control-plane setup-node setup-go-meanwhile setup-fetched setup-python setup-images setup-images-meanwhile test test-before-e2e test-unit test-properties test-integration test-e2e lint demo bench-failover bench-autoscale chaos clean-cache
 
 # In two lanes at once: the Go builds keep both cores busy while the other lane mostly waits on
 # downloads (pip, the Kafka jars, Debian packages, the image's debootstrap). Their logs interleave
@@ -27,9 +27,15 @@ setup-node:
 	$(call timed,infra/k8s/k8s.sh build node)
 	$(call timed,infra/cluster/node.sh build)
 
-setup-fetched:
+setup-fetched: setup-python setup-images
+
+setup-python:
 	$(call timed,infra/python-env.sh)
 	$(call timed,infra/kafka/kafka.sh fetch)
+
+# The real nodes' Debian packages and the images they run; of the tests before the e2e stage only
+# tests/infra/test_image.py needs them (marked `image`).
+setup-images:
 	$(call timed,infra/cluster/packages.sh)
 	$(call timed,infra/image/image.sh build)
 
@@ -37,26 +43,29 @@ setup-fetched:
 timed = @start=$$(date +%s); $(1) && echo "setup: $(1): $$(( $$(date +%s) - start )) s"
 
 # Stages run cheapest first; each fails the run on any failure, including "no tests collected".
-# The Go builds (~20 min of both cores from an empty Go cache) run at nice 19 beside everything
-# before the e2e stage, on what it leaves idle: the downloads, the single-process lint, unit and
-# properties stages, the integration stage's idle third. The integration tests on the control
-# plane run last, once its binaries are built (`k8s.sh build control-plane` waits for the build
-# under way); the e2e stage starts once a real node's are too.
+# The Go builds (~20 min of both cores from an empty Go cache) and the images run at nice 19
+# beside everything before the e2e stage, on what it leaves idle: the single-process lint, unit
+# and properties stages, the integration stage's idle third. The integration tests on the control
+# plane or the image run last, once those are built (`k8s.sh build control-plane` and
+# `image.sh build` wait for the build under way); the e2e stage starts once a real node's are too.
 test:
-	@$(MAKE) --no-print-directory -j2 test-before-e2e setup-go-meanwhile
+	@$(MAKE) --no-print-directory -j3 test-before-e2e setup-go-meanwhile setup-images-meanwhile
 	@$(MAKE) --no-print-directory test-e2e
 
 test-before-e2e:
-	@$(MAKE) --no-print-directory setup-fetched
+	@$(MAKE) --no-print-directory setup-python
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory test-properties
-	$(PYTEST) -m "integration and not control_plane" -q --durations=20
-	@$(MAKE) --no-print-directory setup-control-plane
-	$(PYTEST) -m "integration and control_plane" -q --durations=10
+	$(PYTEST) -m "integration and not control_plane and not image" -q --durations=20
+	@$(MAKE) --no-print-directory setup-control-plane setup-images
+	$(PYTEST) -m "integration and (control_plane or image)" -q --durations=10
 
 setup-go-meanwhile:
 	@nice -n 19 $(MAKE) --no-print-directory setup-go
+
+setup-images-meanwhile:
+	@nice -n 19 $(MAKE) --no-print-directory setup-images
 
 # ruff; import circles and layering (infra/lint/import_cycles.py); mypy --strict (pyproject.toml).
 lint:

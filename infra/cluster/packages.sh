@@ -9,6 +9,13 @@ set -euo pipefail
 PACKAGES=(containerd runc containernetworking-plugins iptables conntrack socat
           buildah fuse-overlayfs debootstrap gcc libc6-dev)
 
+# One run at a time (`make test` may start two: apt takes one lock and fails the other); the one
+# that waited finds the packages installed.
+cache="${EDDY_CACHE:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.cache}"
+mkdir -p "$cache"
+exec 9>"$cache/.packages.lock"
+flock 9
+
 missing=()
 for pkg in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

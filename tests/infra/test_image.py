@@ -2,8 +2,9 @@
 carry the names the kubelet looks up, the eddy image's config is the Dockerfile's, and the image
 really runs Python with Eddy, Spark, RocksDB and Kafka bindings, and Java.
 
-Needs the images built (`infra/image/image.sh build`, which the Makefile runs first); if they are
-missing every test fails saying so."""
+Needs the images built (`infra/image/image.sh build`: `make test` builds them beside the stages
+before, and runs these tests, marked `image`, after the build); if they are missing every test
+fails saying so."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 
 from tests.servers import CACHE, REPO
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.image]
 
 ENV_FILE = CACHE / "images" / "images.env"
 BUILD = "infra/image/image.sh build"
