@@ -7,7 +7,7 @@ PY      := .venv/bin/python
 PYTEST  := $(PY) -m pytest
 export EDDY_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: setup setup-go setup-control-plane setup-node setup-go-meanwhile setup-fetched setup-python setup-images setup-images-meanwhile test test-before-e2e test-unit test-properties test-integration test-e2e lint demo bench-failover bench-autoscale chaos clean-cache
+.PHONY: setup setup-go setup-control-plane setup-node setup-go-meanwhile setup-fetched setup-python setup-images setup-images-meanwhile test test-before-e2e test-apps test-on-control-plane test-unit test-properties test-integration test-e2e lint demo bench-failover bench-autoscale chaos clean-cache
 
 # In two lanes at once: the Go builds keep both cores busy while the other lane mostly waits on
 # downloads (pip, the Kafka jars, Debian packages, the image's debootstrap). Their logs interleave
@@ -43,23 +43,34 @@ setup-images:
 timed = @start=$$(date +%s); $(1) && echo "setup: $(1): $$(( $$(date +%s) - start )) s"
 
 # Stages run cheapest first; each fails the run on any failure, including "no tests collected".
-# The Go builds (~20 min of both cores from an empty Go cache) and the images run at nice 19
-# beside everything before the e2e stage, on what it leaves idle: the single-process lint, unit
-# and properties stages, the integration stage's idle third. The integration tests on the control
-# plane or the image run last, once those are built (`k8s.sh build control-plane` and
-# `image.sh build` wait for the build under way); the e2e stage starts once a real node's are too.
+# Before the e2e stage, four lanes at once (`-Oline`: each command's output printed whole, when it
+# ends, so that two test sessions' lines never mix):
+#   - the apps' lane: lint, unit, properties, then the integration tests without the control
+#     plane or the images (Kafka, Spark; about two thirds of both cores);
+#   - the control plane's lane: its integration tests (the operator on kwok's nodes, the chart,
+#     leader election: a third of both cores) as soon as `k8s.sh build control-plane` has its
+#     binaries (it waits for the build under way), then the image's once `image.sh build` has it;
+#   - the Go builds (~20 min of both cores from an empty Go cache) and
+#   - the node's Debian packages and the images, both at nice 19, on what the tests leave idle.
+# The e2e stage starts once every lane has ended.
 test:
-	@$(MAKE) --no-print-directory -j3 test-before-e2e setup-go-meanwhile setup-images-meanwhile
+	@$(MAKE) --no-print-directory -j4 -Oline test-before-e2e
 	@$(MAKE) --no-print-directory test-e2e
 
-test-before-e2e:
-	@$(MAKE) --no-print-directory setup-python
+test-before-e2e: test-apps test-on-control-plane setup-go-meanwhile setup-images-meanwhile
+
+test-apps: setup-python
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory test-properties
 	$(PYTEST) -m "integration and not control_plane and not image" -q --durations=20
-	@$(MAKE) --no-print-directory setup-control-plane setup-images
-	$(PYTEST) -m "integration and (control_plane or image)" -q --durations=10
+
+# (niced: if it comes first, the build it waits for is its own)
+test-on-control-plane: setup-python
+	@nice -n 19 $(MAKE) --no-print-directory setup-control-plane
+	$(PYTEST) -m "integration and control_plane" -q --durations=10
+	@nice -n 19 $(MAKE) --no-print-directory setup-images
+	$(PYTEST) -m "integration and image" -q
 
 setup-go-meanwhile:
 	@nice -n 19 $(MAKE) --no-print-directory setup-go
