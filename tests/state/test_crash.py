@@ -29,9 +29,12 @@ from tests.state.crash_child import BATCH, EXIT_INCONSISTENT
 
 pytestmark = pytest.mark.integration
 
-KILLS = 32
+#: kills per guarantee: at_least_once promises less (no count below the input's), and gets half
+#: as many (32 took 51 s of the integration stage, 2026-11-29); its first three runs still die
+#: between the Kafka commit and the store write, as exactly_once's do
+KILLS = {"exactly_once": 32, "at_least_once": 16}
 #: bounds on the kill loop: runs that finish before their kill count no kill
-MAX_RUNS = 4 * KILLS
+MAX_RUNS = 4 * max(KILLS.values())
 MAX_SECONDS = 900
 CHUNK = 800  # input records appended before each run
 DISTINCT_KEYS = 250
@@ -72,7 +75,7 @@ def test_counts_survive_repeated_sigkills(state_app: StateApp, guarantee: str) -
     started = time.monotonic()
     finished_early = 0
     runs = 0
-    while kills.total() - kills["lost_volume"] < KILLS:
+    while kills.total() - kills["lost_volume"] < KILLS[guarantee]:
         # A run that ends before its kill counts no kill: bound the loop, not only each run.
         assert runs < MAX_RUNS and time.monotonic() - started < MAX_SECONDS, (
             f"only {dict(kills)} kills after {runs} runs and {time.monotonic() - started:.0f}s "
@@ -99,7 +102,7 @@ def test_counts_survive_repeated_sigkills(state_app: StateApp, guarantee: str) -
                              guarantee=guarantee) as task:
         assert task.state.restored
         counts = dict(task.state.store("counts").items())
-    assert kills.total() - kills["lost_volume"] >= KILLS
+    assert kills.total() - kills["lost_volume"] >= KILLS[guarantee]
     assert kills["between_commit_and_store"] >= 3
     if guarantee == "exactly_once":
         assert counts == dict(reference)
