@@ -47,19 +47,22 @@ def driver_life_started(pods: Iterable[PodInfo]) -> str | None:
 def reregistering(previous: channel.AssignmentMessage | None, pods: Iterable[PodInfo],
                   driver_started: str | None) -> list[str]:
     """The pods of `previous`'s executors that outlived its driver and have not registered with a
-    new one yet: started before the driver's present life (`driver_started`, ISO 8601:
-    `driver_life_started`; a pod made since, under the same name, is a new executor), running,
-    ready (their runner is warm: it holds tasks and goes on processing them), without an executor
-    id (a starting driver labels the pods it adopts `EXECID`, as Spark labels a pod until its
-    executor registers: driver/executor_set.py). Until they register, an assignment would take
-    them for lost and move their tasks to the pods that registered first."""
+    new one yet: their containers running since before the driver's present life started
+    (`driver_started`, ISO 8601: `driver_life_started`; a pod made since under the same name, or
+    a container started again since, is a new executor), without an executor id (a starting
+    driver labels the pods it adopts `EXECID`, as Spark labels a pod until its executor
+    registers: driver/executor_set.py). Until they register, an assignment would take them for
+    lost and move their tasks to the pods that registered first. Ready or not: a runner that goes
+    on through a driver's restart is not ready while a copy of it is behind, or while it answers
+    the kubelet's probe late (the short fault campaign, 2026-11-29: a pod that outlived the driver
+    was reported lost, "not ready", 5 s after the new driver labelled it)."""
     if previous is None or not driver_started:
         return []
     named = {e.pod for e in previous.executors if e.pod}
     return sorted(p.name for p in pods
-                  if p.name in named and p.role == "executor" and p.phase == "Running" and p.ready
+                  if p.name in named and p.role == "executor" and p.phase == "Running" and p.running
                   and not p.deleting and (p.exec_id is None or not p.exec_id.isdigit())
-                  and p.started_at is not None and instant(p.started_at) < instant(driver_started))
+                  and p.running_since is not None and instant(p.running_since) < instant(driver_started))
 
 
 def executor_renames(previous: channel.AssignmentMessage | None, live: Iterable[Executor],

@@ -133,16 +133,21 @@ def test_a_restarted_driver_s_new_ids_on_the_same_pods_are_the_same_executors_ev
 def test_pods_that_outlived_the_driver_and_have_no_new_id_yet_are_awaited() -> None:
     driver = "2025-01-01T00:10:00Z"
 
-    def pod(name: str, exec_id: str | None, *, ready: bool = True, phase: str = "Running",
+    def pod(name: str, exec_id: str | None, *, ready: bool = True, phase: str = "Running", running: bool = True,
             deleting: bool = False, started: str = "2025-01-01T00:00:00Z") -> PodInfo:
-        return PodInfo(name, "executor", exec_id, "node-a", phase, ready, deleting, None, None, started_at=started)
+        return PodInfo(name, "executor", exec_id, "node-a", phase, ready, deleting, None, None, running=running,
+                       started_at="2025-01-01T00:00:00Z", running_since=started if running else None)
 
     # a new driver handed id 1 to wc-exec-2 first; wc-exec-1 (the earlier 1) has not registered yet
     pods = [pod("wc-exec-1", "EXECID"), pod("wc-exec-2", "1"), pod("wc-exec-3", None)]
     assert reregistering(PUBLISHED, pods, driver) == ["wc-exec-1", "wc-exec-3"]
-    # a pod made again under a known name after the driver started is a new executor: lost, not awaited
+    # a pod made again under a known name, or a container started again, after the driver
+    # started is a new executor: lost, not awaited
     assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", started="2025-01-01T00:10:05Z")], driver) == []
-    assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", ready=False)], driver) == []
+    assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", running=False)], driver) == []  # ended
+    # a runner going on through the restart with a copy behind (or slow to answer its readiness
+    # probe) is not ready, and outlived the driver all the same
+    assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", ready=False)], driver) == ["wc-exec-1"]
     assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", deleting=True)], driver) == []
     assert reregistering(PUBLISHED, [pod("wc-exec-1", "EXECID", phase="Pending")], driver) == []
     assert reregistering(PUBLISHED, [pod("wc-exec-9", "EXECID")], driver) == []  # not one of the assignment's
@@ -162,7 +167,7 @@ def test_a_driver_restarted_in_its_pod_starts_a_new_life_that_the_pods_which_out
     assert driver_life_started([driver("2025-01-01T00:20:00Z", deleting=True)]) is None
     # an executor pod made at 00:15 (after the pod, before its container started again) outlived it
     survivor = PodInfo("wc-exec-2", "executor", "EXECID", "node-a", "Running", True, False, None, None,
-                       started_at="2025-01-01T00:15:00Z")
+                       started_at="2025-01-01T00:15:00Z", running=True, running_since="2025-01-01T00:15:00Z")
     assert reregistering(PUBLISHED, [survivor], driver_life_started([driver("2025-01-01T00:20:00Z")])) == [
         "wc-exec-2"]
 
