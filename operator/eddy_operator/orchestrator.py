@@ -176,10 +176,12 @@ class Orchestrator:
         """A new driver is up and some executor pods that outlived the last one have not registered
         with it yet (executor_ids.py's `reregistering`): no assignment until they have, or until
         `REREGISTRATION_GRACE_S` after the driver started its present life."""
-        started = _driver_started(snap)
-        waiting = reregistering(ctl.message, snap.pods, started)
-        age_s = (datetime.now(UTC) - instant(started)).total_seconds() if started else None
-        if not waiting or age_s is None or age_s >= REREGISTRATION_GRACE_S:
+        started = driver_life_started(snap.pods)
+        waiting = reregistering(ctl.message, snap.pods, started)  # none without a driver
+        if not waiting or started is None:
+            return False
+        age_s = (datetime.now(UTC) - instant(started)).total_seconds()
+        if age_s >= REREGISTRATION_GRACE_S:
             return False
         log.info("app %s: executor pods %s outlived the last driver and are registering with the new one "
                  "(%.0f s after its start): no assignment until they have", app, waiting, age_s)
@@ -308,7 +310,7 @@ class Orchestrator:
         away): no assignment can take the lost executors' tasks, but each loss is reported now,
         once, not only with the assignment that fails its tasks over once an executor is back."""
         # a pod that outlived the last driver registers with the new one under a new id: not lost
-        registering = set(reregistering(ctl.message, snap.pods, _driver_started(snap)))
+        registering = set(reregistering(ctl.message, snap.pods, driver_life_started(snap.pods)))
         for gone in lost_executors(ctl.message, [], snap.pods, snap.down_nodes, snap.unreachable):
             if (gone.executor.id, gone.executor.pod) in ctl.reported_lost or gone.executor.pod in registering:
                 continue
@@ -422,8 +424,3 @@ class Orchestrator:
             return
         await asyncio.to_thread(self.kube.patch_status, meta["namespace"], app, status)
         ctl.last_status = status
-
-
-def _driver_started(snap: Snapshot) -> str | None:
-    """When the app's driver (a pod not being deleted) started its present life, if it has."""
-    return driver_life_started(snap.pods)
