@@ -54,7 +54,6 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -78,6 +77,7 @@ from bench.chaos_verify import Event, Verdict, joined_event, verify_topics  # no
 from e2e.test_real_pods import METRICS_PORT, operator_pods  # noqa: E402
 from e2e.wordcount import APP, Channel, WordCount, until  # noqa: E402
 from eddy_operator import builders  # noqa: E402
+from eddy_operator.pods import instant  # noqa: E402
 from tests.operator.cluster import apply, get  # noqa: E402
 from tests.scrape import metric_sum, samples_at  # noqa: E402
 from tests.servers import (  # noqa: E402
@@ -521,7 +521,7 @@ def run_by_the_driver_now_running(app: WordCount) -> bool:
     started = container.state.running.started_at if container.ready and container.state.running else None
     state = app.channel.runtime_state()
     return bool(started and state is not None and state.load_since
-                and datetime.fromisoformat(state.load_since.replace("Z", "+00:00")) >= started)
+                and instant(state.load_since) >= started)
 
 
 def process_of(pod: Any) -> Process:
@@ -539,7 +539,7 @@ def events_of(app: WordCount, reason: str) -> list[dict[str, Any]]:
 
 def _event_time(e: dict[str, Any]) -> float:
     stamp = e.get("lastTimestamp") or e.get("eventTime") or e["metadata"]["creationTimestamp"]
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    return instant(stamp).timestamp()
 
 
 def loses_executor(f: Fault) -> bool:
@@ -621,7 +621,7 @@ def check_reports(app: WordCount, faults: Sequence[Fault], watch: Watch, epoch: 
     executor_faults = [f for f in faults if loses_executor(f)]
     if executor_faults and last_failover:
         newest = max(f.started for f in executor_faults) + epoch
-        when = datetime.fromisoformat(str(last_failover.get("time")).replace("Z", "+00:00")).timestamp()
+        when = instant(str(last_failover.get("time"))).timestamp()
         notes.append(f"status.lastFailover: {last_failover}")
         if when < newest - 2 and int(last_failover.get("tasksMoved") or 0) >= 0:
             moved_after = [e for e in moved if _event_time(e) >= newest - 2]
