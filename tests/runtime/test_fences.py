@@ -48,13 +48,13 @@ def test_a_runner_losing_an_active_is_fenced_first_and_its_open_transaction_abor
 
     # Generation 2 moves 0_0 from executor 1 to 2: executor 1 is fenced before anyone hears of it.
     book.before_generation(2, {"0_0": "2", "0_1": "2"})
-    assert book.epochs() == {"1": 1, "2": 0}
-    assert read_epochs(kafka.bootstrap, fence_topic(app)) == {"1": 1, "2": 0}
+    assert book.epochs() == {"1": 2, "2": 0}  # raised to the generation, which a driverless fence writes too
+    assert read_epochs(kafka.bootstrap, fence_topic(app)) == {"1": 2, "2": 0}
     with pytest.raises(TaskFenced):
         commit_one(runner1, out, b"zombie")
     assert not runner1.usable
     book.before_generation(2, {"0_0": "2", "0_1": "2"})  # once per generation
-    assert book.epochs()["1"] == 1
+    assert book.epochs()["1"] == 2
 
     # Executor 2 dies with a transaction open; generation 3 gives its tasks to 1. A record
     # committed after that transaction is readable (read_committed) at once, not after the
@@ -94,7 +94,7 @@ def test_stale_work_makes_no_committer_and_fresh_work_does(kafka, tmp_path):
     book = FenceBook(kafka.bootstrap, app)
     book.start()
     book.before_generation(1, {"0_0": "1"})
-    book.before_generation(2, {"0_0": "2"})  # executor 1 fenced: its epoch is 1 now
+    book.before_generation(2, {"0_0": "2"})  # executor 1 fenced: its epoch is 2 now
     settings = BatchSettings(app, 0, 1, kafka.bootstrap, "exactly_once", "skip", None, str(tmp_path), True)
     loop = ContinuousLoop(TaskRunner("1", str(tmp_path)))
     try:
@@ -103,8 +103,8 @@ def test_stale_work_makes_no_committer_and_fresh_work_does(kafka, tmp_path):
         loop.producer.make(ContinuousWork(1, (("0_0", "active"),), 0.1, fence_epoch=0), settings)
         assert loop.producer.committer is None
         assert loop.producer.stale_epoch == 0
-        loop.producer.make(ContinuousWork(2, (), 0.1, fence_epoch=1), settings)
-        assert loop.producer.committer is not None and loop.producer.epoch == 1
+        loop.producer.make(ContinuousWork(2, (), 0.1, fence_epoch=2), settings)
+        assert loop.producer.committer is not None and loop.producer.epoch == 2
     finally:
         loop.close()
         book.close()
@@ -137,7 +137,7 @@ def test_a_new_driver_lets_the_runners_of_an_earlier_one_go_on_and_fences_those_
     # earlier driver may hold anything, so each is asked to let go of what goes elsewhere.
     second.before_generation(7, {"0_0": "1", "1_0": "3"}, release)
     assert asked == {"1": ["1_0"], "2": ["0_0", "1_0"]}
-    assert second.epochs() == {"1": 0, "2": 1, "3": 0}
+    assert second.epochs() == {"1": 0, "2": 7, "3": 0}
     commit_one(runners[0], out, b"goes on without a pause")
     with pytest.raises(TaskFenced):
         commit_one(runners[1], out, b"zombie")
@@ -164,8 +164,8 @@ def test_a_runner_that_lets_its_tasks_go_keeps_its_transactions_and_one_that_doe
 
     book.before_generation(2, {"0_0": "3", "0_1": "3", "0_2": "3"}, release)
     assert asked == [{"1": ["0_0"], "2": ["0_1", "0_2"]}]
-    assert book.epochs() == {"1": 0, "2": 1, "3": 0}
-    assert read_epochs(kafka.bootstrap, fence_topic(app)) == {"1": 0, "2": 1, "3": 0}
+    assert book.epochs() == {"1": 0, "2": 2, "3": 0}
+    assert read_epochs(kafka.bootstrap, fence_topic(app)) == {"1": 0, "2": 2, "3": 0}
     commit_one(runner1, out, b"released")  # let go cleanly: its producer goes on (other tasks)
     with pytest.raises(TaskFenced):
         commit_one(runner2, out, b"zombie")

@@ -60,12 +60,16 @@ from eddy_runtime.protocol.runner_messages import (
     StashRead,
 )
 from eddy_runtime.protocol.work_push import (
+    FENCE_PATH,
     PUSH_PATH,
     RELEASE_PATH,
     SYNC_PATH,
+    TAKEOVER_PATH,
+    fence_endpoint,
     push_endpoint,
     release_endpoint,
     sync_endpoint,
+    takeover_endpoint,
 )
 from eddy_runtime.queries.server import StoreQueries
 
@@ -242,6 +246,10 @@ def _serve_endpoint(state_dir: str, runner: TaskRunner) -> HealthAndMetricsServe
                                          RELEASE_PATH: release_endpoint(runner.continuous.app_token,
                                                                         runner.continuous.release),
                                          SYNC_PATH: sync_endpoint(runner.continuous.app_token, runner.collect),
+                                         FENCE_PATH: fence_endpoint(runner.continuous.app_token,
+                                                                    runner.continuous.fence),
+                                         TAKEOVER_PATH: takeover_endpoint(runner.continuous.app_token,
+                                                                          runner.continuous.take_over),
                                          READY_PATH: _readiness(runner),
                                          HOLDING_PATH: _holding(runner)})
     except (OSError, ValueError) as e:

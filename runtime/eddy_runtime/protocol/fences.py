@@ -32,6 +32,12 @@ owns the assignment instead of a consumer group, so it fences with a topic of it
 - A driver that carries out a state reset of an upgrade (driver/upgrade_gate.py) fences every
   runner of an earlier driver at once instead (`fence_earlier`), before it deletes a changelog or
   moves a committed position: none of them commits again, whatever the first generation gives it.
+- While no driver runs, the operator carries out a failover itself (operator/eddy_operator/driverless.py):
+  it asks a live runner to fence the lost ones (`fence_for_generation`) before it hands the
+  generation to the runners. The driver and that runner may both fence a runner for the same
+  generation, so a fence for generation G raises an epoch to at least G (`raised_epoch`): either
+  writes the same value, and the epochs a driver keeps are never below the topic's. A driver reads
+  the topic again before its first generation, for what was fenced while it started.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.kafka.transactional_ids import fence_transactional_id, runner_transactional_id
 
-__all__ = ["FenceBook", "fence_topic", "read_epochs", "runner_key"]
+__all__ = ["FenceBook", "fence_for_generation", "fence_topic", "raised_epoch", "read_epochs", "runner_key"]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +101,59 @@ def read_epochs(kafka: KafkaClientConfig | str, topic: str, timeout_s: float = 3
         return epochs
     finally:
         consumer.close()
+
+
+def raised_epoch(epoch: int, generation: int | None) -> int:
+    """A runner's fence epoch once fenced for `generation` (None: for no generation, a state
+    reset's `fence_earlier`): above `epoch`, and at least the generation, so that a driver and the
+    operator's driverless failover that both fence a runner for one generation write one value."""
+    return max(epoch + 1, generation or 0)
+
+
+def _write_epochs(producer: Producer, topic: str, epochs: Mapping[str, int], timeout_s: float) -> None:
+    if not epochs:
+        return
+    errors: list[str] = []
+
+    def delivered(err: object, _msg: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    for runner, epoch in epochs.items():
+        producer.produce(topic, str(epoch).encode(), runner.encode(), on_delivery=delivered)
+    remaining = producer.flush(timeout_s)
+    if remaining or errors:
+        raise RuntimeError(f"writing fence epochs to {topic} failed: {remaining} undelivered, {errors[:3]}")
+
+
+def _fence_ids(kafka: KafkaClientConfig | str, app: str, runners: Collection[str], timeout_s: float) -> None:
+    """Fence the runner transactions of `runners` (their epochs written first), all at once."""
+    with ThreadPoolExecutor(max_workers=min(8, len(runners))) as pool:
+        for done in [pool.submit(fence_transactional_id, kafka, app, runner_transactional_id(r), timeout_s)
+                     for r in runners]:
+            done.result()
+
+
+def fence_for_generation(kafka: KafkaClientConfig | str, app: str, generation: int, runners: Collection[str],
+                         timeout_s: float = 30.0) -> dict[str, int]:
+    """Fence `runners` for `generation` with no driver there (the operator's driverless failover,
+    asked of a live runner): each epoch in the topic below the generation is raised to it, then
+    each runner's transactional id is fenced (its open transaction aborted; it commits no more). A
+    runner the topic already has at the generation or above was fenced for it (or later) by a
+    driver: it is not raised again, only its transactional id fenced. The epochs written."""
+    if not runners:
+        return {}
+    epochs = read_epochs(kafka, fence_topic(app), timeout_s)
+    raised = {r: generation for r in runners if epochs.get(r, 0) < generation}
+    producer = kafka_client.producer(kafka, {"acks": "all", "enable.idempotence": True, "linger.ms": 0})
+    try:
+        _write_epochs(producer, fence_topic(app), raised, timeout_s)
+    finally:
+        producer.flush(5)
+    _fence_ids(kafka, app, runners, timeout_s)
+    log.info("generation %d (no driver): fenced the runner transactions of %s (epochs raised: %s)",
+             generation, sorted(runners), raised)
+    return raised
 
 
 class FenceBook:
@@ -155,6 +214,10 @@ class FenceBook:
         with self._lock:
             if generation <= self._generation:
                 return
+            if self._generation < 0:
+                # what the operator fenced while this driver started (operator/eddy_operator/driverless.py)
+                for runner, epoch in read_epochs(self.kafka, self.topic, self._timeout).items():
+                    self._epochs[runner] = max(epoch, self._epochs.get(runner, 0))
             losing: dict[str, list[str]] = {}
             for task, old in sorted(self._holders.items()):
                 if actives.get(task) != old:
@@ -174,38 +237,23 @@ class FenceBook:
             losers = set(losing) - released
             if losers:
                 log.info("generation %d: fencing the runner transactions of %s", generation, sorted(losers))
-                self._fence(losers)
+                self._fence(losers, generation)
             # Only once every fence is done (a failure raises, and the next call fences again).
             self._holders = dict(actives)
             self._earlier.clear()
             self._generation = generation
 
-    def _fence(self, executors: Iterable[str]) -> None:
-        raised = {e: self._epochs.get(e, 0) + 1 for e in executors}
+    def _fence(self, executors: Iterable[str], generation: int | None = None) -> None:
+        raised = {e: raised_epoch(self._epochs.get(e, 0), generation) for e in executors}
         self._write(raised)  # first the epochs, then the fences (see the module's docstring)
         self._epochs.update(raised)
-        with ThreadPoolExecutor(max_workers=min(8, len(raised))) as pool:
-            for done in [pool.submit(fence_transactional_id, self.kafka, self.app, runner_transactional_id(e),
-                                     self._timeout) for e in raised]:
-                done.result()
+        _fence_ids(self.kafka, self.app, list(raised), self._timeout)
 
     def _write(self, epochs: Mapping[str, int]) -> None:
-        if not epochs:
-            return
-        errors: list[str] = []
-
-        def delivered(err: object, _msg: object) -> None:
-            if err is not None:
-                errors.append(str(err))
-
         producer = self._producer
         if producer is None:
             raise RuntimeError(f"the fences of {self.app} are closed")
-        for executor, epoch in epochs.items():
-            producer.produce(self.topic, str(epoch).encode(), executor.encode(), on_delivery=delivered)
-        remaining = producer.flush(self._timeout)
-        if remaining or errors:
-            raise RuntimeError(f"writing fence epochs to {self.topic} failed: {remaining} undelivered, {errors[:3]}")
+        _write_epochs(producer, self.topic, epochs, self._timeout)
 
     def close(self) -> None:
         """Drop the producer (a producer disconnects only when its last reference goes)."""

@@ -47,13 +47,24 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from eddy_contract.takeover import (
+    FENCE_PATH,
+    RELEASE_PATH,
+    TAKEOVER_PATH,
+    TOKEN_HEADER,
+    decode_fence,
+    decode_takeover,
+    encode_release,
+)
 from eddy_contract.tasks import Role
 from eddy_runtime.protocol.work import ContinuousWork, ItemResult, StateReset
 
 __all__ = [
+    "FENCE_PATH",
     "PUSH_PATH",
     "RELEASE_PATH",
     "SYNC_PATH",
+    "TAKEOVER_PATH",
     "TOKEN_HEADER",
     "decode_release",
     "decode_results",
@@ -63,20 +74,20 @@ __all__ = [
     "encode_results",
     "encode_sync",
     "encode_work",
+    "fence_endpoint",
     "push_endpoint",
     "push_work",
     "release_endpoint",
     "release_tasks",
     "sync_endpoint",
     "sync_runners",
+    "takeover_endpoint",
 ]
 
 log = logging.getLogger("eddy.driver")
 
 PUSH_PATH = "/continuous-work"
-RELEASE_PATH = "/continuous-release"
 SYNC_PATH = "/continuous-sync"
-TOKEN_HEADER = "X-Eddy-Push-Token"
 PUSH_TIMEOUT_S = 2.0
 _MAX_BODY = 1 << 20
 
@@ -142,10 +153,6 @@ def _work_of(doc: Mapping[str, Any]) -> tuple[str, ContinuousWork]:
         raise ValueError("runner must be a string")
     reset = _from_json(StateReset | None, doc.get("reset"))
     return str(doc["app"]), ContinuousWork(generation, tuple(tasks), float(interval), epoch, runner, reset)
-
-
-def encode_release(app: str, generation: int, tasks: Sequence[str], timeout_s: float) -> bytes:
-    return _dumps({"app": app, "generation": generation, "tasks": list(tasks), "timeoutS": timeout_s})
 
 
 def decode_release(body: bytes) -> tuple[str, int, tuple[str, ...], float]:
@@ -364,6 +371,35 @@ def sync_endpoint(app_token: Callable[[], tuple[str, str] | None],
     volume's inventory (`TaskRunner.collect`)."""
     return _endpoint(app_token, SYNC_PATH, "a sync", decode_sync,
                      lambda asked: {"results": encode_results(collect(*asked))})
+
+
+def fence_endpoint(app_token: Callable[[], tuple[str, str] | None],
+                   fence: Callable[[int, tuple[str, ...], float], Mapping[str, int]]) -> Callable[..., Iterable[bytes]]:
+    """The runner's WSGI app for `FENCE_PATH` (the operator's, while no driver runs: eddy_contract.takeover);
+    `fence(generation, runners, timeout)`: the epochs raised (`ContinuousLoop.fence`). Answers
+    whether every runner was fenced, and why not."""
+
+    def act(asked: tuple[int, tuple[str, ...], float]) -> dict[str, Any]:
+        try:
+            return {"fenced": True, "raised": dict(fence(*asked))}
+        except Exception as e:  # noqa: BLE001 - the operator asks another runner, or leaves it to the driver
+            log.warning("fencing %s for generation %d failed: %s", asked[1], asked[0], e)
+            return {"fenced": False, "error": str(e)}
+
+    return _endpoint(app_token, FENCE_PATH, "a fence", decode_fence, act)
+
+
+def takeover_endpoint(app_token: Callable[[], tuple[str, str] | None],
+                      take: Callable[[int, tuple[tuple[str, Role], ...], int], bool]) -> Callable[..., Iterable[bytes]]:
+    """The runner's WSGI app for `TAKEOVER_PATH` (the operator's, while no driver runs);
+    `take(generation, tasks, fence_epoch)`: True if the loop took the generation
+    (`ContinuousLoop.take_over`)."""
+
+    def act(asked: tuple[int, tuple[tuple[str, str], ...], int]) -> dict[str, Any]:
+        generation, pairs, epoch = asked
+        return {"taken": take(generation, tuple((task, Role(role)) for task, role in pairs), epoch)}
+
+    return _endpoint(app_token, TAKEOVER_PATH, "a takeover", decode_takeover, act)
 
 
 _T = TypeVar("_T")
