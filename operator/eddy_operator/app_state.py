@@ -49,6 +49,13 @@ class AppController:
     #: their tasks (no assignment could be made): the assignment that fails them over says it no
     #: more. With its pod: a new driver hands the same ids out again, to other pods
     reported_lost: frozenset[tuple[str, str]] = frozenset()
+    #: the pod addresses (runner keys) of the executors of every generation published since the
+    #: last one a driver took: what a failover carried out without a driver fences (eddy_operator.driverless)
+    recent_hosts: frozenset[str] = frozenset()
+    #: the last generation the operator carried out itself, while no driver ran
+    carried_out: int = -1
+    #: the app's push token (its `<app>-push-token` Secret), once read
+    push_token: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ labels) are left alone.
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 from collections.abc import Mapping
@@ -122,6 +123,17 @@ class Kube:
         except ApiException as err:
             if err.status != 404:  # the app is being deleted
                 raise
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        """One value of a Secret (None if the Secret or the key is missing)."""
+        try:
+            data = self.core.read_namespaced_secret(name, namespace).data or {}
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        value = data.get(key)
+        return base64.b64decode(value).decode() if value is not None else None
 
     def label_pod(self, namespace: str, name: str, labels: Mapping[str, str]) -> None:
         try:

@@ -33,6 +33,11 @@ ASSIGNMENTS_PUBLISHED = Counter(
 FAILOVERS = Counter(
     "eddy_operator_failovers_total", "Executors lost whose active tasks moved to standbys", ["namespace", "app"]
 )
+DRIVERLESS_HANDOVERS = Counter(
+    "eddy_operator_handovers_without_driver_total",
+    "Generations the operator handed to the task runners itself while no driver ran",
+    ["namespace", "app"],
+)
 EXECUTOR_LOSSES = Counter(
     "eddy_operator_executor_losses_total",
     "Executors of the published assignment lost, by why (reason), whether they held actives or not",
@@ -94,7 +99,7 @@ def forget_app(namespace: str, app: str) -> None:
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, app, state)
     for metric in (ASSIGNMENT_GENERATION, ASSIGNMENTS_PUBLISHED, FAILOVERS, FAILOVER_DURATION, PODS_OFF_LOST_NODES,
-                   PODS_DRAINED, AUTOSCALER_RECOMMENDED):
+                   PODS_DRAINED, AUTOSCALER_RECOMMENDED, DRIVERLESS_HANDOVERS):
         with contextlib.suppress(KeyError):
             metric.remove(namespace, app)
     for direction in ("out", "in"):

@@ -150,9 +150,11 @@ def answer_timeout_s(after_s: float) -> float:
 
 
 def probe_targets(pods: Iterable[PodInfo], port: int) -> dict[PodKey, str]:
-    """The `/healthz` address of each executor pod worth probing: running, registered, with an
-    address."""
-    return {key_of(p): f"http://{p.ip}:{port}{PROBE_PATH}" for p in pods if p.live_executor and p.ip}
+    """The `/healthz` address of each executor pod worth probing (running, registered, with an
+    address), and of the driver pod while its container runs: a driver that stops answering is
+    away, and the operator hands generations to the runners itself (eddy_operator.driverless)."""
+    return {key_of(p): f"http://{p.ip}:{port}{PROBE_PATH}" for p in pods
+            if p.ip and (p.live_executor or (p.role == "driver" and p.running and not p.deleting))}
 
 
 async def probe(targets: Mapping[PodKey, str], timeout_s: float) -> dict[PodKey, bool]:

@@ -59,7 +59,8 @@ StreamApp's driver Role (Kubernetes forbids granting what one does not hold).
   verbs: [get, list, watch, create, update, patch, delete, deletecollection]
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [create]
+  # get: the push token, for a failover carried out while no driver runs (eddy_operator.driverless)
+  verbs: [get, create]
 - apiGroups: [""]
   resources: [serviceaccounts]
   verbs: [get, list, watch, create, update, patch, delete]
