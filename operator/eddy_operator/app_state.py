@@ -52,8 +52,10 @@ class AppController:
     #: the pod addresses (runner keys) of the executors of every generation published since the
     #: last one a driver took: what a failover carried out without a driver fences (eddy_operator.driverless)
     recent_hosts: frozenset[str] = frozenset()
-    #: the last generation the operator carried out itself, while no driver ran
+    #: the last generation the operator carried out itself, while no driver ran, and the last it
+    #: said it could not
     carried_out: int = -1
+    handover_failed: int = -1
     #: the app's push token (its `<app>-push-token` Secret), once read
     push_token: str | None = None
 

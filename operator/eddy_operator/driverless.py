@@ -182,4 +182,6 @@ async def carry_out(handover: Handover, app: str, token: str, release_timeout_s:
             for a in addresses))
         outcome.taken = tuple(a for a, answer in zip(addresses, taken, strict=True) if (answer or {}).get("taken"))
         outcome.refused = tuple(a for a in addresses if a not in outcome.taken)
+        if not outcome.taken:  # a newcomer may refuse (no work yet), but not every runner
+            outcome.failed = f"no runner took it ({', '.join(outcome.refused)} refused or did not answer)"
     return outcome

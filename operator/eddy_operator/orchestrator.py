@@ -182,7 +182,9 @@ class Orchestrator:
                 or spec.processing_guarantee != ProcessingGuarantee.EXACTLY_ONCE):
             return
         generation = ctl.message.assignment.generation
-        if runtime is not None and (runtime.assignment_generation or -1) >= generation:
+        if runtime is None or runtime.assignment_generation is None:
+            return  # no driver has handed out a generation yet: no runner runs anything to take over
+        if runtime.assignment_generation >= generation:
             ctl.recent_hosts = frozenset(ctl.message.hosts.values())  # a driver took it
             return
         if generation <= ctl.carried_out or (why := driver_away(snap.pods, snap.unreachable)) is None:
@@ -199,7 +201,8 @@ class Orchestrator:
                             spec.name, generation)
                 return
         started = time.monotonic()
-        outcome = await carry_out(handover, spec.name, ctl.push_token,
+        # the runners know the app by its Kafka application id (its topics' and transactions' prefix)
+        outcome = await carry_out(handover, spec.application_id, ctl.push_token,
                                   max(RELEASE_TIMEOUT_S, 5 * spec.trigger_interval_s))
         said = f"{outcome.describe()} ({why}; {time.monotonic() - started:.1f}s)"
         log.warning("app %s/%s: %s", spec.namespace, spec.name, said)
@@ -207,7 +210,8 @@ class Orchestrator:
             ctl.carried_out = generation
             metrics.DRIVERLESS_HANDOVERS.labels(spec.namespace, spec.name).inc()
             self._event(snap.streamapp, "Normal", "HandedOverWithoutDriver", said)
-        else:
+        elif ctl.handover_failed < generation:  # tried again at each sync; said once
+            ctl.handover_failed = generation
             self._event(snap.streamapp, "Warning", "HandOverFailed", said)
 
     @staticmethod
