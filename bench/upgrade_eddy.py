@@ -593,16 +593,7 @@ class NodeLost(NodeDrained):
         operator_pods = self.app.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
         leader = self.leader_node(operator_pods)
         if not [p for p in self.off_driver_node() if p.spec.node_name != leader]:
-            # the leader's pod deleted: a standby takes the Lease over (the leader lets it go as it
-            # stops), and the Deployment makes a new standby
-            old = next(p.metadata.name for p in operator_pods if p.spec.node_name == leader)
-            self.c.node.kubectl("-n", OPERATOR_NAMESPACE, "delete", "pod", old, "--wait=true", "--timeout=120s")
-            self.wait(lambda: (n := self.leader_node(self.app.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
-                                                     if self.app else [])) is not None and n != leader,
-                      120, "the operator's Lease taken over by a replica on another node")
-            marks.notes.append(f"the operator's leader was on {leader}, the only executor node off the driver's: "
-                               f"its pod {old} was deleted first")
-            operator_pods = self.app.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
+            operator_pods = self.move_leader_off(leader, marks, "the only executor node off the driver's")
             leader = self.leader_node(operator_pods)
         operator_nodes = [p.spec.node_name for p in operator_pods]
         pods = [p for p in self.off_driver_node() if p.spec.node_name != leader]
@@ -621,6 +612,19 @@ class NodeLost(NodeDrained):
                            f"(the operator's leader is on {leader})")
         return pod, node, lost
 
+    def move_leader_off(self, leader: str | None, marks: Marks, why: str) -> list[Any]:
+        """Delete the operator leader's pod (on node `leader`): a standby takes the Lease over (the
+        leader lets it go as it stops), and the Deployment makes a new standby. The operator pods after."""
+        assert self.app is not None
+        operator_pods = self.app.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
+        old = next(p.metadata.name for p in operator_pods if p.spec.node_name == leader)
+        self.c.node.kubectl("-n", OPERATOR_NAMESPACE, "delete", "pod", old, "--wait=true", "--timeout=120s")
+        self.wait(lambda: (n := self.leader_node(self.app.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
+                                                 if self.app else [])) is not None and n != leader,
+                  120, "the operator's Lease taken over by a replica on another node")
+        marks.notes.append(f"the operator's leader was on {leader}, {why}: its pod {old} was deleted first")
+        return list(self.app.core.list_namespaced_pod(OPERATOR_NAMESPACE).items)
+
     def leader_node(self, operator_pods: list[Any]) -> str | None:
         """The node of the operator replica that holds the leader election Lease."""
         lease = json.loads(self.c.node.kubectl("-n", OPERATOR_NAMESPACE, "get", "lease", OPERATOR_LEASE, "-o", "json",
@@ -635,10 +639,10 @@ class NodeLost(NodeDrained):
         t0_ms = time.time() * 1000
         killed = self.c.node.kill_node(node)
         marks.step(f"{node.name} killed ({killed})")
-        self.wait(lambda: self._failed_over(lost), self.s.change_timeout_s,
-                  f"an assignment without executor {lost}, run by the driver")
+        self.wait(lambda: self.failed_over(lost), self.s.change_timeout_s,
+                  f"an assignment without executor {lost}, {self.FAILED_OVER_BY}")
         failover_s = (time.time() * 1000 - t0_ms) / 1000
-        marks.step(f"executor {lost} ({pod.metadata.name}) failed over: the driver runs a generation without it")
+        marks.step(f"executor {lost} ({pod.metadata.name}) failed over: {self.FAILED_OVER_BY}")
         said = [m for m in self.app.events("ExecutorLost") if f"({pod.metadata.name})" in m] if self.app else []
         marks.notes.append(f"killed {node.name} (executor {lost}, {pod.metadata.name}); its actives' new owners "
                            f"ran {failover_s:.1f} s after the kill; ExecutorLost: {said[-1] if said else '(none)'}")
@@ -672,11 +676,77 @@ class NodeLost(NodeDrained):
             s.ready and s.state.running is not None and s.state.running.started_at is not None
             and s.state.running.started_at.timestamp() * 1000 >= since_ms for s in statuses)
 
-    def _failed_over(self, lost: str) -> bool:
+    #: who runs the generation without the lost executor (`failed_over`)
+    FAILED_OVER_BY = "run by the driver"
+
+    def failed_over(self, lost: str) -> bool:
         assert self.app is not None
         m, st = self.app.channel.assignment(), self.app.channel.runtime_state()
         return bool(m and st and lost not in {e.id for e in m.executors}
                     and st.assignment_generation == m.assignment.generation)
+
+
+class NodeLostWithDriver(NodeLost):
+    """The node of the driver and of an executor killed without warning, then restarted `HOLD_S`
+    after the failover: with no driver, the operator hands the failover to the runners itself
+    (docs/operations.md, "A failover without a driver"). Before the steady window, a driver that
+    has no executor beside it is made again beside one (the other nodes cordoned meanwhile).
+    Needs ``--nodes`` 2 or more."""
+
+    case = "node lost with the driver"
+    FAILED_OVER_BY = "handed to the runners by the operator (HandedOverWithoutDriver)"
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._cordoned: list[str] = []
+        self._handed_before = 0
+
+    def ready(self) -> bool:
+        if not super().ready():
+            return False
+        assert self.app is not None
+        driver = self.driver_pod()
+        executor_nodes = {p.spec.node_name for p in self.app.executor_pods()}
+        if driver is not None and driver.spec.node_name in executor_nodes:
+            for name in self._cordoned:
+                self.c.node.kubectl("uncordon", name)
+            self._cordoned = []
+            self._handed_before = len(self.app.events("HandedOverWithoutDriver"))
+            return True
+        if driver is not None and not self._cordoned:
+            self._cordoned = [n.name for n in self.c.node.nodes if n.name not in executor_nodes]
+            for name in self._cordoned:
+                self.c.node.kubectl("cordon", name)
+            self.c.node.kubectl("-n", self.namespace, "delete", "pod", driver.metadata.name, "--wait=false")
+        return False
+
+    def victim(self, marks: Marks) -> tuple[Any, Any, str]:
+        """(executor pod, its node, its executor id): the executor beside the driver."""
+        assert self.app is not None
+        driver = self.driver_pod()
+        assert driver is not None
+        here = driver.spec.node_name
+        pods = [p for p in self.app.executor_pods() if p.spec.node_name == here]
+        if not pods:
+            raise NotRun(f"no executor on the driver's node {here}")
+        operator_pods = self.app.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
+        if self.leader_node(operator_pods) == here:
+            operator_pods = self.move_leader_off(here, marks, "the driver's node")
+        if {p.spec.node_name for p in operator_pods} <= {here}:
+            raise NotRun(f"every operator replica is on {here}, the driver's node")
+        pod = pods[0]
+        before = self.app.channel.assignment()
+        assert before is not None
+        (lost,) = [e.id for e in before.executors if e.pod == pod.metadata.name]
+        others = [name for name, _ in self._pods_on(here) if name != pod.metadata.name]
+        marks.notes.append(f"pods on {here} besides the executor: {', '.join(others)}")
+        return pod, self.c.node.node(here), lost
+
+    def failed_over(self, lost: str) -> bool:
+        assert self.app is not None
+        m = self.app.channel.assignment()
+        return bool(m and lost not in {e.id for e in m.executors}
+                    and len(self.app.events("HandedOverWithoutDriver")) > self._handed_before)
 
 
 class NodeLostForGood(NodeLost):
@@ -725,7 +795,8 @@ class NodeLostForGood(NodeLost):
 
 
 CASES: tuple[type[EddyChange], ...] = (DriverPodDeleted, CompatibleImageUpgrade, ConfigChange, RefusedChange,
-                                       Rollback, NodeDrained, NodeDrainedPlainly, NodeLost, NodeLostForGood)
+                                       Rollback, NodeDrained, NodeDrainedPlainly, NodeLost, NodeLostWithDriver,
+                                       NodeLostForGood)
 
 
 def cases(c: EddyCluster) -> list[tuple[str, SubjectFactory]]:
