@@ -67,7 +67,7 @@ class OffsetReader:
 
     def list_offsets(self, tps: TopicPartitions, which: Literal["latest", "earliest"]) -> dict[TopicPartition, int]:
         """Last stable (``latest``, read committed) or earliest offsets of `tps`."""
-        from confluent_kafka import IsolationLevel, KafkaException
+        from confluent_kafka import IsolationLevel, KafkaError, KafkaException
         from confluent_kafka import TopicPartition as KafkaTopicPartition
         from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # re-exported without __all__
 
@@ -81,7 +81,15 @@ class OffsetReader:
             futures = self.admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
                                               request_timeout=LIST_OFFSETS_TIMEOUT_S)
             try:
-                return {TopicPartition(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+                found = {TopicPartition(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+                if missing := sorted(str(tp) for tp, offset in found.items() if offset < 0):
+                    # -1001 (OFFSET_INVALID) for some partitions, with no error, while a broker was
+                    # down (the short fault campaign, 2026-11-29): published, the operator took the
+                    # runtime state for unusable. Asked again, from fresh metadata.
+                    self._admin = None
+                    raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
+                                                    f"no {which} offset for {', '.join(missing[:4])}", retriable=True))
+                return found
             except KafkaException as e:
                 if "LEADER_EPOCH" in str(e):
                     # After a partition leader moved (a broker stopped or came back), librdkafka's
