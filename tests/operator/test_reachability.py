@@ -87,10 +87,15 @@ def test_a_restarted_container_is_judged_afresh() -> None:
     assert r.unreachable([before, other], 6.0, NOW) == {}
 
 
-def test_only_registered_running_executors_with_an_address_are_probed() -> None:
+def test_only_registered_running_executors_and_a_running_driver_with_an_address_are_probed() -> None:
     pods = [executor("wc-exec-1"), executor("wc-exec-2", ip=None), executor("wc-exec-3", exec_id="EXECID"),
             PodInfo("wc-driver-0", "driver", None, "node-a", "Running", True, False, None, None, ip="10.244.1.2")]
     assert probe_targets(pods, 9108) == {key_of(pods[0]): "http://10.244.1.7:9108/healthz"}
+    # a driver whose container runs is probed too: silent, it is away (eddy_operator.driverless)
+    driver = PodInfo("wc-driver-0", "driver", None, "node-a", "Running", False, False, None, None, ip="10.244.1.2",
+                     running=True, uid="uid-driver")
+    assert probe_targets([*pods[:1], driver], 9108) == {key_of(pods[0]): "http://10.244.1.7:9108/healthz",
+                                                        key_of(driver): "http://10.244.1.2:9108/healthz"}
 
 
 def test_the_metrics_port_is_the_spec_s_or_the_crd_default() -> None:
