@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["FENCE_PATH", "RELEASE_PATH", "TAKEOVER_PATH", "TOKEN_HEADER", "decode_fence", "decode_takeover",
-           "encode_fence", "encode_release", "encode_takeover"]
+           "encode_fence", "encode_json", "encode_release", "encode_takeover", "json_object"]
 
 RELEASE_PATH = "/continuous-release"
 FENCE_PATH = "/continuous-fence"
@@ -33,11 +33,13 @@ TOKEN_HEADER = "X-Eddy-Push-Token"
 ROLES = ("active", "standby")
 
 
-def _dumps(doc: Mapping[str, Any]) -> bytes:
+def encode_json(doc: Mapping[str, Any]) -> bytes:
+    """A request's or answer's body: compact JSON (the runners' endpoints use it too)."""
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def _object(body: bytes, what: str) -> dict[str, Any]:
+def json_object(body: bytes, what: str) -> dict[str, Any]:
+    """A body that must be a JSON object (`what` names it in the error); ValueError otherwise."""
     doc = json.loads(body)
     if not isinstance(doc, dict):
         raise ValueError(f"{what} is a JSON object")
@@ -53,16 +55,16 @@ def _generation(doc: Mapping[str, Any]) -> int:
 
 def encode_release(app: str, generation: int, tasks: Sequence[str], timeout_s: float) -> bytes:
     """A release, as the driver asks it (runtime's `work_push.decode_release` reads it)."""
-    return _dumps({"app": app, "generation": generation, "tasks": list(tasks), "timeoutS": timeout_s})
+    return encode_json({"app": app, "generation": generation, "tasks": list(tasks), "timeoutS": timeout_s})
 
 
 def encode_fence(app: str, generation: int, runners: Sequence[str], timeout_s: float) -> bytes:
-    return _dumps({"app": app, "generation": generation, "runners": sorted(runners), "timeoutS": timeout_s})
+    return encode_json({"app": app, "generation": generation, "runners": sorted(runners), "timeoutS": timeout_s})
 
 
 def decode_fence(body: bytes) -> tuple[str, tuple[int, tuple[str, ...], float]]:
     """(app, (generation, runner keys, timeout)); ValueError when it is not a fence."""
-    doc = _object(body, "a fence")
+    doc = json_object(body, "a fence")
     runners, timeout = doc["runners"], doc["timeoutS"]
     if not isinstance(runners, list) or not runners or not all(isinstance(r, str) and r for r in runners):
         raise ValueError("runners must be a non-empty list of runner keys")
@@ -76,13 +78,13 @@ def encode_takeover(app: str, generation: int, tasks: Sequence[tuple[str, str]],
     doc: dict[str, Any] = {"app": app, "generation": generation, "tasks": [list(t) for t in tasks]}
     if fence_epoch is not None:
         doc["fenceEpoch"] = fence_epoch
-    return _dumps(doc)
+    return encode_json(doc)
 
 
 def decode_takeover(body: bytes) -> tuple[str, tuple[int, tuple[tuple[str, str], ...], int]]:
     """(app, (generation, (task, role) pairs, fence epoch: 0 when not raised)); ValueError when
     it is not a takeover."""
-    doc = _object(body, "a takeover")
+    doc = json_object(body, "a takeover")
     pairs = doc["tasks"]
     if not isinstance(pairs, list):
         raise ValueError("tasks must be a list of [task, role] pairs")

@@ -42,28 +42,10 @@ from eddy_runtime.protocol.work_push import (
     release_endpoint,
     takeover_endpoint,
 )
-from tests.runtime.apps import produce, read_all
+from tests.runtime.apps import feed_numbered, values_of, wait_for_values
 
 TASK = "0_0"
 TOKEN = "s3cret"
-
-
-def _values(bootstrap: str, topic: str) -> list[bytes]:
-    return [m.value() for m in read_all(bootstrap, topic, idle_s=0.5)]
-
-
-def _wait_for(bootstrap: str, topic: str, n: int, what: str, timeout_s: float = 60.0) -> list[bytes]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        values = _values(bootstrap, topic)
-        if len(values) >= n:
-            return values
-        assert time.monotonic() < deadline, f"{what}: {len(values)} of {n} records out after {timeout_s:.0f} s"
-        time.sleep(0.3)
-
-
-def _feed(bootstrap: str, topic: str, first: int, n: int) -> None:
-    produce(bootstrap, topic, ((None, f"v{i}".encode()) for i in range(first, first + n)))
 
 
 def _serve(runner: TaskRunner) -> HealthAndMetricsServer:
@@ -95,8 +77,8 @@ def test_the_operator_fails_a_zombie_runner_s_task_over_with_no_driver_and_nothi
         driver.before_generation(1, {TASK: "1"})
         runner1.continuous.sync(subs, settings, ContinuousWork(1, ((TASK, Role.ACTIVE),), 0.1, 0, "1"))
         runner2.continuous.sync(subs, settings, ContinuousWork(1, (), 0.1, 0, "2"))
-        _feed(kafka.bootstrap, source, 0, 10)
-        _wait_for(kafka.bootstrap, out, 10, "runner 1, generation 1")
+        feed_numbered(kafka.bootstrap, source, 0, 10)
+        wait_for_values(kafka.bootstrap, out, 10, "runner 1, generation 1")
         driver.close()  # the driver is gone; runner 1 goes on, and is lost to the operator
         again.start()  # a new driver starts, and reads the epochs
 
@@ -110,8 +92,8 @@ def test_the_operator_fails_a_zombie_runner_s_task_over_with_no_driver_and_nothi
         assert current is not None and current.work.generation == 2
         assert current.work.tasks == ((TASK, Role.ACTIVE),) and current.work.runner == "2"
 
-        _feed(kafka.bootstrap, source, 10, 10)
-        _wait_for(kafka.bootstrap, out, 20, "runner 2, generation 2 from the operator")
+        feed_numbered(kafka.bootstrap, source, 10, 10)
+        wait_for_values(kafka.bootstrap, out, 20, "runner 2, generation 2 from the operator")
         deadline = time.monotonic() + 60
         while runner1.continuous.producer.stale_epoch != 0:
             assert time.monotonic() < deadline, "runner 1 never found itself fenced"
@@ -126,10 +108,10 @@ def test_the_operator_fails_a_zombie_runner_s_task_over_with_no_driver_and_nothi
         epoch = again.epochs()["1"]
         assert epoch == 2
         runner1.continuous.push(ContinuousWork(3, ((TASK, Role.ACTIVE),), 0.1, epoch, "1"))
-        _feed(kafka.bootstrap, source, 20, 10)
-        _wait_for(kafka.bootstrap, out, 30, "runner 1, generation 3 from a new driver")
+        feed_numbered(kafka.bootstrap, source, 20, 10)
+        wait_for_values(kafka.bootstrap, out, 30, "runner 1, generation 3 from a new driver")
         time.sleep(2)  # anything processed twice would be out by now
-        values = _values(kafka.bootstrap, out)
+        values = values_of(kafka.bootstrap, out)
         twice = sorted(v.decode() for v, n in Counter(values).items() if n > 1)
         assert not twice, f"processed twice: {twice}"
         assert sorted(values) == sorted(f"v{i}".encode() for i in range(30))

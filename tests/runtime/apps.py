@@ -117,3 +117,24 @@ def run_until_idle(driver: Driver, timeout_s: float = 240.0, on_batch: Callable[
 
     driver.run(until=until)
     return reports
+
+
+def values_of(bootstrap: str, topic: str) -> list[bytes]:
+    """Every record value of `topic` (read_committed), once it has been idle half a second."""
+    return [m.value() for m in read_all(bootstrap, topic, idle_s=0.5)]
+
+
+def wait_for_values(bootstrap: str, topic: str, n: int, what: str, timeout_s: float = 60.0) -> list[bytes]:
+    """`values_of(topic)` once it holds at least `n` records; fails after `timeout_s` saying `what`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        values = values_of(bootstrap, topic)
+        if len(values) >= n:
+            return values
+        assert time.monotonic() < deadline, f"{what}: {len(values)} of {n} records out after {timeout_s:.0f} s"
+        time.sleep(0.3)
+
+
+def feed_numbered(bootstrap: str, topic: str, first: int, n: int) -> None:
+    """Values `v<first>` .. `v<first + n - 1>`, without keys."""
+    produce(bootstrap, topic, ((None, f"v{i}".encode()) for i in range(first, first + n)))

@@ -22,29 +22,11 @@ from eddy_runtime.executor.task_runner import TaskRunner
 from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.protocol.fences import FenceBook, fence_topic
 from eddy_runtime.protocol.work import BatchSettings, ContinuousWork
-from tests.runtime.apps import produce, read_all
+from tests.runtime.apps import feed_numbered, values_of, wait_for_values
 
 pytestmark = pytest.mark.integration
 
 TASK = "0_0"
-
-
-def _values(bootstrap: str, topic: str) -> list[bytes]:
-    return [m.value() for m in read_all(bootstrap, topic, idle_s=0.5)]
-
-
-def _wait_for(bootstrap: str, topic: str, n: int, what: str, timeout_s: float = 60.0) -> list[bytes]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        values = _values(bootstrap, topic)
-        if len(values) >= n:
-            return values
-        assert time.monotonic() < deadline, f"{what}: {len(values)} of {n} records out after {timeout_s:.0f} s"
-        time.sleep(0.3)
-
-
-def _feed(bootstrap: str, topic: str, first: int, n: int) -> None:
-    produce(bootstrap, topic, ((None, f"v{i}".encode()) for i in range(first, first + n)))
 
 
 def _work(generation: int, epoch: int, *tasks: str) -> ContinuousWork:
@@ -67,8 +49,8 @@ def test_a_fenced_runner_given_its_task_back_starts_from_the_committed_positions
     try:
         book.before_generation(1, {TASK: "1"})
         runner1.continuous.sync(subs, settings, _work(1, 0, TASK))
-        _feed(kafka.bootstrap, source, 0, 10)
-        _wait_for(kafka.bootstrap, out, 10, "runner 1, generation 1")
+        feed_numbered(kafka.bootstrap, source, 0, 10)
+        wait_for_values(kafka.bootstrap, out, 10, "runner 1, generation 1")
 
         # Generation 2 gives the task to runner 2: runner 1 is fenced first, and no work of
         # generation 2 reaches it (its driver took its executor for dead). Its next commit fails
@@ -76,23 +58,23 @@ def test_a_fenced_runner_given_its_task_back_starts_from_the_committed_positions
         # is not kept; it holds the task, which it opens again, reading the positions of then.
         book.before_generation(2, {TASK: "2"})
         assert book.epochs()["1"] == 2  # raised to at least the generation (protocol/fences.py)
-        _feed(kafka.bootstrap, source, 10, 10)
+        feed_numbered(kafka.bootstrap, source, 10, 10)
         deadline = time.monotonic() + 60
         while runner1.continuous.producer.stale_epoch != 0:
             assert time.monotonic() < deadline, "runner 1 never found itself fenced"
             time.sleep(0.2)
         runner2.continuous.sync(subs, settings, _work(2, 0, TASK))
-        _wait_for(kafka.bootstrap, out, 20, "runner 2, generation 2")
+        wait_for_values(kafka.bootstrap, out, 20, "runner 2, generation 2")
         runner2.continuous.close()
         runner2.close_all()
 
         # Generation 3 gives it back to runner 1.
         book.before_generation(3, {TASK: "1"})
         runner1.continuous.push(_work(3, book.epochs()["1"], TASK))
-        _feed(kafka.bootstrap, source, 20, 10)
-        _wait_for(kafka.bootstrap, out, 30, "runner 1, generation 3")
+        feed_numbered(kafka.bootstrap, source, 20, 10)
+        wait_for_values(kafka.bootstrap, out, 30, "runner 1, generation 3")
         time.sleep(2)  # anything processed twice would be out by now
-        values = _values(kafka.bootstrap, out)
+        values = values_of(kafka.bootstrap, out)
         twice = sorted(v.decode() for v, n in Counter(values).items() if n > 1)
         assert not twice, f"processed twice after the task came back: {twice}"
         assert sorted(values) == sorted(f"v{i}".encode() for i in range(30))

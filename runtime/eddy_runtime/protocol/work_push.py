@@ -54,7 +54,9 @@ from eddy_contract.takeover import (
     TOKEN_HEADER,
     decode_fence,
     decode_takeover,
+    encode_json,
     encode_release,
+    json_object,
 )
 from eddy_contract.tasks import Role
 from eddy_runtime.protocol.work import ContinuousWork, ItemResult, StateReset
@@ -93,38 +95,27 @@ _MAX_BODY = 1 << 20
 
 
 def encode_work(app: str, work: ContinuousWork) -> bytes:
-    return _dumps(_work_fields(app, work))
+    return encode_json(_work_fields(app, work))
 
 
 def decode_work(body: bytes) -> tuple[str, ContinuousWork]:
     """(app, work) from a push; ValueError when it is not one."""
-    return _work_of(_object(body, "a push"))
+    return _work_of(json_object(body, "a push"))
 
 
 def encode_sync(app: str, work: ContinuousWork, inventory: bool) -> bytes:
     """A sync: the executor's work as a push carries it, and whether to report the volume's inventory."""
-    return _dumps({**_work_fields(app, work), "inventory": inventory})
+    return encode_json({**_work_fields(app, work), "inventory": inventory})
 
 
 def decode_sync(body: bytes) -> tuple[str, tuple[ContinuousWork, bool]]:
     """(app, (work, inventory)) from a sync; ValueError when it is not one."""
-    doc = _object(body, "a sync")
+    doc = json_object(body, "a sync")
     app, work = _work_of(doc)
     inventory = doc.get("inventory", False)
     if not isinstance(inventory, bool):
         raise ValueError("inventory must be true or false")
     return app, (work, inventory)
-
-
-def _dumps(doc: Mapping[str, Any]) -> bytes:
-    return json.dumps(doc, separators=(",", ":")).encode()
-
-
-def _object(body: bytes, what: str) -> dict[str, Any]:
-    doc = json.loads(body)
-    if not isinstance(doc, dict):
-        raise ValueError(f"{what} is a JSON object")
-    return doc
 
 
 def _work_fields(app: str, work: ContinuousWork) -> dict[str, Any]:
@@ -157,7 +148,7 @@ def _work_of(doc: Mapping[str, Any]) -> tuple[str, ContinuousWork]:
 
 def decode_release(body: bytes) -> tuple[str, int, tuple[str, ...], float]:
     """(app, generation, tasks, timeout) from a release; ValueError when it is not one."""
-    doc = _object(body, "a release")
+    doc = json_object(body, "a release")
     generation, tasks, timeout = doc["generation"], doc["tasks"], doc["timeoutS"]
     if not isinstance(generation, int) or not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
         raise ValueError("generation must be an integer and tasks a list of task ids")
@@ -413,7 +404,7 @@ def _endpoint(app_token: Callable[[], tuple[str, str] | None], path: str, what: 
 
     def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         status, body = _checked(environ)
-        data = _dumps(body)
+        data = encode_json(body)
         start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
         return [data]
 
