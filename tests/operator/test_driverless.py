@@ -15,23 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from eddy_contract.assignor import Assignment, TaskAssignment
-from eddy_contract.spec import BadRecordPolicy, ProcessingGuarantee
 from eddy_contract.tasks import Role
 from eddy_operator.driverless import Handover, carry_out, driver_away, plan
 from eddy_operator.pods import PodInfo
-from eddy_runtime.dsl.compiler import compile_topology
-from eddy_runtime.dsl.pipeline import Topology
 from eddy_runtime.executor.task_runner import TaskRunner
-from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.protocol.fences import FenceBook, fence_topic, read_epochs
 from eddy_runtime.protocol.health import HealthAndMetricsServer
-from eddy_runtime.protocol.work import BatchSettings, ContinuousWork
+from eddy_runtime.protocol.work import ContinuousWork
 from eddy_runtime.protocol.work_push import (
     FENCE_PATH,
     PUSH_PATH,
@@ -42,7 +37,7 @@ from eddy_runtime.protocol.work_push import (
     release_endpoint,
     takeover_endpoint,
 )
-from tests.runtime.apps import feed_numbered, values_of, wait_for_values
+from tests.runtime.apps import assert_each_once, feed_numbered, pass_through_app, wait_for_values
 
 TASK = "0_0"
 TOKEN = "s3cret"
@@ -59,15 +54,7 @@ def _serve(runner: TaskRunner) -> HealthAndMetricsServer:
 
 @pytest.mark.integration
 def test_the_operator_fails_a_zombie_runner_s_task_over_with_no_driver_and_nothing_twice(kafka, tmp_path):
-    app = kafka.unique_name("driverless")
-    source = kafka.create_topic(f"{app}-in", partitions=1)
-    out = kafka.create_topic(f"{app}-out", partitions=1)
-    kafka.create_topic(fence_topic(app), partitions=1, config={"cleanup.policy": "compact"})
-    topology = Topology()
-    topology.stream(source).to(out)
-    subs = {s.id: s.for_executor() for s in compile_topology(topology, app, {source: 1}).subtopologies}
-    settings = BatchSettings(app, 0, 1, KafkaClientConfig.of(kafka.bootstrap), ProcessingGuarantee.EXACTLY_ONCE,
-                             BadRecordPolicy.FAIL, None, str(tmp_path), True, push_token=TOKEN)
+    app, source, out, subs, settings = pass_through_app(kafka, "driverless", str(tmp_path), push_token=TOKEN)
     driver, again = FenceBook(kafka.bootstrap, app), FenceBook(kafka.bootstrap, app)
     driver.start()
     runner1, runner2 = TaskRunner("1", str(tmp_path)), TaskRunner("2", str(tmp_path))
@@ -110,11 +97,7 @@ def test_the_operator_fails_a_zombie_runner_s_task_over_with_no_driver_and_nothi
         runner1.continuous.push(ContinuousWork(3, ((TASK, Role.ACTIVE),), 0.1, epoch, "1"))
         feed_numbered(kafka.bootstrap, source, 20, 10)
         wait_for_values(kafka.bootstrap, out, 30, "runner 1, generation 3 from a new driver")
-        time.sleep(2)  # anything processed twice would be out by now
-        values = values_of(kafka.bootstrap, out)
-        twice = sorted(v.decode() for v, n in Counter(values).items() if n > 1)
-        assert not twice, f"processed twice: {twice}"
-        assert sorted(values) == sorted(f"v{i}".encode() for i in range(30))
+        assert_each_once(kafka.bootstrap, out, 30, "across the failover without a driver")
     finally:
         server2.close()
         for runner in (runner1, runner2):

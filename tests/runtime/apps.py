@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import struct
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from eddy_contract.spec import StreamAppSpec
+from eddy_contract.spec import BadRecordPolicy, ProcessingGuarantee, StreamAppSpec
 from eddy_runtime.driver.loop import Driver
 from eddy_runtime.driver.options import DriverOptions
 from eddy_runtime.driver.outcomes import BatchReport
+from eddy_runtime.dsl.compiler import compile_topology
+from eddy_runtime.dsl.pipeline import Topology
 from eddy_runtime.kafka import client as kafka_client
+from eddy_runtime.kafka.client import KafkaClientConfig
+from eddy_runtime.protocol.fences import fence_topic
+from eddy_runtime.protocol.work import BatchSettings
 
 
 def streamapp(name: str, bootstrap: str, module: str, args: dict[str, str] | None = None, **spec: Any) -> StreamAppSpec:
@@ -138,3 +144,28 @@ def wait_for_values(bootstrap: str, topic: str, n: int, what: str, timeout_s: fl
 def feed_numbered(bootstrap: str, topic: str, first: int, n: int) -> None:
     """Values `v<first>` .. `v<first + n - 1>`, without keys."""
     produce(bootstrap, topic, ((None, f"v{i}".encode()) for i in range(first, first + n)))
+
+
+def pass_through_app(kafka: Any, name: str, state_dir: str,
+                     push_token: str = "") -> tuple[str, str, str, dict[int, Any], BatchSettings]:
+    """A one-partition pass-through app under exactly-once, with its fence topic: (app, input,
+    output, its sub-topologies as the runners get them, the settings of its work)."""
+    app = kafka.unique_name(name)
+    source = kafka.create_topic(f"{app}-in", partitions=1)
+    out = kafka.create_topic(f"{app}-out", partitions=1)
+    kafka.create_topic(fence_topic(app), partitions=1, config={"cleanup.policy": "compact"})
+    topology = Topology()
+    topology.stream(source).to(out)
+    subs = {s.id: s.for_executor() for s in compile_topology(topology, app, {source: 1}).subtopologies}
+    settings = BatchSettings(app, 0, 1, KafkaClientConfig.of(kafka.bootstrap), ProcessingGuarantee.EXACTLY_ONCE,
+                             BadRecordPolicy.FAIL, None, state_dir, True, push_token=push_token)
+    return app, source, out, subs, settings
+
+
+def assert_each_once(bootstrap: str, topic: str, n: int, what: str) -> None:
+    """`topic` holds `v0` .. `v<n - 1>`, each once (after 2 s: anything processed twice is out by then)."""
+    time.sleep(2)
+    values = values_of(bootstrap, topic)
+    twice = sorted(v.decode() for v, count in Counter(values).items() if count > 1)
+    assert not twice, f"processed twice {what}: {twice}"
+    assert sorted(values) == sorted(f"v{i}".encode() for i in range(n))

@@ -10,19 +10,14 @@ process; the fences as the driver keeps them (`FenceBook`)."""
 from __future__ import annotations
 
 import time
-from collections import Counter
 
 import pytest
 
-from eddy_contract.spec import BadRecordPolicy, ProcessingGuarantee
 from eddy_contract.tasks import Role
-from eddy_runtime.dsl.compiler import compile_topology
-from eddy_runtime.dsl.pipeline import Topology
 from eddy_runtime.executor.task_runner import TaskRunner
-from eddy_runtime.kafka.client import KafkaClientConfig
-from eddy_runtime.protocol.fences import FenceBook, fence_topic
-from eddy_runtime.protocol.work import BatchSettings, ContinuousWork
-from tests.runtime.apps import feed_numbered, values_of, wait_for_values
+from eddy_runtime.protocol.fences import FenceBook
+from eddy_runtime.protocol.work import ContinuousWork
+from tests.runtime.apps import assert_each_once, feed_numbered, pass_through_app, wait_for_values
 
 pytestmark = pytest.mark.integration
 
@@ -34,15 +29,7 @@ def _work(generation: int, epoch: int, *tasks: str) -> ContinuousWork:
 
 
 def test_a_fenced_runner_given_its_task_back_starts_from_the_committed_positions(kafka, tmp_path):
-    app = kafka.unique_name("refenced")
-    source = kafka.create_topic(f"{app}-in", partitions=1)
-    out = kafka.create_topic(f"{app}-out", partitions=1)
-    kafka.create_topic(fence_topic(app), partitions=1, config={"cleanup.policy": "compact"})
-    topology = Topology()
-    topology.stream(source).to(out)
-    subs = {s.id: s.for_executor() for s in compile_topology(topology, app, {source: 1}).subtopologies}
-    settings = BatchSettings(app, 0, 1, KafkaClientConfig.of(kafka.bootstrap), ProcessingGuarantee.EXACTLY_ONCE,
-                             BadRecordPolicy.FAIL, None, str(tmp_path), True)
+    app, source, out, subs, settings = pass_through_app(kafka, "refenced", str(tmp_path))
     book = FenceBook(kafka.bootstrap, app)
     book.start()
     runner1, runner2 = TaskRunner("1", str(tmp_path)), TaskRunner("2", str(tmp_path))
@@ -73,11 +60,7 @@ def test_a_fenced_runner_given_its_task_back_starts_from_the_committed_positions
         runner1.continuous.push(_work(3, book.epochs()["1"], TASK))
         feed_numbered(kafka.bootstrap, source, 20, 10)
         wait_for_values(kafka.bootstrap, out, 30, "runner 1, generation 3")
-        time.sleep(2)  # anything processed twice would be out by now
-        values = values_of(kafka.bootstrap, out)
-        twice = sorted(v.decode() for v, n in Counter(values).items() if n > 1)
-        assert not twice, f"processed twice after the task came back: {twice}"
-        assert sorted(values) == sorted(f"v{i}".encode() for i in range(30))
+        assert_each_once(kafka.bootstrap, out, 30, "after the task came back")
     finally:
         for runner in (runner1, runner2):
             runner.continuous.close()
