@@ -699,6 +699,8 @@ class NodeLostWithDriver(NodeLost):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self._cordoned: list[str] = []
+        #: the driver pod deleted to place its successor, and when (epoch ms)
+        self._moved: tuple[str, float] | None = None
         self._handed_before = 0
 
     def ready(self) -> bool:
@@ -706,17 +708,23 @@ class NodeLostWithDriver(NodeLost):
             return False
         assert self.app is not None
         driver = self.driver_pod()
+        if driver is None:
+            return False
+        if self._moved is not None and (driver.metadata.uid == self._moved[0]
+                                        or not self.holds_every_task(self._moved[1])):
+            return False  # the new driver has not taken over yet
         executor_nodes = {p.spec.node_name for p in self.app.executor_pods()}
-        if driver is not None and driver.spec.node_name in executor_nodes:
+        if driver.spec.node_name in executor_nodes:
             for name in self._cordoned:
                 self.c.node.kubectl("uncordon", name)
             self._cordoned = []
             self._handed_before = len(self.app.events("HandedOverWithoutDriver"))
             return True
-        if driver is not None and not self._cordoned:
+        if not self._cordoned:
             self._cordoned = [n.name for n in self.c.node.nodes if n.name not in executor_nodes]
             for name in self._cordoned:
                 self.c.node.kubectl("cordon", name)
+            self._moved = (driver.metadata.uid, time.time() * 1000)
             self.c.node.kubectl("-n", self.namespace, "delete", "pod", driver.metadata.name, "--wait=false")
         return False
 
