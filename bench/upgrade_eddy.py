@@ -573,6 +573,10 @@ class NodeDrainedPlainly(NodeDrained):
     hand_over = False
 
 
+#: how long a new operator leader probes the runners before a node is killed
+LEADER_SETTLE_S = 10.0
+
+
 class NodeLost(NodeDrained):
     """The node of an executor that is not the driver's killed without warning, then restarted
     `HOLD_S` after the failover. Needs ``--nodes`` 2 or more."""
@@ -622,7 +626,11 @@ class NodeLost(NodeDrained):
         self.wait(lambda: (n := self.leader_node(self.app.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
                                                  if self.app else [])) is not None and n != leader,
                   120, "the operator's Lease taken over by a replica on another node")
-        marks.notes.append(f"the operator's leader was on {leader}, {why}: its pod {old} was deleted first")
+        # a runner the new leader never heard from is judged lost only after STARTUP_GRACE_S: let
+        # its probes (every second) hear each runner first, as a leader that ran a while has
+        time.sleep(LEADER_SETTLE_S)
+        marks.notes.append(f"the operator's leader was on {leader}, {why}: its pod {old} was deleted first, "
+                           f"{LEADER_SETTLE_S:g} s before the kill")
         return list(self.app.core.list_namespaced_pod(OPERATOR_NAMESPACE).items)
 
     def leader_node(self, operator_pods: list[Any]) -> str | None:
