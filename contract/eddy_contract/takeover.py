@@ -8,8 +8,9 @@ actives over, in the driver's order:
 
 1. `RELEASE_PATH` (the driver's own request): each live runner that loses a continuous active in
    the generation lets it go, or is fenced in step 2;
-2. `FENCE_PATH`: one live runner fences the lost runners, and those that did not let go, for the
-   generation (their fence epochs raised to at least it, their transactional ids fenced);
+2. `FENCE_PATH`: one live runner fences the lost runners for the generation (their fence epochs
+   raised to at least it, their transactional ids fenced); a live runner that did not let go is
+   not fenced: the generation waits;
 3. `TAKEOVER_PATH`: each live runner takes the generation's (task, role) pairs of its executor,
    under its own runner key, fence epoch and commit interval.
 
@@ -73,17 +74,12 @@ def decode_fence(body: bytes) -> tuple[str, tuple[int, tuple[str, ...], float]]:
     return str(doc["app"]), (_generation(doc), tuple(runners), float(timeout))
 
 
-def encode_takeover(app: str, generation: int, tasks: Sequence[tuple[str, str]], fence_epoch: int | None) -> bytes:
-    """`fence_epoch`: the runner's epoch as step 2 raised it (None: not raised, it keeps its own)."""
-    doc: dict[str, Any] = {"app": app, "generation": generation, "tasks": [list(t) for t in tasks]}
-    if fence_epoch is not None:
-        doc["fenceEpoch"] = fence_epoch
-    return encode_json(doc)
+def encode_takeover(app: str, generation: int, tasks: Sequence[tuple[str, str]]) -> bytes:
+    return encode_json({"app": app, "generation": generation, "tasks": [list(t) for t in tasks]})
 
 
-def decode_takeover(body: bytes) -> tuple[str, tuple[int, tuple[tuple[str, str], ...], int]]:
-    """(app, (generation, (task, role) pairs, fence epoch: 0 when not raised)); ValueError when
-    it is not a takeover."""
+def decode_takeover(body: bytes) -> tuple[str, tuple[int, tuple[tuple[str, str], ...]]]:
+    """(app, (generation, (task, role) pairs)); ValueError when it is not a takeover."""
     doc = json_object(body, "a takeover")
     pairs = doc["tasks"]
     if not isinstance(pairs, list):
@@ -94,7 +90,4 @@ def decode_takeover(body: bytes) -> tuple[str, tuple[int, tuple[tuple[str, str],
                 or pair[1] not in ROLES):
             raise ValueError(f"not a [task, role] pair: {pair!r}")
         tasks.append((pair[0], pair[1]))
-    epoch = doc.get("fenceEpoch", 0)
-    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-        raise ValueError("fenceEpoch must be a non-negative integer")
-    return str(doc["app"]), (_generation(doc), tuple(tasks), epoch)
+    return str(doc["app"]), (_generation(doc), tuple(tasks))

@@ -12,15 +12,16 @@ out each generation it publishes itself, in the driver's order (eddy_contract.ta
    a new driver asks the runners of an earlier one: the operator cannot know which generation a
    runner last took, so it asks about every task);
 2. one live runner fences, for the generation, the runners of the executors the generation dropped
-   (lost: their pods' addresses, their runner keys) and those that did not let go cleanly;
+   (lost: their pods' addresses, their runner keys); if a live runner did not let go cleanly,
+   nothing is fenced and the generation waits (the next sync asks again);
 3. each live runner takes the generation's copies of its executor (`TAKEOVER_PATH`).
 
 A step that fails stops there: nothing is handed over unfenced, and the next driver carries the
 generation out as before. Fencing for a generation raises an epoch to at least that generation
 (runtime's protocol/fences.py), so a driver that does the same at the same time writes the same
-epochs. The driver counts as away (`driver_away`) while no driver pod runs its container, while
-it is not ready (its SparkContext not up: it has read no fence yet), and while it does not answer
-the operator's probes (`eddy_operator.reachability`: a node lost with the driver on it).
+epochs. The driver counts as away (`driver_away`) while no driver pod (not being deleted) runs
+its container, and while it does not answer the operator's probes (`eddy_operator.reachability`:
+a node lost with the driver on it).
 
 Only for continuous apps under exactly-once: a micro-batch app has nothing a runner runs alone, and
 an at-least-once app nothing to fence (its runners take pushed generations as they come).
@@ -32,7 +33,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -70,8 +71,10 @@ def driver_away(pods: Sequence[PodInfo], unreachable: Mapping[str, float]) -> st
         return f"driver pod {driver.name} is not running"
     if driver.name in unreachable:
         return f"driver pod {driver.name} has not answered for {unreachable[driver.name]:.0f}s"
-    if not driver.ready:
-        return f"driver pod {driver.name} is not ready"
+    # A driver whose container runs is there, ready or not: a new one reads the fence epochs as its
+    # SparkContext comes up, before its pod is marked ready, and it must be the only one to fence
+    # for the generations it hands out (a runner fenced behind its back would find the epochs of its
+    # work stale, and commit nothing until the next driver).
     return None
 
 
@@ -84,8 +87,6 @@ class Handover:
     releases: Mapping[str, tuple[str, ...]]
     #: runner keys (pod addresses) of executors of recent generations that this one dropped: fenced
     lost: tuple[str, ...]
-    #: runner address -> its runner key, for those asked to release (fenced if they do not)
-    keys: Mapping[str, str]
     #: runner address -> the (task, role) pairs the generation gives its executor
     copies: Mapping[str, tuple[tuple[str, str], ...]]
 
@@ -108,8 +109,7 @@ def plan(new: Assignment, hosts: Mapping[str, str], recent: Collection[str], por
             copies[f"{hosts[e]}:{port}"].append((task, "standby"))
     releases = {f"{hosts[e]}:{port}": tuple(sorted(t for t, p in new.tasks.items() if p.active != e))
                 for e in executors}
-    keys = {f"{hosts[e]}:{port}": hosts[e] for e in executors}
-    return Handover(new.generation, releases, lost, keys, {a: tuple(c) for a, c in copies.items()})
+    return Handover(new.generation, releases, lost, {a: tuple(c) for a, c in copies.items()})
 
 
 @dataclass
@@ -121,7 +121,6 @@ class Outcome:
     taken: tuple[str, ...] = ()
     refused: tuple[str, ...] = ()
     failed: str | None = None
-    raised: dict[str, int] = field(default_factory=dict)
 
     def describe(self) -> str:
         if self.failed is not None:
@@ -159,26 +158,26 @@ async def carry_out(handover: Handover, app: str, token: str, release_timeout_s:
                  release_timeout_s + 2)
             for a in addresses if handover.releases[a]))
         asked = [a for a in addresses if handover.releases[a]]
-        unclean = sorted(handover.keys[a] for a, answer in zip(asked, answers, strict=True)
-                         if not (answer or {}).get("released"))
-        to_fence = sorted({*handover.lost, *unclean})
+        unclean = sorted(a for a, answer in zip(asked, answers, strict=True) if not (answer or {}).get("released"))
+        if unclean:
+            # A live runner is not fenced behind a driver's back (it may be there after all, and
+            # keep handing that runner work under its older epoch): the generation waits.
+            outcome.failed = f"the runners at {', '.join(unclean)} did not let go in time"
+            return outcome
+        to_fence = sorted(handover.lost)
         if to_fence:
             for address in addresses:  # any live runner can fence; the first that answers does
                 answer = await post(address, FENCE_PATH,
                                     encode_fence(app, handover.generation, to_fence, FENCE_TIMEOUT_S),
                                     FENCE_TIMEOUT_S + 2)
                 if answer is not None and answer.get("fenced") is True:
-                    raised = answer.get("raised")
-                    outcome.raised = {str(k): int(v) for k, v in raised.items()} if isinstance(raised, dict) else {}
                     outcome.fenced = tuple(to_fence)
                     break
             else:
                 outcome.failed = f"no live runner could fence {', '.join(to_fence)}"
                 return outcome
         taken = await asyncio.gather(*(
-            post(a, TAKEOVER_PATH, encode_takeover(app, handover.generation, handover.copies[a],
-                                                   outcome.raised.get(handover.keys[a])),
-                 TAKEOVER_TIMEOUT_S)
+            post(a, TAKEOVER_PATH, encode_takeover(app, handover.generation, handover.copies[a]), TAKEOVER_TIMEOUT_S)
             for a in addresses))
         outcome.taken = tuple(a for a, answer in zip(addresses, taken, strict=True) if (answer or {}).get("taken"))
         outcome.refused = tuple(a for a in addresses if a not in outcome.taken)

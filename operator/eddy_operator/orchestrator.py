@@ -182,9 +182,10 @@ class Orchestrator:
                 or spec.processing_guarantee != ProcessingGuarantee.EXACTLY_ONCE):
             return
         generation = ctl.message.assignment.generation
-        if runtime is None or runtime.assignment_generation is None:
-            return  # no driver has handed out a generation yet: no runner runs anything to take over
-        if runtime.assignment_generation >= generation:
+        took = (runtime.assignment_generation or 0) if runtime is not None else 0
+        if took < 1:
+            return  # no driver has handed out one of the operator's generations: no runner runs anything yet
+        if took >= generation:
             ctl.recent_hosts = frozenset(ctl.message.hosts.values())  # a driver took it
             return
         if generation <= ctl.carried_out or (why := driver_away(snap.pods, snap.unreachable)) is None:

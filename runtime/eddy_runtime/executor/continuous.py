@@ -134,14 +134,13 @@ class ContinuousLoop:
             raise RuntimeError("no exactly-once work from a driver yet: nothing to fence with")
         return fence_for_generation(settings.kafka, settings.app, generation, runners, timeout_s)
 
-    def take_over(self, generation: int, tasks: Sequence[tuple[str, Role]], fence_epoch: int = 0) -> bool:
+    def take_over(self, generation: int, tasks: Sequence[tuple[str, Role]]) -> bool:
         """Take `generation` from the operator while no driver runs (operator/eddy_operator/driverless.py):
         `tasks` are every (task, role) the assignment gives this executor, of which the runner takes
         those of the sub-topologies with no DataFrame step (a runner has work only in a continuous
         app, where those are what runners run; a stateless task's standbys are no copies), as the
-        driver's `batch_plan.continuous_copies` does, under its own runner key and commit
-        interval, and its fence epoch or `fence_epoch` if that is higher (the operator fenced this
-        runner for the generation: it did not let go in time). As `push`: False unless newer than
+        driver's `batch_plan.continuous_copies` does, under its own runner key, fence epoch and
+        commit interval (the operator fences no live runner). As `push`: False unless newer than
         what it runs and after a first sync."""
         current = self.assignment.current()
         if current is None:
@@ -149,8 +148,7 @@ class ContinuousLoop:
         mine = tuple((task, role) for task, role in tasks
                      if (sub := current.subs.get(TaskId.parse(task).subtopology)) is not None
                      and not sub.uses_dataframe and (role == Role.ACTIVE or sub.stateful_task))
-        epoch = max(current.work.fence_epoch, fence_epoch)
-        return self.push(replace(current.work, generation=generation, tasks=mine, fence_epoch=epoch, reset=None))
+        return self.push(replace(current.work, generation=generation, tasks=mine, reset=None))
 
     def collect(self, work: ContinuousWork) -> list[ItemResult]:
         """A sync over HTTP, between the driver's Spark jobs (work_push.SYNC_PATH): take `work` as a

@@ -381,14 +381,13 @@ def fence_endpoint(app_token: Callable[[], tuple[str, str] | None],
 
 
 def takeover_endpoint(app_token: Callable[[], tuple[str, str] | None],
-                      take: Callable[[int, tuple[tuple[str, Role], ...], int], bool]) -> Callable[..., Iterable[bytes]]:
+                      take: Callable[[int, tuple[tuple[str, Role], ...]], bool]) -> Callable[..., Iterable[bytes]]:
     """The runner's WSGI app for `TAKEOVER_PATH` (the operator's, while no driver runs);
-    `take(generation, tasks, fence_epoch)`: True if the loop took the generation
-    (`ContinuousLoop.take_over`)."""
+    `take(generation, tasks)`: True if the loop took the generation (`ContinuousLoop.take_over`)."""
 
-    def act(asked: tuple[int, tuple[tuple[str, str], ...], int]) -> dict[str, Any]:
-        generation, pairs, epoch = asked
-        return {"taken": take(generation, tuple((task, Role(role)) for task, role in pairs), epoch)}
+    def act(asked: tuple[int, tuple[tuple[str, str], ...]]) -> dict[str, Any]:
+        generation, pairs = asked
+        return {"taken": take(generation, tuple((task, Role(role)) for task, role in pairs))}
 
     return _endpoint(app_token, TAKEOVER_PATH, "a takeover", decode_takeover, act)
 
