@@ -56,6 +56,8 @@ class AppController:
     #: said it could not
     carried_out: int = -1
     handover_failed: int = -1
+    #: monotonic time before which a hand-over that failed is not tried again
+    handover_retry_at: float = 0.0
     #: the app's push token (its `<app>-push-token` Secret), once read
     push_token: str | None = None
 

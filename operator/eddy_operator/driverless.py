@@ -49,7 +49,7 @@ from eddy_contract.takeover import (
 )
 from eddy_operator.pods import PodInfo
 
-__all__ = ["FENCE_TIMEOUT_S", "Handover", "carry_out", "driver_away", "plan"]
+__all__ = ["FENCE_TIMEOUT_S", "HANDOVER_RETRY_S", "Handover", "carry_out", "driver_away", "plan"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,8 @@ FENCE_TIMEOUT_S = 15.0
 TAKEOVER_TIMEOUT_S = 3.0
 #: the least time a live runner has to let go of its actives (the driver's RELEASE_TIMEOUT_S)
 RELEASE_TIMEOUT_S = 3.0
+#: how long after a hand-over that failed the operator tries again (each try asks every runner)
+HANDOVER_RETRY_S = 5.0
 
 
 def driver_away(pods: Sequence[PodInfo], unreachable: Mapping[str, float]) -> str | None:

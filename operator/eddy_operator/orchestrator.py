@@ -46,7 +46,7 @@ from eddy_operator.app_state import AppController, AppKey, Snapshot, now_iso
 from eddy_operator.assignment_events import describe_moves
 from eddy_operator.builders import Owner
 from eddy_operator.drains import hands_over, leaving
-from eddy_operator.driverless import RELEASE_TIMEOUT_S, carry_out, driver_away, plan
+from eddy_operator.driverless import HANDOVER_RETRY_S, RELEASE_TIMEOUT_S, carry_out, driver_away, plan
 from eddy_operator.executor_ids import (
     REREGISTRATION_GRACE_S,
     carried_ids,
@@ -188,7 +188,8 @@ class Orchestrator:
         if took >= generation:
             ctl.recent_hosts = frozenset(ctl.message.hosts.values())  # a driver took it
             return
-        if generation <= ctl.carried_out or (why := driver_away(snap.pods, snap.unreachable)) is None:
+        if generation <= ctl.carried_out or time.monotonic() < ctl.handover_retry_at \
+                or (why := driver_away(snap.pods, snap.unreachable)) is None:
             return
         handover = plan(ctl.message.assignment, ctl.message.hosts, ctl.recent_hosts, metrics_port(snap.streamapp))
         if handover is None:
@@ -211,9 +212,11 @@ class Orchestrator:
             ctl.carried_out = generation
             metrics.DRIVERLESS_HANDOVERS.labels(spec.namespace, spec.name).inc()
             self._event(snap.streamapp, "Normal", "HandedOverWithoutDriver", said)
-        elif ctl.handover_failed < generation:  # tried again at each sync; said once
-            ctl.handover_failed = generation
-            self._event(snap.streamapp, "Warning", "HandOverFailed", said)
+        else:  # tried again at a later sync, HANDOVER_RETRY_S on; said once
+            ctl.handover_retry_at = time.monotonic() + HANDOVER_RETRY_S
+            if ctl.handover_failed < generation:
+                ctl.handover_failed = generation
+                self._event(snap.streamapp, "Warning", "HandOverFailed", said)
 
     @staticmethod
     def _awaiting_registrations(ctl: AppController, snap: Snapshot, app: str) -> bool:

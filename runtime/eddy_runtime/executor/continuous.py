@@ -140,11 +140,13 @@ class ContinuousLoop:
         those of the sub-topologies with no DataFrame step (a runner has work only in a continuous
         app, where those are what runners run; a stateless task's standbys are no copies), as the
         driver's `batch_plan.continuous_copies` does, under its own runner key, fence epoch and
-        commit interval (the operator fences no live runner). As `push`: False unless newer than
-        what it runs and after a first sync."""
+        commit interval (the operator fences no live runner). True if it runs that generation or
+        a newer one now (a driver may have pushed it first); False before a first sync."""
         current = self.assignment.current()
         if current is None:
             return False
+        if current.work.generation >= generation:
+            return True
         mine = tuple((task, role) for task, role in tasks
                      if (sub := current.subs.get(TaskId.parse(task).subtopology)) is not None
                      and not sub.uses_dataframe and (role == Role.ACTIVE or sub.stateful_task))
