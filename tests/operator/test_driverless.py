@@ -14,6 +14,7 @@ The pure parts (`driver_away`, `plan`) are unit tests below."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 
 import pytest
@@ -23,6 +24,7 @@ from eddy_contract.assignor import Assignment, TaskAssignment
 from eddy_contract.tasks import Role
 from eddy_operator.driverless import Handover, carry_out, driver_away, plan
 from eddy_operator.pods import PodInfo
+from eddy_runtime.executor.takeover import fence, take_over
 from eddy_runtime.executor.task_runner import TaskRunner
 from eddy_runtime.protocol.fences import FenceBook, fence_topic, read_epochs
 from eddy_runtime.protocol.health import HealthAndMetricsServer
@@ -48,8 +50,8 @@ def _serve(runner: TaskRunner) -> HealthAndMetricsServer:
     return HealthAndMetricsServer(0, "127.0.0.1", CollectorRegistry(), None, routes={
         PUSH_PATH: push_endpoint(loop.app_token, loop.push),
         RELEASE_PATH: release_endpoint(loop.app_token, loop.release),
-        FENCE_PATH: fence_endpoint(loop.app_token, loop.fence),
-        TAKEOVER_PATH: takeover_endpoint(loop.app_token, loop.take_over)})
+        FENCE_PATH: fence_endpoint(loop.app_token, functools.partial(fence, loop)),
+        TAKEOVER_PATH: takeover_endpoint(loop.app_token, functools.partial(take_over, loop))})
 
 
 @pytest.mark.integration

@@ -39,7 +39,6 @@ from eddy_runtime.executor.task_metadata import RETRY_AFTER_S, TaskExecutionMeta
 from eddy_runtime.kafka.partitions import InputRange, TopicPartition
 from eddy_runtime.kafka.records import RawRecords
 from eddy_runtime.kafka.transactions import TaskCommitter
-from eddy_runtime.protocol.fences import fence_for_generation
 from eddy_runtime.protocol.work import (
     BatchSettings,
     ContinuousWork,
@@ -124,33 +123,6 @@ class ContinuousLoop:
         log.info("generation %d pushed: %d tasks here", work.generation, len(work.tasks))
         self._ensure_running(work)
         return True
-
-    def fence(self, generation: int, runners: Sequence[str], timeout_s: float) -> dict[str, int]:
-        """Fence `runners` for `generation` on the operator's behalf while no driver runs
-        (protocol/fences.py's `fence_for_generation`); the epochs raised. RuntimeError before the
-        first sync (no Kafka to fence with) or on a non-exactly-once app (nothing to fence)."""
-        settings = self.assignment.settings()
-        if settings is None or settings.guarantee != ProcessingGuarantee.EXACTLY_ONCE:
-            raise RuntimeError("no exactly-once work from a driver yet: nothing to fence with")
-        return fence_for_generation(settings.kafka, settings.app, generation, runners, timeout_s)
-
-    def take_over(self, generation: int, tasks: Sequence[tuple[str, Role]]) -> bool:
-        """Take `generation` from the operator while no driver runs (operator/eddy_operator/driverless.py):
-        `tasks` are every (task, role) the assignment gives this executor, of which the runner takes
-        those of the sub-topologies with no DataFrame step (a runner has work only in a continuous
-        app, where those are what runners run; a stateless task's standbys are no copies), as the
-        driver's `batch_plan.continuous_copies` does, under its own runner key, fence epoch and
-        commit interval (the operator fences no live runner). True if it runs that generation or
-        a newer one now (a driver may have pushed it first); False before a first sync."""
-        current = self.assignment.current()
-        if current is None:
-            return False
-        if current.work.generation >= generation:
-            return True
-        mine = tuple((task, role) for task, role in tasks
-                     if (sub := current.subs.get(TaskId.parse(task).subtopology)) is not None
-                     and not sub.uses_dataframe and (role == Role.ACTIVE or sub.stateful_task))
-        return self.push(replace(current.work, generation=generation, tasks=mine, reset=None))
 
     def collect(self, work: ContinuousWork) -> list[ItemResult]:
         """A sync over HTTP, between the driver's Spark jobs (work_push.SYNC_PATH): take `work` as a

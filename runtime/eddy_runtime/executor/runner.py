@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -43,6 +44,7 @@ from eddy_runtime.dsl.subtopology import SubTopology
 from eddy_runtime.executor.driver_watch import alive
 from eddy_runtime.executor.metrics import ExecutorMetrics
 from eddy_runtime.executor.python_daemon import without_pyspark_zip
+from eddy_runtime.executor.takeover import fence, take_over
 from eddy_runtime.executor.task_runner import TaskRunner
 from eddy_runtime.processing.batch import BatchOutput
 from eddy_runtime.protocol.health import HealthAndMetricsServer
@@ -247,9 +249,10 @@ def _serve_endpoint(state_dir: str, runner: TaskRunner) -> HealthAndMetricsServe
                                                                         runner.continuous.release),
                                          SYNC_PATH: sync_endpoint(runner.continuous.app_token, runner.collect),
                                          FENCE_PATH: fence_endpoint(runner.continuous.app_token,
-                                                                    runner.continuous.fence),
-                                         TAKEOVER_PATH: takeover_endpoint(runner.continuous.app_token,
-                                                                          runner.continuous.take_over),
+                                                                    functools.partial(fence, runner.continuous)),
+                                         TAKEOVER_PATH: takeover_endpoint(
+                                             runner.continuous.app_token,
+                                             functools.partial(take_over, runner.continuous)),
                                          READY_PATH: _readiness(runner),
                                          HOLDING_PATH: _holding(runner)})
     except (OSError, ValueError) as e:

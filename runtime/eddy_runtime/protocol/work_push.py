@@ -367,7 +367,7 @@ def sync_endpoint(app_token: Callable[[], tuple[str, str] | None],
 def fence_endpoint(app_token: Callable[[], tuple[str, str] | None],
                    fence: Callable[[int, tuple[str, ...], float], Mapping[str, int]]) -> Callable[..., Iterable[bytes]]:
     """The runner's WSGI app for `FENCE_PATH` (the operator's, while no driver runs: eddy_contract.takeover);
-    `fence(generation, runners, timeout)`: the epochs raised (`ContinuousLoop.fence`). Answers
+    `fence(generation, runners, timeout)`: the epochs raised (`executor/takeover.py`'s `fence`). Answers
     whether every runner was fenced, and why not."""
 
     def act(asked: tuple[int, tuple[str, ...], float]) -> dict[str, Any]:
@@ -383,7 +383,7 @@ def fence_endpoint(app_token: Callable[[], tuple[str, str] | None],
 def takeover_endpoint(app_token: Callable[[], tuple[str, str] | None],
                       take: Callable[[int, tuple[tuple[str, Role], ...]], bool]) -> Callable[..., Iterable[bytes]]:
     """The runner's WSGI app for `TAKEOVER_PATH` (the operator's, while no driver runs);
-    `take(generation, tasks)`: True if the loop took the generation (`ContinuousLoop.take_over`)."""
+    `take(generation, tasks)`: True if the loop took the generation (`executor/takeover.py`'s `take_over`)."""
 
     def act(asked: tuple[int, tuple[tuple[str, str], ...]]) -> dict[str, Any]:
         generation, pairs = asked
