@@ -32,12 +32,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import aiohttp
 
+from eddy_contract import channel
 from eddy_contract.assignor import Assignment
+from eddy_contract.spec import ProcessingGuarantee, StreamAppSpec
 from eddy_contract.takeover import (
     FENCE_PATH,
     RELEASE_PATH,
@@ -47,9 +50,14 @@ from eddy_contract.takeover import (
     encode_release,
     encode_takeover,
 )
+from eddy_operator import builders, metrics
+from eddy_operator.app_state import AppController, EventPoster, Snapshot
+from eddy_operator.kube import Kube
 from eddy_operator.pods import PodInfo
+from eddy_operator.reachability import metrics_port
 
-__all__ = ["FENCE_TIMEOUT_S", "HANDOVER_RETRY_S", "Handover", "carry_out", "driver_away", "plan"]
+__all__ = ["FENCE_TIMEOUT_S", "HANDOVER_RETRY_S", "Handover", "carry_out", "driver_away", "hand_over_without_driver",
+           "plan"]
 
 log = logging.getLogger(__name__)
 
@@ -186,3 +194,48 @@ async def carry_out(handover: Handover, app: str, token: str, release_timeout_s:
         if not outcome.taken:  # a newcomer may refuse (no work yet), but not every runner
             outcome.failed = f"no runner took it ({', '.join(outcome.refused)} refused or did not answer)"
     return outcome
+
+
+async def hand_over_without_driver(kube: Kube, event: EventPoster, ctl: AppController, snap: Snapshot,
+                               spec: StreamAppSpec, runtime: channel.RuntimeState | None) -> None:
+    """The orchestrator's step: while no driver runs, hand the newest generation to the runners
+(see the module's docstring). `event(body, type, reason, message)` posts an Event."""
+    if (ctl.message is None or spec.execution != "continuous"
+            or spec.processing_guarantee != ProcessingGuarantee.EXACTLY_ONCE):
+        return
+    generation = ctl.message.assignment.generation
+    took = (runtime.assignment_generation or 0) if runtime is not None else 0
+    if took < 1:
+        return  # no driver has handed out one of the operator's generations: no runner runs anything yet
+    if took >= generation:
+        ctl.recent_hosts = frozenset(ctl.message.hosts.values())  # a driver took it
+        return
+    if generation <= ctl.carried_out or time.monotonic() < ctl.handover_retry_at \
+            or (why := driver_away(snap.pods, snap.unreachable)) is None:
+        return
+    handover = plan(ctl.message.assignment, ctl.message.hosts, ctl.recent_hosts, metrics_port(snap.streamapp))
+    if handover is None:
+        return
+    if ctl.push_token is None:
+        ctl.push_token = await asyncio.to_thread(kube.secret_value, spec.namespace,
+                                                 builders.push_token_secret_name(spec.name),
+                                                 builders.PUSH_TOKEN_KEY)
+        if ctl.push_token is None:
+            log.warning("app %s/%s: no push token: generation %d waits for a driver", spec.namespace,
+                        spec.name, generation)
+            return
+    started = time.monotonic()
+    # the runners know the app by its Kafka application id (its topics' and transactions' prefix)
+    outcome = await carry_out(handover, spec.application_id, ctl.push_token,
+                              max(RELEASE_TIMEOUT_S, 5 * spec.trigger_interval_s))
+    said = f"{outcome.describe()} ({why}; {time.monotonic() - started:.1f}s)"
+    log.warning("app %s/%s: %s", spec.namespace, spec.name, said)
+    if outcome.failed is None:
+        ctl.carried_out = generation
+        metrics.DRIVERLESS_HANDOVERS.labels(spec.namespace, spec.name).inc()
+        event(snap.streamapp, "Normal", "HandedOverWithoutDriver", said)
+    else:  # tried again at a later sync, HANDOVER_RETRY_S on; said once
+        ctl.handover_retry_at = time.monotonic() + HANDOVER_RETRY_S
+        if ctl.handover_failed < generation:
+            ctl.handover_failed = generation
+            event(snap.streamapp, "Warning", "HandOverFailed", said)

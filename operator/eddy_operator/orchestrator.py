@@ -39,14 +39,14 @@ from eddy_contract.assignor import (
     diff,
     running_actives,
 )
-from eddy_contract.spec import ProcessingGuarantee, SpecError, StreamAppSpec
+from eddy_contract.spec import SpecError, StreamAppSpec
 from eddy_contract.tasks import Role
 from eddy_operator import builders, metrics
 from eddy_operator.app_state import AppController, AppKey, Snapshot, now_iso
 from eddy_operator.assignment_events import describe_moves
 from eddy_operator.builders import Owner
 from eddy_operator.drains import hands_over, leaving
-from eddy_operator.driverless import HANDOVER_RETRY_S, RELEASE_TIMEOUT_S, carry_out, driver_away, plan
+from eddy_operator.driverless import hand_over_without_driver
 from eddy_operator.executor_ids import (
     REREGISTRATION_GRACE_S,
     carried_ids,
@@ -58,7 +58,6 @@ from eddy_operator.executor_ids import (
 from eddy_operator.kube import Kube
 from eddy_operator.node_loss import HOSTNAME_LABEL, release, release_unplaceable, stranded, unplaceable
 from eddy_operator.pods import LostExecutor, instant, live_executors, lost_executors
-from eddy_operator.reachability import metrics_port
 from eddy_operator.scale_step import announce_leaving, autoscale, evict_drained, scale_in
 from eddy_operator.scaling import surplus, unknown_to_driver
 from eddy_operator.status import Failover, Observed, compute_status, without_times
@@ -144,7 +143,7 @@ class Orchestrator:
                 await scale_in(self.kube, self._event, ctl, snap, spec, runtime)
             elif not executors:
                 self._report_losses(ctl, snap, spec)
-            await self._carry_out_without_driver(ctl, snap, spec, runtime)
+            await hand_over_without_driver(self.kube, self._event, ctl, snap, spec, runtime)
             await autoscale(self.kube, self._event, ctl, snap, spec, executors, runtime)
             await self._publish_live_settings(ctl, snap, spec)
             await judge_upgrade(self.kube, self._event, snap, spec, runtime)
@@ -174,49 +173,6 @@ class Orchestrator:
             metrics.PODS_OFF_LOST_NODES.labels(spec.namespace, spec.name).inc()
             self._event(snap.streamapp, "Warning", "VolumeReleased", said)
             log.warning("app %s/%s: %s", spec.namespace, spec.name, said)
-
-    async def _carry_out_without_driver(self, ctl: AppController, snap: Snapshot, spec: StreamAppSpec,
-                                        runtime: channel.RuntimeState | None) -> None:
-        """While no driver runs, hand the newest generation to the runners (eddy_operator.driverless)."""
-        if (ctl.message is None or spec.execution != "continuous"
-                or spec.processing_guarantee != ProcessingGuarantee.EXACTLY_ONCE):
-            return
-        generation = ctl.message.assignment.generation
-        took = (runtime.assignment_generation or 0) if runtime is not None else 0
-        if took < 1:
-            return  # no driver has handed out one of the operator's generations: no runner runs anything yet
-        if took >= generation:
-            ctl.recent_hosts = frozenset(ctl.message.hosts.values())  # a driver took it
-            return
-        if generation <= ctl.carried_out or time.monotonic() < ctl.handover_retry_at \
-                or (why := driver_away(snap.pods, snap.unreachable)) is None:
-            return
-        handover = plan(ctl.message.assignment, ctl.message.hosts, ctl.recent_hosts, metrics_port(snap.streamapp))
-        if handover is None:
-            return
-        if ctl.push_token is None:
-            ctl.push_token = await asyncio.to_thread(self.kube.secret_value, spec.namespace,
-                                                     builders.push_token_secret_name(spec.name),
-                                                     builders.PUSH_TOKEN_KEY)
-            if ctl.push_token is None:
-                log.warning("app %s/%s: no push token: generation %d waits for a driver", spec.namespace,
-                            spec.name, generation)
-                return
-        started = time.monotonic()
-        # the runners know the app by its Kafka application id (its topics' and transactions' prefix)
-        outcome = await carry_out(handover, spec.application_id, ctl.push_token,
-                                  max(RELEASE_TIMEOUT_S, 5 * spec.trigger_interval_s))
-        said = f"{outcome.describe()} ({why}; {time.monotonic() - started:.1f}s)"
-        log.warning("app %s/%s: %s", spec.namespace, spec.name, said)
-        if outcome.failed is None:
-            ctl.carried_out = generation
-            metrics.DRIVERLESS_HANDOVERS.labels(spec.namespace, spec.name).inc()
-            self._event(snap.streamapp, "Normal", "HandedOverWithoutDriver", said)
-        else:  # tried again at a later sync, HANDOVER_RETRY_S on; said once
-            ctl.handover_retry_at = time.monotonic() + HANDOVER_RETRY_S
-            if ctl.handover_failed < generation:
-                ctl.handover_failed = generation
-                self._event(snap.streamapp, "Warning", "HandOverFailed", said)
 
     @staticmethod
     def _awaiting_registrations(ctl: AppController, snap: Snapshot, app: str) -> bool:
