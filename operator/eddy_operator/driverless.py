@@ -145,8 +145,7 @@ async def carry_out(handover: Handover, app: str, token: str, release_timeout_s:
     """Release, fence, then hand the generation to each runner (see the module's docstring)."""
     outcome = Outcome(handover.generation)
     headers = {TOKEN_HEADER: token, "Content-Type": "application/json"}
-    timeout = aiohttp.ClientTimeout(total=max(release_timeout_s, FENCE_TIMEOUT_S) + 2)
-    async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
+    async with aiohttp.ClientSession(headers=headers) as session:  # each request has its own timeout
 
         async def post(address: str, path: str, body: bytes, within_s: float) -> dict[str, object] | None:
             try:
@@ -163,25 +162,25 @@ async def carry_out(handover: Handover, app: str, token: str, release_timeout_s:
                 return None
 
         addresses = sorted(handover.copies)
+        asked = [a for a in addresses if handover.releases[a]]
         answers = await asyncio.gather(*(
             post(a, RELEASE_PATH, encode_release(app, handover.generation, handover.releases[a], release_timeout_s),
                  release_timeout_s + 2)
-            for a in addresses if handover.releases[a]))
-        asked = [a for a in addresses if handover.releases[a]]
+            for a in asked))
         unclean = sorted(a for a, answer in zip(asked, answers, strict=True) if not (answer or {}).get("released"))
         if unclean:
             # A live runner is not fenced behind a driver's back (it may be there after all, and
             # keep handing that runner work under its older epoch): the generation waits.
             outcome.failed = f"the runners at {', '.join(unclean)} did not let go in time"
             return outcome
-        to_fence = sorted(handover.lost)
+        to_fence = handover.lost
         if to_fence:
             for address in addresses:  # any live runner can fence; the first that answers does
                 answer = await post(address, FENCE_PATH,
                                     encode_fence(app, handover.generation, to_fence, FENCE_TIMEOUT_S),
                                     FENCE_TIMEOUT_S + 2)
                 if answer is not None and answer.get("fenced") is True:
-                    outcome.fenced = tuple(to_fence)
+                    outcome.fenced = to_fence
                     break
             else:
                 outcome.failed = f"no live runner could fence {', '.join(to_fence)}"
@@ -197,7 +196,7 @@ async def carry_out(handover: Handover, app: str, token: str, release_timeout_s:
 
 
 async def hand_over_without_driver(kube: Kube, event: EventPoster, ctl: AppController, snap: Snapshot,
-                               spec: StreamAppSpec, runtime: channel.RuntimeState | None) -> None:
+                                   spec: StreamAppSpec, runtime: channel.RuntimeState | None) -> None:
     """The orchestrator's step: while no driver runs, hand the newest generation to the runners
 (see the module's docstring). `event(body, type, reason, message)` posts an Event."""
     if (ctl.message is None or spec.execution != "continuous"
