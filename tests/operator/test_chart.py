@@ -223,6 +223,10 @@ def test_helm_install_creates_the_charts_objects(kube, namespace):
             ("get", f"leases.coordination.k8s.io/{full_name}", "yes"),
             ("update", f"leases.coordination.k8s.io/{full_name}", "yes"),
             ("update", "leases.coordination.k8s.io/someone-elses", "no"),
+            # kopf finds the resources it serves by listing and watching the CRDs; it changes none
+            ("list", "customresourcedefinitions.apiextensions.k8s.io", "yes"),
+            ("watch", "customresourcedefinitions.apiextensions.k8s.io", "yes"),
+            ("update", "customresourcedefinitions.apiextensions.k8s.io", "no"),
         ]:
             proc = kube.kubectl("auth", "can-i", verb, resource, "-n", namespace, "--as", sa, check=False)
             assert proc.stdout.strip() == allowed, (verb, resource, proc.stdout, proc.stderr)
