@@ -68,6 +68,7 @@ def test_the_operator_fails_a_zombie_runner_s_task_over_with_no_driver_and_nothi
         runner2.continuous.sync(subs, settings, ContinuousWork(1, (), 0.1, 0, "2"))
         feed_numbered(kafka.bootstrap, source, 0, 10)
         wait_for_values(kafka.bootstrap, out, 10, "runner 1, generation 1")
+        assert runner1.actives_to_hand_over() == [TASK]  # a stopping pod would wait for its hand-over
         driver.close()  # the driver is gone; runner 1 goes on, and is lost to the operator
         again.start()  # a new driver starts, and reads the epochs
 
@@ -86,6 +87,8 @@ def test_the_operator_fails_a_zombie_runner_s_task_over_with_no_driver_and_nothi
         while runner1.continuous.producer.stale_epoch != 0:
             assert time.monotonic() < deadline, "runner 1 never found itself fenced"
             time.sleep(0.2)
+        # the zombie still holds the task, but has nothing left to hand over: its pod stops at once
+        assert runner1.tasks.actives() == [TASK] and runner1.actives_to_hand_over() == []
 
         # The new driver, which read the epochs before the operator's fence, gives the task back to
         # runner 1 (which lets go of nothing, and is not fenced again): with the epoch the topic
@@ -98,6 +101,7 @@ def test_the_operator_fails_a_zombie_runner_s_task_over_with_no_driver_and_nothi
         runner1.continuous.push(ContinuousWork(3, ((TASK, Role.ACTIVE),), 0.1, epoch, "1"))
         feed_numbered(kafka.bootstrap, source, 20, 10)
         wait_for_values(kafka.bootstrap, out, 30, "runner 1, generation 3 from a new driver")
+        assert runner1.actives_to_hand_over() == [TASK]  # newer work, committed: its own again
         assert_each_once(kafka.bootstrap, out, 30, "across the failover without a driver")
     finally:
         server2.close()

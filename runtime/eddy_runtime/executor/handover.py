@@ -7,8 +7,10 @@ moves its actives to caught-up copies elsewhere at once; the driver asks this ru
 go, and it does so after committing what it processed (a cooperative hand-over, no fence, no
 record processed twice). Only then does the container stop, so the new owners start from a clean
 commit instead of waiting for a dead runner's transaction to be fenced. A runner that holds
-nothing, or none at all (an app of micro-batches, a runner not started), stops at once; one that
-still holds actives after the timeout (no operator running, no other executor) stops anyway.
+nothing, or none at all (an app of micro-batches, a runner not started), stops at once, and so does
+one already fenced out (its actives have a newer owner, which waits for nothing of it: before, such
+a pod held its container for the whole timeout); one that still holds actives after the timeout
+(no operator running, no other executor) stops anyway.
 
     python -m eddy_runtime.executor.handover [--port N] [--timeout S]
 """

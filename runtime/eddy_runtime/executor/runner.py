@@ -288,10 +288,10 @@ def _readiness(runner: TaskRunner) -> Callable[..., Iterable[bytes]]:
 
 
 def _holding(runner: TaskRunner) -> Callable[..., Iterable[bytes]]:
-    """`HOLDING_PATH`: the actives this runner holds, one per line (executor/handover.py waits for
-    none before the pod stops)."""
+    """`HOLDING_PATH`: the actives this runner holds and may still hand over, one per line
+    (executor/handover.py waits for none before the pod stops; a fenced-out runner has none)."""
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        body = "".join(f"{t}\n" for t in runner.tasks.actives()).encode()
+        body = "".join(f"{t}\n" for t in runner.actives_to_hand_over()).encode()
         start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
         return [body]
     return app

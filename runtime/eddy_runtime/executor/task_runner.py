@@ -191,6 +191,11 @@ class TaskRunner:
             self.tasks.release(task_id, why)
         return actives
 
+    def actives_to_hand_over(self) -> list[str]:
+        """The actives a stopping pod waits for (executor/handover.py): none once the runner is
+        fenced out (`ContinuousLoop.fenced_out`), as their newer owner does not wait for this one."""
+        return [] if self.continuous.fenced_out() else self.tasks.actives()
+
     def reading(self, task_id: str, store: str) -> AbstractContextManager[LocalCopy | None]:
         """A held copy of `task_id`'s `store` for an interactive query (`TaskManager.reading`)."""
         return self.tasks.reading(task_id, store)
