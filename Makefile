@@ -7,7 +7,7 @@ PY      := .venv/bin/python
 PYTEST  := $(PY) -m pytest
 export EDDY_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: setup setup-go setup-control-plane setup-node setup-go-meanwhile setup-fetched setup-python setup-images setup-images-meanwhile test test-before-e2e test-apps test-on-control-plane test-unit test-properties test-integration test-e2e lint demo bench-failover bench-autoscale chaos clean-cache
+.PHONY: setup setup-go setup-control-plane setup-node setup-go-meanwhile setup-fetched setup-python setup-images setup-images-meanwhile test test-before-e2e test-apps test-kafka-only test-on-control-plane test-unit test-properties test-integration test-e2e lint demo bench-failover bench-autoscale chaos clean-cache
 
 # In two lanes at once: the Go builds keep both cores busy while the other lane mostly waits on
 # downloads (pip, the Kafka jars, Debian packages, the image's debootstrap). Their logs interleave
@@ -43,10 +43,14 @@ setup-images:
 timed = @start=$$(date +%s); $(1) && echo "setup: $(1): $$(( $$(date +%s) - start )) s"
 
 # Stages run cheapest first; each fails the run on any failure, including "no tests collected".
-# Before the e2e stage, four lanes at once (`-Oline`: each command's output printed whole, when it
+# Before the e2e stage, five lanes at once (`-Oline`: each command's output printed whole, when it
 # ends, so that two test sessions' lines never mix):
 #   - the apps' lane: lint, unit, properties, then the integration tests without the control
-#     plane or the images (Kafka, Spark; about two thirds of both cores);
+#     plane or the images, on Spark (about two thirds of both cores);
+#   - the Kafka lane: the integration tests that need a broker but no Spark (KAFKA_ONLY_TESTS: the
+#     state core, the fences, the Kafka clusters; a session of their own, with a broker of its own).
+#     In the apps' lane they left a third of both cores idle for 14 minutes once the control
+#     plane's lane was done (the CI run of 2026-11-29: the apps' lane 23 min, that one 9);
 #   - the control plane's lane: its integration tests (the operator on kwok's nodes, the chart,
 #     leader election: a third of both cores) as soon as `k8s.sh build control-plane` has its
 #     binaries (it waits for the build under way), then the image's once `image.sh build` has it;
@@ -54,16 +58,23 @@ timed = @start=$$(date +%s); $(1) && echo "setup: $(1): $$(( $$(date +%s) - star
 #   - the node's Debian packages and the images, both at nice 19, on what the tests leave idle.
 # The e2e stage starts once every lane has ended.
 test:
-	@$(MAKE) --no-print-directory -j4 -Oline test-before-e2e
+	@$(MAKE) --no-print-directory -j5 -Oline test-before-e2e
 	@$(MAKE) --no-print-directory test-e2e
 
-test-before-e2e: test-apps test-on-control-plane setup-go-meanwhile setup-images-meanwhile
+test-before-e2e: test-apps test-kafka-only test-on-control-plane setup-go-meanwhile setup-images-meanwhile
+
+KAFKA_ONLY_TESTS := tests/state tests/infra tests/bench tests/operator/test_driverless.py tests/runtime/test_fences.py \
+	tests/runtime/test_fenced_runner.py tests/runtime/test_topics.py tests/runtime/test_offsets.py tests/runtime/test_health.py
 
 test-apps: setup-python
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory test-properties
-	$(PYTEST) -m "integration and not control_plane and not image" -q --durations=20
+	$(PYTEST) -m "integration and not control_plane and not image" -q --durations=20 \
+		$(addprefix --ignore=,$(KAFKA_ONLY_TESTS))
+
+test-kafka-only: setup-python
+	$(PYTEST) -m "integration and not control_plane and not image" -q --durations=10 $(KAFKA_ONLY_TESTS)
 
 # (niced: if it comes first, the build it waits for is its own)
 test-on-control-plane: setup-python
