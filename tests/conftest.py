@@ -97,11 +97,13 @@ def spark_session(kafka_credentials: KafkaCredentials):  # -> pyspark.sql.SparkS
     os.environ.update(spark_env())
     from pyspark.sql import SparkSession
 
+    from eddy_contract.spec import DRIVER_JAVA_OPTIONS
     from eddy_runtime.protocol.runner_client import PYTHON_DAEMON_CONF
 
     session = (
         SparkSession.builder.master("local-cluster[2,1,1024]")
         .appName("eddy-tests")
+        .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)  # as the operator's drivers run
         .config("spark.locality.wait", "3600s")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from eddy_contract.spec import StreamAppSpec, load_streamapp_file
+from eddy_contract.spec import DRIVER_JAVA_OPTIONS, StreamAppSpec, load_streamapp_file
 from eddy_runtime.driver.loop import Driver
 from eddy_runtime.driver.metrics import quantile_upper_bound
 from eddy_runtime.driver.options import DriverOptions
@@ -98,9 +98,10 @@ def local_spark_session(executors: int, app_name: str, extra_python_path: list[s
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(extra_python_path))
     )
-    if log4j is not None:
-        opt = f"-Dlog4j2.configurationFile=file:{log4j}"
-        builder = builder.config("spark.driver.extraJavaOptions", opt).config("spark.executor.extraJavaOptions", opt)
+    log4j_opt = f"-Dlog4j2.configurationFile=file:{log4j}" if log4j is not None else ""
+    builder = builder.config("spark.driver.extraJavaOptions", f"{DRIVER_JAVA_OPTIONS} {log4j_opt}".strip())
+    if log4j_opt:
+        builder = builder.config("spark.executor.extraJavaOptions", log4j_opt)
     for k, v in {**PYTHON_DAEMON_CONF, **(conf or {})}.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
