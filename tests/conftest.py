@@ -91,19 +91,24 @@ def namespace(kube: ControlPlane) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def spark_session(kafka_credentials: KafkaCredentials):  # -> pyspark.sql.SparkSession
+def spark_session(kafka_credentials: KafkaCredentials, servers_dir: Path):  # -> pyspark.sql.SparkSession
     # The executor JVMs (and their Python workers) inherit this process's environment, with the
     # Kafka credentials in it: nothing secret goes into the SparkConf or a task closure.
     os.environ.update(spark_env())
     from pyspark.sql import SparkSession
 
     from eddy_contract.spec import DRIVER_JAVA_OPTIONS
+    spark_tmp = servers_dir / "spark-tmp"
+    spark_tmp.mkdir(parents=True, exist_ok=True)
     from eddy_runtime.protocol.runner_client import PYTHON_DAEMON_CONF
 
     session = (
         SparkSession.builder.master("local-cluster[2,1,1024]")
         .appName("eddy-tests")
-        .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)  # as the operator's drivers run
+        # as the operator's drivers run; the JVMs' temporary files (lz4-java's native library,
+        # Spark's block managers) in the session's folder, not /tmp
+        .config("spark.driver.extraJavaOptions", f"{DRIVER_JAVA_OPTIONS} -Djava.io.tmpdir={spark_tmp}")
+        .config("spark.executor.extraJavaOptions", f"-Djava.io.tmpdir={spark_tmp}")
         .config("spark.locality.wait", "3600s")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")

@@ -315,11 +315,14 @@ launch_broker() {
   local mark
   mark="$(wc -l <"${log}")"
   # setsid: the broker outlives this script and is not hit by the caller's
-  # Ctrl-C; setsid and nohup exec, so $! is the JVM's own pid.
+  # Ctrl-C; setsid and nohup exec, so $! is the JVM's own pid. Its temporary files
+  # stay in its data dir, not /tmp: lz4-java unpacks its native library into
+  # java.io.tmpdir, and a copy may outlive the JVM.
+  mkdir -p "${data_dir}/tmp"
   # shellcheck disable=SC2086  # KAFKA_HEAP and KAFKA_OPTS are lists of options
   setsid nohup "${JAVA}" ${KAFKA_HEAP:--Xmx1g} -server \
     -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
-    -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
+    -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true -Djava.io.tmpdir="${data_dir}/tmp" \
     "${jvm_extra[@]}" ${KAFKA_OPTS:-} "${log4j[@]}" -cp "${cp}" \
     kafka.Kafka "${data_dir}/server.properties" >>"${log}" 2>&1 </dev/null &
   pid=$!

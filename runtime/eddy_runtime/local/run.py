@@ -76,8 +76,10 @@ def _port_open(port: int) -> bool:
 
 
 def local_spark_session(executors: int, app_name: str, extra_python_path: list[str], log4j: Path | None = None,
-                        conf: dict[str, str] | None = None) -> Any:
-    """A SparkSession on ``local-cluster[N,1,1024]`` whose Python workers use this interpreter."""
+                        conf: dict[str, str] | None = None, tmp_dir: Path | None = None) -> Any:
+    """A SparkSession on ``local-cluster[N,1,1024]`` whose Python workers use this interpreter.
+    `tmp_dir`: the JVMs' ``java.io.tmpdir`` (default /tmp, where lz4-java leaves a copy of its
+    native library for every JVM that used it)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -98,10 +100,13 @@ def local_spark_session(executors: int, app_name: str, extra_python_path: list[s
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(extra_python_path))
     )
-    log4j_opt = f"-Dlog4j2.configurationFile=file:{log4j}" if log4j is not None else ""
-    builder = builder.config("spark.driver.extraJavaOptions", f"{DRIVER_JAVA_OPTIONS} {log4j_opt}".strip())
-    if log4j_opt:
-        builder = builder.config("spark.executor.extraJavaOptions", log4j_opt)
+    jvm_opts = [f"-Dlog4j2.configurationFile=file:{log4j}"] if log4j is not None else []
+    if tmp_dir is not None:
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        jvm_opts.append(f"-Djava.io.tmpdir={tmp_dir}")
+    builder = builder.config("spark.driver.extraJavaOptions", " ".join([DRIVER_JAVA_OPTIONS, *jvm_opts]))
+    if jvm_opts:
+        builder = builder.config("spark.executor.extraJavaOptions", " ".join(jvm_opts))
     for k, v in {**PYTHON_DAEMON_CONF, **(conf or {})}.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
@@ -163,7 +168,8 @@ class LocalRun:
         log4j = self.options.cache_dir / "log4j2.properties"
         log4j.parent.mkdir(parents=True, exist_ok=True)
         log4j.write_text(QUIET_LOG4J)
-        spark = local_spark_session(n, f"eddy-{spec.name}", python_path, log4j, dict(spec.spark_conf))
+        spark = local_spark_session(n, f"eddy-{spec.name}", python_path, log4j, dict(spec.spark_conf),
+                                    tmp_dir=self.options.cache_dir / "jvm-tmp")
         spark.sparkContext.setLogLevel("ERROR")
         from eddy_runtime.protocol.placement import wait_for_executors
 
