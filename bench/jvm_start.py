@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "contract"))
 
-from eddy_contract.spec import DRIVER_JAVA_OPTIONS  # noqa: E402
+from eddy_contract.driver_jvm import DRIVER_JAVA_OPTIONS  # noqa: E402
 
 #: one run, in a process of its own (a JVM starts once per process)
 _RUN = """

@@ -97,10 +97,11 @@ def spark_session(kafka_credentials: KafkaCredentials, servers_dir: Path):  # ->
     os.environ.update(spark_env())
     from pyspark.sql import SparkSession
 
-    from eddy_contract.spec import DRIVER_JAVA_OPTIONS
+    from eddy_contract.driver_jvm import DRIVER_JAVA_OPTIONS
+    from eddy_runtime.protocol.runner_client import PYTHON_DAEMON_CONF
+
     spark_tmp = servers_dir / "spark-tmp"
     spark_tmp.mkdir(parents=True, exist_ok=True)
-    from eddy_runtime.protocol.runner_client import PYTHON_DAEMON_CONF
 
     session = (
         SparkSession.builder.master("local-cluster[2,1,1024]")

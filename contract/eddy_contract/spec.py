@@ -213,14 +213,6 @@ class DriverSpec(PodResources):
     """The driver pod's resources."""
 
 
-#: the driver JVM's options (its `spark.driver.extraJavaOptions`, unless `spec.sparkConf` sets
-#: them): the JIT stops at its first tier (C1). A driver schedules jobs and plans batches; its C2
-#: compiler threads were most of its start's CPU, which a restart takes from the runners that
-#: process meanwhile, while it waits for them (bench/jvm_start.py: a third to half less CPU to
-#: start, and no slower once warm)
-DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
-
-
 @dataclass(frozen=True)
 class StateSpec:
     """The executors' state volumes and the KIP-441 placement settings."""

@@ -33,7 +33,8 @@ from typing import Any
 
 import yaml
 
-from eddy_contract.spec import API_VERSION, DRIVER_JAVA_OPTIONS, KIND, StreamAppSpec
+from eddy_contract.driver_jvm import DRIVER_JAVA_OPTIONS
+from eddy_contract.spec import API_VERSION, KIND, StreamAppSpec
 from eddy_contract.upgrade import IN_PLACE_FIELDS
 from eddy_operator.builders import (
     APP_LABEL,

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from eddy_contract.spec import DRIVER_JAVA_OPTIONS, StreamAppSpec, load_streamapp_file
+from eddy_contract.driver_jvm import DRIVER_JAVA_OPTIONS
+from eddy_contract.spec import StreamAppSpec, load_streamapp_file
 from eddy_runtime.driver.loop import Driver
 from eddy_runtime.driver.metrics import quantile_upper_bound
 from eddy_runtime.driver.options import DriverOptions
