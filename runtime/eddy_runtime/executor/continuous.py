@@ -161,11 +161,9 @@ class ContinuousLoop:
         return self.assignment.settings()
 
     def fenced_out(self) -> bool:
-        """Whether the work this runner has is fenced here: its committer found a newer fence epoch
-        for this runner than the work's, so nothing it holds commits until newer work comes."""
+        """Whether the runner is fenced out of the work it has (`RunnerProducer.stale_for`)."""
         current = self.assignment.current()
-        return current is not None and self.producer.committer is None \
-            and self.producer.stale_epoch >= current.work.fence_epoch
+        return current is not None and self.producer.stale_for(current.work)
 
     def app_token(self) -> tuple[str, str] | None:
         """The app and push token of the last sync's settings (None before the first)."""

@@ -67,9 +67,14 @@ class RunnerProducer:
                 log.error("making the runner's committer failed: %s", making.exception())
                 self._retry_at = time.monotonic() + RETRY_AFTER_S
             return self.committer is not None
-        if work.fence_epoch > self.stale_epoch and time.monotonic() >= self._retry_at:
+        if not self.stale_for(work) and time.monotonic() >= self._retry_at:
             self._making = pool.submit(self.make, work, settings)
         return False
+
+    def stale_for(self, work: ContinuousWork) -> bool:
+        """Whether the runner is fenced out of `work`: no committer, and one made for it found a newer
+        fence epoch for this runner than the work's; nothing commits under it until newer work comes."""
+        return self.committer is None and work.fence_epoch <= self.stale_epoch
 
     def key_of(self, work: ContinuousWork) -> str:
         """The key `work`'s committer is made for: the work's runner key, or the executor's id."""
