@@ -1,7 +1,8 @@
 """A new generation pushed to the runners ahead of its batch (eddy_runtime.driver.handoff): on
 Kubernetes runners are known by their hosts, so nothing is pushed (or asked to let go) before the
-driver knows the host of every executor the generation names; the runners of executors that died
-or that the operator dropped are fenced, not asked (pure: no runner is reached)."""
+driver knows the host of every executor the generation names; only the runners of the live
+executors it names are asked to let go, the others (dead, dropped, or an earlier driver's on a pod
+that is gone) are fenced (pure: no runner is reached)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from types import MappingProxyType
 import pytest
 
 from eddy_contract.assignor import Assignment, TaskAssignment
-from eddy_runtime.driver.handoff import GenerationHandoff, lost_runners
+from eddy_runtime.driver.handoff import GenerationHandoff, runners_to_ask
 from eddy_runtime.dsl.compiler import compile_topology
 from eddy_runtime.dsl.pipeline import Topology
 from eddy_runtime.kafka.client import KafkaClientConfig
@@ -56,13 +57,15 @@ def test_where_runners_are_known_by_executor_id_nothing_waits_for_hosts() -> Non
 HOSTS = {"1": "10.244.0.5", "2": "10.244.1.7", "3": "10.244.1.7"}  # 3: pod 2's next JVM
 
 
-def test_a_dropped_executors_runner_is_fenced_unless_a_named_executor_shares_it() -> None:
+def test_only_the_runners_of_live_named_executors_are_asked_to_let_go_the_others_are_fenced() -> None:
     key = HOSTS.__getitem__
     # the operator dropped executor 2 (its node died): its runner is not asked to let go
-    assert lost_runners(key, {"2"}, ["1"]) == {"10.244.1.7"}
+    assert runners_to_ask(key, {"2"}, ["1"]) == {"10.244.0.5"}
     # the pod's JVM came back as executor 3 on the same runner, which the generation names: asked
-    assert lost_runners(key, {"2"}, ["1", "3"]) == set()
-    # nothing gone: every runner that loses an active is asked
-    assert lost_runners(key, set(), ["1", "2"]) == set()
+    assert runners_to_ask(key, {"2"}, ["1", "3"]) == {"10.244.0.5", "10.244.1.7"}
+    # nothing gone: every named runner that loses an active is asked
+    assert runners_to_ask(key, set(), ["1", "2"]) == {"10.244.0.5", "10.244.1.7"}
     # an executor both named and gone (the driver saw it die before the operator did) is gone
-    assert lost_runners(key, {"2"}, ["1", "2"]) == {"10.244.1.7"}
+    assert runners_to_ask(key, {"2"}, ["1", "2"]) == {"10.244.0.5"}
+    # an earlier driver's runner on a host no named executor runs on (its pod gone) is not asked
+    assert "10.244.2.9" not in runners_to_ask(key, set(), ["1", "2", "3"])

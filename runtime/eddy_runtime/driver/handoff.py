@@ -26,7 +26,7 @@ from eddy_runtime.protocol.placement import ExecutorRef
 from eddy_runtime.protocol.work import ContinuousWork, StateReset
 from eddy_runtime.protocol.work_push import push_work, release_tasks
 
-__all__ = ["PUSH_TOKEN_ENV", "RELEASE_TIMEOUT_S", "GenerationHandoff", "lost_runners"]
+__all__ = ["PUSH_TOKEN_ENV", "RELEASE_TIMEOUT_S", "GenerationHandoff", "runners_to_ask"]
 
 log = logging.getLogger("eddy.driver")
 
@@ -38,12 +38,16 @@ RELEASE_TIMEOUT_S = 3.0
 PUSH_TOKEN_ENV = "EDDY_PUSH_TOKEN"
 
 
-def lost_runners(runner_key: Callable[[str], str], gone: Set[str], named: Iterable[str]) -> set[str]:
-    """The runner keys of the executors in `gone` (died, or dropped by the operator: the operator
+def runners_to_ask(runner_key: Callable[[str], str], gone: Set[str], named: Iterable[str]) -> set[str]:
+    """The runner keys that may be asked to let go of a task: those of the executors the
+    generation `named` that are not in `gone` (died, or dropped by the operator: the operator
     names every live executor, a leaving one too, so one it no longer names is dead or taken for
-    dead) that no live executor the generation `named` shares: a runner outlives its executor's
-    JVM, and the pod's next JVM, under a new executor id, is served by the same runner."""
-    return {runner_key(e) for e in gone} - {runner_key(e) for e in named if e not in gone}
+    dead). A runner outlives its executor's JVM, and the pod's next JVM, under a new executor id, is
+    served by the same runner: asked. Any other runner that loses a task is fenced at once, without
+    waiting for an answer that would not come: one of a dead executor, and one of an earlier
+    driver that no executor of the generation runs on (its pod gone: a request to its address
+    takes seconds to fail)."""
+    return {runner_key(e) for e in named if e not in gone}
 
 
 class GenerationHandoff:
@@ -144,8 +148,9 @@ class GenerationHandoff:
     def fence(self, assignment: Assignment) -> None:
         """Exactly-once continuous: before any runner hears of `assignment`, the executors that
         lose a continuous active in it let it go, or have their runner transactions fenced
-        (protocol/fences.py). A runner of an executor that died or that the operator dropped is
-        fenced at once (`lost_runners`): asking a dead one would only wait out the release timeout."""
+        (protocol/fences.py). A runner of an executor that died or that the operator dropped, and
+        one of an earlier driver that no executor of the generation runs on, is fenced at once
+        (`runners_to_ask`): asking a dead one would only wait out the release timeout."""
         if self._fences is None or self._compiled is None:
             return
         if unknown := self.unknown_hosts(assignment):
@@ -156,12 +161,12 @@ class GenerationHandoff:
         actives = {task: self.runner_key(placement.active) for sub in self._compiled.subtopologies
                    if sub.id in self._continuous
                    for task in sub.task_ids if (placement := assignment.tasks.get(task)) is not None}
-        lost = lost_runners(self.runner_key, self._gone(), assignment.executors())
+        askable = runners_to_ask(self.runner_key, self._gone(), assignment.executors())
 
         addresses = self._runner_addresses_by_key()  # not under the fences' lock, which `release` runs under
 
         def release(losing: Mapping[str, Sequence[str]]) -> set[str]:
-            asked = {k: tasks for k, tasks in losing.items() if k not in lost and k in addresses}
+            asked = {k: tasks for k, tasks in losing.items() if k in askable and k in addresses}
             if not asked:
                 return set()
             return release_tasks(addresses, asked, self.app, self.token, assignment.generation,
