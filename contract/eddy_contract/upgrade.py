@@ -20,6 +20,7 @@ from eddy_contract.topology_compare import Difference, DifferenceKind
 
 __all__ = [
     "IN_PLACE_FIELDS",
+    "OUTDATED_ANNOTATION",
     "ChangeEffect",
     "FieldChange",
     "ResetOffsets",
@@ -29,6 +30,12 @@ __all__ = [
     "classify_spec_change",
     "decide",
 ]
+
+
+#: an executor pod at an older pod template than its StatefulSet's (the driver that adopted it says
+#: so: eddy_runtime.driver.executor_set); the operator replaces it once its actives are on warm
+#: copies elsewhere (eddy_operator.rollout)
+OUTDATED_ANNOTATION = "eddy.dev/outdated"
 
 
 class UpgradeMode(StrEnum):

@@ -77,6 +77,12 @@ PODS_DRAINED = Counter(
     "Executor pods deleted off nodes being drained, once every active they had was on a caught-up copy",
     ["namespace", "app"],
 )
+PODS_REPLACED = Counter(
+    "eddy_operator_pods_replaced_total",
+    "Executor pods at an old pod template deleted by a rolling upgrade, once every active they had was on a "
+    "caught-up copy",
+    ["namespace", "app"],
+)
 TASKS = Gauge("eddy_operator_tasks", "Tasks by state (running|restoring|standby|warmup)", ["namespace", "app", "state"])
 EXECUTORS = Gauge("eddy_operator_executors", "Executors by state (desired|ready)", ["namespace", "app", "state"])
 
@@ -99,7 +105,7 @@ def forget_app(namespace: str, app: str) -> None:
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, app, state)
     for metric in (ASSIGNMENT_GENERATION, ASSIGNMENTS_PUBLISHED, FAILOVERS, FAILOVER_DURATION, PODS_OFF_LOST_NODES,
-                   PODS_DRAINED, AUTOSCALER_RECOMMENDED, DRIVERLESS_HANDOVERS):
+                   PODS_DRAINED, PODS_REPLACED, AUTOSCALER_RECOMMENDED, DRIVERLESS_HANDOVERS):
         with contextlib.suppress(KeyError):
             metric.remove(namespace, app)
     for direction in ("out", "in"):

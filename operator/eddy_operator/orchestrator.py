@@ -58,10 +58,11 @@ from eddy_operator.executor_ids import (
 from eddy_operator.kube import Kube
 from eddy_operator.node_loss import HOSTNAME_LABEL, release, release_unplaceable, stranded, unplaceable
 from eddy_operator.pods import LostExecutor, instant, live_executors, lost_executors
+from eddy_operator.rollout import replacing
 from eddy_operator.scale_step import announce_leaving, autoscale, evict_drained, scale_in
 from eddy_operator.scaling import surplus, unknown_to_driver
 from eddy_operator.status import Failover, Observed, compute_status, without_times
-from eddy_operator.upgrade_step import judge_upgrade
+from eddy_operator.upgrade_step import judge_upgrade, replace_outdated
 from eddy_operator.upgrades import VersionBook
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,7 @@ class Orchestrator:
                 if self.hand_over:
                     await evict_drained(self.kube, self._event, ctl, snap, spec, runtime)
                 await scale_in(self.kube, self._event, ctl, snap, spec, runtime)
+                await replace_outdated(self.kube, self._event, ctl, snap, spec, runtime)
             elif not executors:
                 self._report_losses(ctl, snap, spec)
             await hand_over_without_driver(self.kube, self._event, ctl, snap, spec, runtime)
@@ -256,10 +258,18 @@ class Orchestrator:
             max_warmup_replicas=spec.state.max_warmup_replicas,
         )
         stateful = [t for t, stores in runtime.changelog_end_offsets.items() if stores]
-        going = leaving(executors, snap.pods, snap.draining_nodes) if self.hand_over else []
-        going += [e.id for e in executors if e.id not in going and e.pod in surplus(snap.pods, spec)]
+        why: dict[str, tuple[str, str]] = {}  # executor -> the Event's reason, and why it leaves
+        for e in leaving(executors, snap.pods, snap.draining_nodes) if self.hand_over else []:
+            why[e] = ("Draining", "on a node being drained")
+        extra = surplus(snap.pods, spec)
+        why.update({e.id: ("Leaving", "past the wanted executor count") for e in executors
+                    if e.id not in why and e.pod in extra})
+        if (outdated := replacing(snap.pods, spec.name)) is not None:
+            why.update({e.id: ("Replacing", "at the old pod template of a rolling upgrade") for e in executors
+                        if e.id not in why and e.pod == outdated.name})
+        going = list(why)
         going += unknown_to_driver(executors, runtime, previous, going)
-        announce_leaving(self._event, ctl, snap, executors, going, previous)
+        announce_leaving(self._event, ctl, snap, executors, why, previous)
         # Under new ids (a new driver) the runtime state still names the old ones: no active is
         # taken as running then, and their figures decide as for any copy.
         running = () if renames else running_actives(

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from eddy_contract import channel
 from eddy_contract.assignor import Executor
+from eddy_contract.upgrade import OUTDATED_ANNOTATION
 from eddy_operator import builders
 
 
@@ -68,6 +69,8 @@ class PodInfo:
     #: its container restarted since Spark labelled it with `exec_id`: that executor ended with the
     #: container, and the new JVM has not registered under its new id yet (executor_ids.Incarnations)
     stale_id: bool = False
+    #: an executor pod at an older pod template than its StatefulSet's (eddy_operator.rollout)
+    outdated: bool = False
 
     @property
     def live_executor(self) -> bool:
@@ -121,6 +124,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         cores=pod_cores(pod),
         ip=status.get("podIP"),
         config_hash=(meta.get("annotations") or {}).get(builders.CONFIG_HASH_ANNOTATION),
+        outdated=OUTDATED_ANNOTATION in (meta.get("annotations") or {}),
         restarts=sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or []),
         exited=any(_exited(c) for c in status.get("containerStatuses") or []),
         started_at=status.get("startTime"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -30,19 +31,19 @@ log = logging.getLogger(__name__)
 
 
 def announce_leaving(event: EventPoster, ctl: AppController, snap: Snapshot, executors: list[Executor],
-                     going: list[str], previous: Assignment | None) -> None:
-    """A `Draining` Event for each executor that has just become leaving (eddy_operator.drains)."""
+                     why: Mapping[str, tuple[str, str]], previous: Assignment | None) -> None:
+    """An Event for each executor that has just become leaving, so that each is said once (`why`:
+    executor -> the Event's reason and why it leaves: `Draining` on a node being drained, `Leaving`
+    past the wanted count, `Replacing` at the old pod template of a rolling upgrade)."""
     pods = {e.id: e.pod for e in executors}
-    nodes = {p.name: p.node for p in snap.pods}
-    for executor in sorted(set(going) - ctl.leaving):
+    for executor in sorted(set(why) - ctl.leaving):
         actives = len(previous.active_tasks(executor)) if previous is not None else 0
-        pod = pods[executor]
         what = (f"its {actives} active task(s) go to caught-up copies elsewhere first (warmups where none is)"
                 if actives else "it holds no active task")
-        event(snap.streamapp, "Normal", "Draining",
-                    f"executor {executor} ({pod}) is on node {nodes.get(pod)}, which is being drained: {what}, "
-                    "then the pod goes; its PodDisruptionBudget holds evictions meanwhile")
-    ctl.leaving = frozenset(going)
+        reason, because = why[executor]
+        event(snap.streamapp, "Normal", reason, f"executor {executor} ({pods[executor]}) is {because}: {what}, "
+                                                "then the pod goes")
+    ctl.leaving = frozenset(why)
 
 
 async def evict_drained(kube: Kube, event: EventPoster, ctl: AppController, snap: Snapshot, spec: StreamAppSpec,

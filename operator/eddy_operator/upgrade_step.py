@@ -2,7 +2,8 @@
 "Upgrading an app"): the wanted version's topology gate and health gate, judged by `upgrades`
 (pure), carried out here: a healthy version recorded as such, a rejected one recorded, said in
 Events, and rolled back to the last healthy version (`reconcile` applies it, and the rejected
-driver pod goes)."""
+driver pod goes); and the rolling upgrade's pod replacements, chosen by `rollout` (pure): an
+outdated executor pod deleted once its actives are on warm copies elsewhere."""
 
 from __future__ import annotations
 
@@ -11,15 +12,20 @@ import json
 import logging
 from dataclasses import replace
 
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
 from eddy_contract import channel
 from eddy_contract.spec import StreamAppSpec
-from eddy_operator.app_state import EventPoster, Snapshot, now_iso
+from eddy_operator import metrics
+from eddy_operator.app_state import AppController, EventPoster, Snapshot, now_iso
 from eddy_operator.builders import Owner
 from eddy_operator.kube import Kube
 from eddy_operator.reconcile import reconcile, write_versions
+from eddy_operator.rollout import replaceable, replacing
 from eddy_operator.upgrades import RejectionKind, VersionBook, driver_seen, judge
 
-__all__ = ["judge_upgrade"]
+__all__ = ["judge_upgrade", "replace_outdated"]
 
 log = logging.getLogger(__name__)
 
@@ -65,3 +71,32 @@ async def judge_upgrade(kube: Kube, event: EventPoster, snap: Snapshot, spec: St
                 await asyncio.to_thread(kube.core.delete_namespaced_pod, pod.name, spec.namespace)
     log.warning("app %s/%s: version %s %s: %s", spec.namespace, spec.name, wanted.hash, rejection.kind,
                 rejection.reason)
+
+
+async def replace_outdated(kube: Kube, event: EventPoster, ctl: AppController, snap: Snapshot, spec: StreamAppSpec,
+                           runtime: channel.RuntimeState) -> None:
+    """A rolling upgrade's next step (eddy_operator.rollout): the outdated executor pod being
+    replaced is deleted once the published assignment gives it no copy and the driver runs it; the
+    StatefulSet makes it again at the new template. Its preStop hook holds the stop until its
+    runner has let its actives go."""
+    pod = replacing(snap.pods, spec.name)
+    if pod is None or ctl.message is None:
+        return
+    taken = runtime.assignment_generation == ctl.message.assignment.generation
+    if not replaceable(pod, snap.pods, ctl.message.assignment, taken):
+        return
+    try:
+        await asyncio.to_thread(kube.core.delete_namespaced_pod, pod.name, spec.namespace,
+                                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=pod.uid)))
+    except ApiException as err:
+        if err.status in (404, 409):  # gone already; another pod under its name
+            return
+        raise
+    metrics.PODS_REPLACED.labels(spec.namespace, spec.name).inc()
+    held = ("held no copy: every active it had is on a caught-up copy" if pod.live_executor and
+            any(p.live_executor for p in snap.pods if p.role == "executor" and p.name != pod.name)
+            else "had no other executor to hand its tasks to" if pod.phase == "Running" else "was not running")
+    event(snap.streamapp, "Normal", "ExecutorReplaced",
+          f"pod {pod.name} (executor {pod.exec_id}), at the old pod template, deleted: it {held}; the "
+          "StatefulSet makes it again at the new one")
+    log.info("app %s/%s: rolling upgrade: replaced pod %s", spec.namespace, spec.name, pod.name)

@@ -22,9 +22,12 @@ roll out by replacing every pod. So the driver, in its pod (the operator sets
 3. once the SparkContext is up (`adopt_executor_set`), gives the running pods their label back
    and, if the new pod template is the old one but for the driver it names, the new revision's
    label too: the StatefulSet adopts them as they are, and replaces none. A template that changed
-   (an image, resources, Spark settings) keeps the old revision's label: the StatefulSet replaces
-   the pods one at a time, each once the one before is ready (warm: executor/runner.py's
-   READY_PATH): a rolling upgrade;
+   (an image, resources, Spark settings) keeps the old revision's label, and the pod is marked
+   outdated (`eddy.dev/outdated`, the new revision as its value): a rolling upgrade. The
+   StatefulSet's update strategy is `OnDelete` (set before any pod is given back), so the
+   controller replaces none by itself: the operator does, one at a time, each once its actives
+   are on warm copies elsewhere and the one before is ready (warm: executor/runner.py's
+   READY_PATH; operator/eddy_operator/rollout.py);
 4. makes the StreamApp the StatefulSet's owner instead of the driver pod, so that the next
    restart does not take the executors with it, and deleting the app still does.
 
@@ -41,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eddy_contract.spec import API_VERSION, KIND
+from eddy_contract.upgrade import OUTDATED_ANNOTATION
 from eddy_runtime.protocol.placement import GENERATED_ID
 
 __all__ = ["ReleasedExecutors", "adopt_executor_set", "release_executor_set", "same_template"]
@@ -167,8 +171,11 @@ def adopt_executor_set(released: ReleasedExecutors) -> None:
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
     owner = {"apiVersion": API_VERSION, "kind": KIND, "name": app, "uid": uid, "controller": False,
              "blockOwnerDeletion": False}
+    # OnDelete before any pod is given back: the operator replaces outdated pods itself, each once
+    # its actives are on warm copies elsewhere (eddy_operator.rollout), not the controller
     apps.patch_namespaced_stateful_set(
-        name, namespace, [{"op": "replace", "path": "/metadata/ownerReferences", "value": [owner]}])
+        name, namespace, [{"op": "replace", "path": "/metadata/ownerReferences", "value": [owner]},
+                          {"op": "replace", "path": "/spec/updateStrategy", "value": {"type": "OnDelete"}}])
     log.info("executor StatefulSet %s now owned by StreamApp %s: the executors outlive this driver", name, app)
     if not released.pods:
         return
@@ -182,8 +189,10 @@ def adopt_executor_set(released: ReleasedExecutors) -> None:
     for pod, profile in sorted(released.pods.items()):
         adopted = bool(same and revision and pod in released.current)
         labels = {PROFILE_LABEL: profile, **({REVISION_LABEL: revision} if adopted else {})}
+        outdated = None if adopted else (revision or "unknown")
         try:
-            core.patch_namespaced_pod(pod, namespace, {"metadata": {"labels": labels}})
+            core.patch_namespaced_pod(pod, namespace, {"metadata": {
+                "labels": labels, "annotations": {OUTDATED_ANNOTATION: outdated}}})
         except client.exceptions.ApiException as e:
             if e.status != 404:
                 raise
@@ -191,4 +200,4 @@ def adopt_executor_set(released: ReleasedExecutors) -> None:
     log.info("executor pods %s adopted by StatefulSet %s %s", sorted(released.pods), name,
              f"as its revision {revision}: none is replaced" if not behind else
              f"; {behind} at their old revision: the pod template changed (or a rolling upgrade was under way), "
-             "and they are replaced one at a time, each once the one before is warm")
+             "and the operator replaces them one at a time, each once its actives are on warm copies elsewhere")
