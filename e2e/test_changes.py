@@ -8,7 +8,8 @@
 2. an incompatible change (another store name) refused while the old version keeps running: the
    condition and the Event name the store;
 3. a version whose driver crash-loops fails its health gate and is rolled back;
-4. a compatible image upgrade: every executor pod replaced, one warm pod at a time.
+4. a compatible image upgrade: every executor pod replaced, one at a time, each by the operator once
+   its actives are on warm copies elsewhere (Event `ExecutorReplaced`).
 
 Every change but the last restarts the driver at least once (the refused and the failed version's
 driver, then the old version's), on the same app, so each runs after the earlier ones' restarts;
@@ -204,6 +205,7 @@ def test_a_compatible_image_upgrade_replaces_the_executors_one_warm_pod_at_a_tim
                     "images", "tag", "--force", "docker.io/library/eddy:0.1.0", "docker.io/library/eddy:0.2.0"],
                    check=True, capture_output=True)
     pods, claims = _pods_and_claims(app)
+    replaced_before = set(app.events("ExecutorReplaced"))
     flow = Flow(app).start()
     time.sleep(3)
     t0 = time.monotonic()
@@ -223,6 +225,10 @@ def test_a_compatible_image_upgrade_replaces_the_executors_one_warm_pod_at_a_tim
     assert {p.metadata.name: app.claim_of(p).metadata.uid for p in app.executor_pods()} == claims
     app.counted_everything(400, "every record counted by the new version")
     assert app.events("Upgraded"), "no Upgraded Event"
+    # the operator replaced each pod once its actives were on warm copies elsewhere (eddy_operator.rollout)
+    replaced = set(app.events("ExecutorReplaced")) - replaced_before
+    assert len(replaced) == len(pods) and all("every active it had is on a caught-up copy" in m for m in replaced), \
+        replaced
     report(f"image upgraded: every executor replaced and warm {took:.0f}s after the patch; lateness of "
            f"{len(late)} records meanwhile: p50 {late[len(late) // 2]:.2f}s, max {late[-1]:.2f}s")
     assert late[-1] <= IMAGE_UPGRADE_LATENESS_S, (f"a record was {late[-1]:.2f}s late across the upgrade: "

@@ -8,7 +8,8 @@ pod by itself. The driver that adopts the running pods marks those at the old te
 (`eddy.dev/outdated`: eddy_runtime.driver.executor_set), and the operator replaces them, one at a
 time, the way it empties a node being drained (eddy_operator.drains):
 
-1. once no executor pod is going away and every other one is running and ready (warm), the
+1. once no executor pod is going away and every other one is registered with the driver and
+   ready (warm), the
    outdated pod with the highest ordinal is *leaving* (the assignor's rule 5): it takes no new
    copy, and each of its actives goes to a caught-up copy elsewhere (its standby, or a warmup
    placed and caught up first), while input is processed all along;
@@ -44,7 +45,7 @@ def replacing(pods: Iterable[PodInfo], app: str) -> PodInfo | None:
     if not outdated or any(p.deleting for p in executors):
         return None
     pod = max(outdated, key=lambda p: (builders.executor_ordinal(app, p.name) or 0, p.name))
-    if all(p.phase == "Running" and p.ready for p in executors if p.name != pod.name):
+    if all(p.live_executor and p.ready for p in executors if p.name != pod.name):
         return pod
     return None
 
@@ -52,6 +53,6 @@ def replacing(pods: Iterable[PodInfo], app: str) -> PodInfo | None:
 def replaceable(pod: PodInfo, pods: Iterable[PodInfo], assignment: Assignment, taken: bool) -> bool:
     """Whether `pod` (`replacing`'s) may be deleted now: it holds no copy in the published
     assignment and the driver runs it (`taken`), or it is not running, or it is the app's only
-    running executor pod."""
-    others = [p for p in pods if p.role == "executor" and p.name != pod.name and p.live_executor]
-    return not others or bool(emptied([pod], assignment, taken))
+    executor pod."""
+    alone = not any(p.role == "executor" and p.name != pod.name and not p.deleting for p in pods)
+    return alone or bool(emptied([pod], assignment, taken))

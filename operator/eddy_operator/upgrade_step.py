@@ -93,9 +93,9 @@ async def replace_outdated(kube: Kube, event: EventPoster, ctl: AppController, s
             return
         raise
     metrics.PODS_REPLACED.labels(spec.namespace, spec.name).inc()
-    held = ("held no copy: every active it had is on a caught-up copy" if pod.live_executor and
-            any(p.live_executor for p in snap.pods if p.role == "executor" and p.name != pod.name)
-            else "had no other executor to hand its tasks to" if pod.phase == "Running" else "was not running")
+    alone = not any(p.role == "executor" and p.name != pod.name and not p.deleting for p in snap.pods)
+    held = ("was not running" if pod.phase != "Running" else "was the only executor: no copy elsewhere to hand "
+            "its tasks to" if alone else "held no copy: every active it had is on a caught-up copy")
     event(snap.streamapp, "Normal", "ExecutorReplaced",
           f"pod {pod.name} (executor {pod.exec_id}), at the old pod template, deleted: it {held}; the "
           "StatefulSet makes it again at the new one")

@@ -32,6 +32,8 @@ def test_the_outdated_pod_with_the_highest_ordinal_goes_first_once_every_other_p
     assert replacing([_pod(0, "1"), _pod(1, "2", outdated=False, ready=False)], APP) is None
     # ... nor while one is going away
     assert replacing([_pod(0, "1"), _pod(1, "2", outdated=False, deleting=True)], APP) is None
+    # ... nor while one is ready but not registered with the driver yet (no copy could go to it)
+    assert replacing([_pod(0, "1"), _pod(1, "EXECID", outdated=False)], APP) is None
     # the candidate itself need not be ready (it may be warming after a driver restart)
     assert replacing([_pod(0, "1", outdated=False), _pod(1, "2", ready=False)], APP) is not None
     # ten sorts after two
@@ -54,6 +56,8 @@ def test_an_outdated_pod_that_is_not_running_or_is_the_only_executor_goes_at_onc
     assert replaceable(alone, [alone], holding, taken=True)  # nowhere to hand its tasks: restored from its volume
     pending = _pod(1, None, phase="Pending", ready=False)
     assert replaceable(pending, [_pod(0, "1"), pending], holding, taken=True)
+    # another pod, even one not registered yet, is where its tasks will go: it waits
+    assert not replaceable(alone, [alone, _pod(1, "EXECID", outdated=False, ready=False)], holding, taken=True)
 
 
 def test_the_driver_marks_an_outdated_pod_with_an_annotation() -> None:
