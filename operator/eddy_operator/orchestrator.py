@@ -264,7 +264,7 @@ class Orchestrator:
         extra = surplus(snap.pods, spec)
         why.update({e.id: ("Leaving", "past the wanted executor count") for e in executors
                     if e.id not in why and e.pod in extra})
-        if (outdated := replacing(snap.pods, spec.name)) is not None:
+        if (outdated := replacing(snap.pods, spec.name, spec.executors.replicas)) is not None:
             why.update({e.id: ("Replacing", "at the old pod template of a rolling upgrade") for e in executors
                         if e.id not in why and e.pod == outdated.name})
         going = list(why)

@@ -162,8 +162,8 @@ def build_executor_pod_template(spec: StreamAppSpec) -> dict[str, Any]:
                 # the task runner outlives the executor JVM and the driver (docker/entrypoint.sh)
                 "env": [*_common_env(spec), {"name": "EDDY_RUNNER_OUTLIVES_EXECUTOR", "value": "1"}],
                 # Ready once its task runner's copies are warm (eddy_runtime.executor.runner's
-                # READY_PATH): a rolling update replaces the next pod only then, and the disruption
-                # budget counts a cold executor as unavailable.
+                # READY_PATH): a rolling upgrade replaces the next pod only then (eddy_operator.rollout),
+                # and the disruption budget counts a cold executor as unavailable.
                 "readinessProbe": {
                     "httpGet": {"path": "/ready", "port": "metrics"},
                     "periodSeconds": 2,

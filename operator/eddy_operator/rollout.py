@@ -37,22 +37,24 @@ from eddy_operator.pods import PodInfo
 __all__ = ["replacing", "replaceable"]
 
 
-def replacing(pods: Iterable[PodInfo], app: str) -> PodInfo | None:
-    """The outdated executor pod to replace now: the one with the highest ordinal, once no executor
-    pod is going away and every other one is running and ready; None if none is (or may be yet)."""
+def replacing(pods: Iterable[PodInfo], app: str, replicas: int) -> PodInfo | None:
+    """The outdated executor pod to replace now, of the `replicas` the app wants: the one with the
+    highest ordinal, once no executor pod is going away and every other one is there, registered
+    with the driver and ready; None if none is (or may be yet)."""
     executors = [p for p in pods if p.role == "executor"]
-    outdated = [p for p in executors if p.outdated and not p.deleting]
-    if not outdated or any(p.deleting for p in executors):
+    if any(p.deleting for p in executors):
         return None
-    pod = max(outdated, key=lambda p: (builders.executor_ordinal(app, p.name) or 0, p.name))
-    if all(p.live_executor and p.ready for p in executors if p.name != pod.name):
-        return pod
-    return None
+    wanted = {n: p for p in executors if (n := builders.executor_ordinal(app, p.name)) is not None and n < replicas}
+    outdated = [n for n, p in wanted.items() if p.outdated]
+    if not outdated:
+        return None
+    pod = wanted[max(outdated)]
+    others = [wanted.get(n) for n in range(replicas) if wanted.get(n) is not pod]
+    return pod if all(p is not None and p.live_executor and p.ready for p in others) else None
 
 
-def replaceable(pod: PodInfo, pods: Iterable[PodInfo], assignment: Assignment, taken: bool) -> bool:
+def replaceable(pod: PodInfo, assignment: Assignment, taken: bool, replicas: int) -> bool:
     """Whether `pod` (`replacing`'s) may be deleted now: it holds no copy in the published
-    assignment and the driver runs it (`taken`), or it is not running, or it is the app's only
-    executor pod."""
-    alone = not any(p.role == "executor" and p.name != pod.name and not p.deleting for p in pods)
-    return alone or bool(emptied([pod], assignment, taken))
+    assignment and the driver runs it (`taken`), or it is not running, or the app has only the
+    one executor (`replicas`)."""
+    return replicas <= 1 or bool(emptied([pod], assignment, taken))

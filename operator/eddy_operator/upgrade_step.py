@@ -79,11 +79,12 @@ async def replace_outdated(kube: Kube, event: EventPoster, ctl: AppController, s
     replaced is deleted once the published assignment gives it no copy and the driver runs it; the
     StatefulSet makes it again at the new template. Its preStop hook holds the stop until its
     runner has let its actives go."""
-    pod = replacing(snap.pods, spec.name)
+    replicas = spec.executors.replicas
+    pod = replacing(snap.pods, spec.name, replicas)
     if pod is None or ctl.message is None:
         return
     taken = runtime.assignment_generation == ctl.message.assignment.generation
-    if not replaceable(pod, snap.pods, ctl.message.assignment, taken):
+    if not replaceable(pod, ctl.message.assignment, taken, replicas):
         return
     try:
         await asyncio.to_thread(kube.core.delete_namespaced_pod, pod.name, spec.namespace,
@@ -93,9 +94,8 @@ async def replace_outdated(kube: Kube, event: EventPoster, ctl: AppController, s
             return
         raise
     metrics.PODS_REPLACED.labels(spec.namespace, spec.name).inc()
-    alone = not any(p.role == "executor" and p.name != pod.name and not p.deleting for p in snap.pods)
-    held = ("was not running" if pod.phase != "Running" else "was the only executor: no copy elsewhere to hand "
-            "its tasks to" if alone else "held no copy: every active it had is on a caught-up copy")
+    held = ("was not running" if pod.phase != "Running" else "is the app's only executor: no copy elsewhere to "
+            "hand its tasks to" if replicas <= 1 else "held no copy: every active it had is on a caught-up copy")
     event(snap.streamapp, "Normal", "ExecutorReplaced",
           f"pod {pod.name} (executor {pod.exec_id}), at the old pod template, deleted: it {held}; the "
           "StatefulSet makes it again at the new one")

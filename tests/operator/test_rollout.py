@@ -27,37 +27,42 @@ def _pod(ordinal: int, exec_id: str | None, outdated: bool = True, phase: str = 
 
 def test_the_outdated_pod_with_the_highest_ordinal_goes_first_once_every_other_pod_is_warm() -> None:
     pods = [_pod(0, "1"), _pod(1, "2"), _pod(2, "3", outdated=False)]
-    assert replacing(pods, APP) == pods[1]
+    assert replacing(pods, APP, 3) == pods[1]
     # the pod replaced before is back but not warm yet: nothing more goes
-    assert replacing([_pod(0, "1"), _pod(1, "2", outdated=False, ready=False)], APP) is None
+    assert replacing([_pod(0, "1"), _pod(1, "2", outdated=False, ready=False)], APP, 2) is None
     # ... nor while one is going away
-    assert replacing([_pod(0, "1"), _pod(1, "2", outdated=False, deleting=True)], APP) is None
+    assert replacing([_pod(0, "1"), _pod(1, "2", outdated=False, deleting=True)], APP, 2) is None
+    # ... nor while one is gone and not made again yet
+    assert replacing([_pod(0, "1")], APP, 2) is None
     # ... nor while one is ready but not registered with the driver yet (no copy could go to it)
-    assert replacing([_pod(0, "1"), _pod(1, "EXECID", outdated=False)], APP) is None
+    assert replacing([_pod(0, "1"), _pod(1, "EXECID", outdated=False)], APP, 2) is None
     # the candidate itself need not be ready (it may be warming after a driver restart)
-    assert replacing([_pod(0, "1", outdated=False), _pod(1, "2", ready=False)], APP) is not None
+    assert replacing([_pod(0, "1", outdated=False), _pod(1, "2", ready=False)], APP, 2) is not None
     # ten sorts after two
-    assert replacing([_pod(2, "1"), _pod(10, "2")], APP).name.endswith("-10")  # type: ignore[union-attr]
-    assert replacing([_pod(0, "1", outdated=False), _pod(1, "2", outdated=False)], APP) is None
+    pods = [_pod(n, str(n + 1), outdated=n in (2, 10)) for n in range(11)]
+    assert replacing(pods, APP, 11) == pods[10]
+    assert replacing([_pod(0, "1", outdated=False), _pod(1, "2", outdated=False)], APP, 2) is None
+    # a pod past the wanted count leaves with the scale-in, not the rollout
+    assert replacing([_pod(0, "1", outdated=False), _pod(1, "2")], APP, 1) is None
+    assert replacing([_pod(0, "1")], APP, 1) is not None
 
 
 def test_an_outdated_pod_goes_once_it_holds_no_copy_and_the_driver_runs_that_assignment() -> None:
-    pods = [_pod(0, "1"), _pod(1, "2")]
+    pod = _pod(1, "2")
     holding = Assignment(5, MappingProxyType({"0_0": TaskAssignment("2", ("1",)), "0_1": TaskAssignment("1")}))
     emptied = Assignment(6, MappingProxyType({"0_0": TaskAssignment("1"), "0_1": TaskAssignment("1")}))
-    assert not replaceable(pods[1], pods, holding, taken=True)
-    assert not replaceable(pods[1], pods, emptied, taken=False)  # the driver has not asked its runner yet
-    assert replaceable(pods[1], pods, emptied, taken=True)
+    assert not replaceable(pod, holding, taken=True, replicas=2)
+    assert not replaceable(pod, emptied, taken=False, replicas=2)  # the driver has not asked its runner yet
+    assert replaceable(pod, emptied, taken=True, replicas=2)
 
 
 def test_an_outdated_pod_that_is_not_running_or_is_the_only_executor_goes_at_once() -> None:
     holding = Assignment(5, MappingProxyType({"0_0": TaskAssignment("1")}))
-    alone = _pod(0, "1")
-    assert replaceable(alone, [alone], holding, taken=True)  # nowhere to hand its tasks: restored from its volume
-    pending = _pod(1, None, phase="Pending", ready=False)
-    assert replaceable(pending, [_pod(0, "1"), pending], holding, taken=True)
-    # another pod, even one not registered yet, is where its tasks will go: it waits
-    assert not replaceable(alone, [alone, _pod(1, "EXECID", outdated=False, ready=False)], holding, taken=True)
+    # nowhere to hand its tasks: restored from its volume
+    assert replaceable(_pod(0, "1"), holding, taken=True, replicas=1)
+    assert replaceable(_pod(1, None, phase="Pending", ready=False), holding, taken=True, replicas=2)
+    # another pod is wanted, gone for a moment or not: it waits for its tasks to go there
+    assert not replaceable(_pod(0, "1"), holding, taken=True, replicas=2)
 
 
 def test_the_driver_marks_an_outdated_pod_with_an_annotation() -> None:

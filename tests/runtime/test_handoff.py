@@ -1,7 +1,7 @@
 """A new generation pushed to the runners ahead of its batch (eddy_runtime.driver.handoff): on
 Kubernetes runners are known by their hosts, so nothing is pushed (or asked to let go) before the
-driver knows the host of every executor the generation names; only the runners of the live
-executors it names are asked to let go, the others (dead, dropped, or an earlier driver's on a pod
+driver knows the host of every executor the generation names; only the runners of live executors
+the driver knows are asked to let go, the others (dead, dropped, or an earlier driver's on a pod
 that is gone) are fenced (pure: no runner is reached)."""
 
 from __future__ import annotations
@@ -57,15 +57,15 @@ def test_where_runners_are_known_by_executor_id_nothing_waits_for_hosts() -> Non
 HOSTS = {"1": "10.244.0.5", "2": "10.244.1.7", "3": "10.244.1.7"}  # 3: pod 2's next JVM
 
 
-def test_only_the_runners_of_live_named_executors_are_asked_to_let_go_the_others_are_fenced() -> None:
+def test_only_the_runners_of_live_known_executors_are_asked_to_let_go_the_others_are_fenced() -> None:
     key = HOSTS.__getitem__
     # the operator dropped executor 2 (its node died): its runner is not asked to let go
-    assert runners_to_ask(key, {"2"}, ["1"]) == {"10.244.0.5"}
-    # the pod's JVM came back as executor 3 on the same runner, which the generation names: asked
-    assert runners_to_ask(key, {"2"}, ["1", "3"]) == {"10.244.0.5", "10.244.1.7"}
-    # nothing gone: every named runner that loses an active is asked
-    assert runners_to_ask(key, set(), ["1", "2"]) == {"10.244.0.5", "10.244.1.7"}
-    # an executor both named and gone (the driver saw it die before the operator did) is gone
     assert runners_to_ask(key, {"2"}, ["1", "2"]) == {"10.244.0.5"}
-    # an earlier driver's runner on a host no named executor runs on (its pod gone) is not asked
+    # the pod's JVM came back as executor 3 on the same runner: asked
+    assert runners_to_ask(key, {"2"}, ["1", "2", "3"]) == {"10.244.0.5", "10.244.1.7"}
+    # nothing gone: every known runner that loses an active is asked, one that the generation
+    # leaves holding nothing too (executor 2 here: its last active goes elsewhere)
+    assert runners_to_ask(key, set(), ["1", "2"]) == {"10.244.0.5", "10.244.1.7"}
+    # an earlier driver's runner on a host no executor of this driver registered from (its pod
+    # gone) is not asked
     assert "10.244.2.9" not in runners_to_ask(key, set(), ["1", "2", "3"])

@@ -16,7 +16,7 @@ roll out by replacing every pod. So the driver, in its pod (the operator sets
    then the operator knows it for a pod re-registering, not for its earlier executor (whose id
    this driver may hand to another pod first: operator/executor_ids.py's `reregistering`); pods
    an earlier driver released and died before adopting are taken too (their template unknown,
-   they are replaced one at a time);
+   they are marked outdated, and replaced one at a time);
 2. Spark creates the StatefulSet anew: same name, selector and claim templates; it cannot create
    pods under the names the running ones hold;
 3. once the SparkContext is up (`adopt_executor_set`), gives the running pods their label back
@@ -116,7 +116,7 @@ def release_executor_set() -> ReleasedExecutors:
     api_client = _api_client()
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
     # A driver that died between its release and its adoption left its pods released: adopted now
-    # (their template is unknown, so the new StatefulSet replaces them one at a time).
+    # (their template is unknown, so they are marked outdated and replaced one at a time).
     for pod in core.list_namespaced_pod(namespace, label_selector=f"{PROFILE_LABEL}={RELEASED}").items:
         if pod.metadata.name.startswith(f"{name}-") and pod.metadata.deletion_timestamp is None:
             released.pods[pod.metadata.name] = (pod.metadata.annotations or {}).get(PROFILE_ANNOTATION, "0")

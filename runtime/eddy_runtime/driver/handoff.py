@@ -38,16 +38,16 @@ RELEASE_TIMEOUT_S = 3.0
 PUSH_TOKEN_ENV = "EDDY_PUSH_TOKEN"
 
 
-def runners_to_ask(runner_key: Callable[[str], str], gone: Set[str], named: Iterable[str]) -> set[str]:
-    """The runner keys that may be asked to let go of a task: those of the executors the
-    generation `named` that are not in `gone` (died, or dropped by the operator: the operator
-    names every live executor, a leaving one too, so one it no longer names is dead or taken for
-    dead). A runner outlives its executor's JVM, and the pod's next JVM, under a new executor id, is
-    served by the same runner: asked. Any other runner that loses a task is fenced at once, without
-    waiting for an answer that would not come: one of a dead executor, and one of an earlier
-    driver that no executor of the generation runs on (its pod gone: a request to its address
-    takes seconds to fail)."""
-    return {runner_key(e) for e in named if e not in gone}
+def runners_to_ask(runner_key: Callable[[str], str], gone: Set[str], known: Iterable[str]) -> set[str]:
+    """The runner keys that may be asked to let go of a task: those of the executors this driver
+    `known` (registered with it, or named by the generation) that are not in `gone` (died, or
+    dropped by the operator: the operator names every live executor, a leaving one too, so one it
+    no longer names is dead or taken for dead). A runner outlives its executor's JVM, and the pod's
+    next JVM, under a new executor id, is served by the same runner: asked. Any other runner that
+    loses a task is fenced at once, without waiting for an answer that would not come: one of a
+    dead executor, and one of an earlier driver that never registered with this one (its pod
+    gone: a request to its address takes seconds to fail)."""
+    return {runner_key(e) for e in known if e not in gone}
 
 
 class GenerationHandoff:
@@ -149,8 +149,8 @@ class GenerationHandoff:
         """Exactly-once continuous: before any runner hears of `assignment`, the executors that
         lose a continuous active in it let it go, or have their runner transactions fenced
         (protocol/fences.py). A runner of an executor that died or that the operator dropped, and
-        one of an earlier driver that no executor of the generation runs on, is fenced at once
-        (`runners_to_ask`): asking a dead one would only wait out the release timeout."""
+        one of an earlier driver on a pod no executor of this driver registered from, is fenced at
+        once (`runners_to_ask`): asking a dead one would only wait out the release timeout."""
         if self._fences is None or self._compiled is None:
             return
         if unknown := self.unknown_hosts(assignment):
@@ -161,7 +161,7 @@ class GenerationHandoff:
         actives = {task: self.runner_key(placement.active) for sub in self._compiled.subtopologies
                    if sub.id in self._continuous
                    for task in sub.task_ids if (placement := assignment.tasks.get(task)) is not None}
-        askable = runners_to_ask(self.runner_key, self._gone(), assignment.executors())
+        askable = runners_to_ask(self.runner_key, self._gone(), set(self._keys) | set(assignment.executors()))
 
         addresses = self._runner_addresses_by_key()  # not under the fences' lock, which `release` runs under
 

@@ -212,8 +212,8 @@ class TaskRunner:
         """Why this runner is not warm yet, or None once it is: it has had work from a driver, and
         each continuous copy of that work is open and at most `acceptable_recovery_lag` behind (an
         active restored, a standby that far from its changelog's end). The executor pod's
-        readiness (`READY_PATH`): a rolling update of the executor pods waits for it before it
-        replaces the next pod, so that each pod's tasks fail over to warm copies only."""
+        readiness (`READY_PATH`): a rolling upgrade of the executor pods waits for every other
+        pod's before it replaces the next one (operator/eddy_operator/rollout.py)."""
         current = self.continuous.assignment.current()
         if current is None:  # an app of micro-batches only: warm once it ran a batch
             return None if self._served else "no work from a driver yet"

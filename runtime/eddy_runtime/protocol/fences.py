@@ -27,7 +27,7 @@ owns the assignment instead of a consumer group, so it fences with a topic of it
   of an earlier driver may still be processing (on Kubernetes they outlive it). Before its first
   generation reaches any runner, each of them is taken to hold any continuous active: it is asked
   to let go of every active the generation gives to another runner, and fenced if it does not
-  answer so in time (the driver asks only the runners of the generation's executors: one on a
+  answer so in time (the driver asks only the runners of executors registered with it: one on a
   pod that is gone is fenced without waiting for an answer). A runner that the generation leaves its
   tasks goes on without a pause; one that died is fenced, as before, so that none keeps a
   transaction open or commits again.
