@@ -430,6 +430,7 @@ class Orchestrator:
             wanted_version=book.wanted.hash if book.wanted is not None else None,
             rejection=book.rejected.get(book.wanted.hash) if book.wanted is not None else None,
             autoscaling=ctl.autoscaling,
+            outdated_executors=sum(p.role == "executor" and p.outdated and not p.deleting for p in snap.pods),
         )
         previous = ctl.last_status if ctl.last_status is not None else snap.streamapp.get("status")
         status = compute_status(observed, previous)

@@ -8,7 +8,8 @@ conditions for machines:
   -> Running | Restoring (an active task is catching up) | Degraded (fewer executors or standbys
   than asked) ; Failed when the spec cannot be used.
 - Ready: every task has a live, caught-up active (the app processes all its input).
-- Progressing: something is on its way (driver start, executors joining, restores, warmups).
+- Progressing: something is on its way (driver start, a rolling upgrade, executors joining,
+  restores, warmups).
 - Degraded: running with less redundancy than asked (executors lost, standbys short).
 
 `lastTransitionTime` changes only when a condition's status changes.
@@ -80,6 +81,8 @@ class Observed:
     rejection: Rejection | None = None
     #: the autoscaler's figures, recommendation and last decision (eddy_operator.autoscaler)
     autoscaling: Mapping[str, Any] | None = None
+    #: executor pods at an older pod template, which a rolling upgrade replaces (eddy_operator.rollout)
+    outdated_executors: int = 0
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,10 @@ def compute_status(observed: Observed, previous: Mapping[str, Any] | None = None
         progressing = _condition("Progressing", False, "InvalidSpec", o.spec_error)
     elif o.driver_pod is None or not o.driver_ready:
         progressing = _condition("Progressing", True, "DeployingDriver", "starting the Spark driver")
+    elif o.outdated_executors:
+        progressing = _condition(
+            "Progressing", True, "RollingUpgrade", f"{o.outdated_executors} of {o.desired_executors} executor pod(s) "
+            "at the old pod template: replaced one at a time, each once its actives are on warm copies elsewhere")
     elif executors_short:
         progressing = _condition(
             "Progressing", True, "ExecutorsStarting", f"{o.ready_executors}/{o.desired_executors} executors ready"

@@ -69,6 +69,13 @@ def test_losing_an_executor_keeps_the_app_ready_but_degraded():
     assert s["executors"] == {"desired": 2, "ready": 1}
 
 
+def test_a_rolling_upgrade_is_progress_that_says_how_many_pods_are_left():
+    s = compute_status(observed(outdated_executors=1, ready_executors=1))
+    assert conditions(s)["Progressing"] == ("True", "RollingUpgrade")
+    assert "1 of 2 executor pod(s) at the old pod template" in {c["type"]: c for c in s["conditions"]}[
+        "Progressing"]["message"]
+
+
 def test_an_active_restoring_makes_the_app_not_ready_and_reports_progress():
     runtime = RuntimeState(
         "wc",
