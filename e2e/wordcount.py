@@ -326,10 +326,15 @@ class WordCount:
                      timeout, "every standby caught up with its changelog", alive=self.check_driver)
 
     def close(self, folder: Path) -> None:
-        """Stop watching; keep both channel histories and the driver's log in `folder`."""
+        """Stop watching; keep both channel histories, the driver's log (and its container's before,
+        if it restarted) and the namespace's Events in `folder`."""
         self.channel.close()
         self.channel.save(folder)
         (folder / "driver.log").write_text(self.driver_log(tail=2000))
+        if previous := self.kubectl("logs", builders.driver_pod_name(APP), "--previous", "--tail", "2000",
+                                    check=False):
+            (folder / "driver-previous.log").write_text(previous)
+        (folder / "events.txt").write_text(self.kubectl("get", "events", "--sort-by=.lastTimestamp", check=False))
 
     @contextlib.contextmanager
     def serving(self, keep: Callable[[], Path], lines: int = 2000) -> Iterator[WordCount]:
