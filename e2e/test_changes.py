@@ -207,6 +207,7 @@ def test_a_compatible_image_upgrade_replaces_the_executors_one_warm_pod_at_a_tim
                    check=True, capture_output=True)
     pods, claims = _pods_and_claims(app)
     replaced_before = set(app.events("ExecutorReplaced"))
+    replacing_before = set(app.events("Replacing"))
     flow = Flow(app).start()
     time.sleep(3)
     t0 = time.monotonic()
@@ -230,6 +231,8 @@ def test_a_compatible_image_upgrade_replaces_the_executors_one_warm_pod_at_a_tim
     replaced = set(app.events("ExecutorReplaced")) - replaced_before
     assert len(replaced) == len(pods) and all("every active it had is on a caught-up copy" in m for m in replaced), \
         replaced
+    announced = set(app.events("Replacing")) - replacing_before
+    assert {name for name in pods if any(f"({name})" in m for m in announced)} == pods.keys(), announced
     report(f"image upgraded: every executor replaced and warm {took:.0f}s after the patch; lateness of "
            f"{len(late)} records meanwhile: p50 {late[len(late) // 2]:.2f}s, max {late[-1]:.2f}s")
     assert late[-1] <= IMAGE_UPGRADE_LATENESS_S, (f"a record was {late[-1]:.2f}s late across the upgrade: "
