@@ -259,8 +259,10 @@ class Orchestrator:
         )
         stateful = [t for t, stores in runtime.changelog_end_offsets.items() if stores]
         why: dict[str, tuple[str, str]] = {}  # executor -> the Event's reason, and why it leaves
+        nodes = {e.id: p.node for e in executors for p in snap.pods if p.name == e.pod}
         for e in leaving(executors, snap.pods, snap.draining_nodes) if self.hand_over else []:
-            why[e] = ("Draining", "on a node being drained")
+            why[e] = ("Draining", f"on node {nodes.get(e)}, which is being drained (its PodDisruptionBudget holds "
+                                  "evictions meanwhile)")
         extra = surplus(snap.pods, spec)
         why.update({e.id: ("Leaving", "past the wanted executor count") for e in executors
                     if e.id not in why and e.pod in extra})
