@@ -135,6 +135,18 @@ class Kube:
         value = data.get(key)
         return base64.b64decode(value).decode() if value is not None else None
 
+    def delete_pod(self, namespace: str, name: str, uid: str | None) -> bool:
+        """Delete the pod `name` if it is still the one of `uid`; False if it is gone already or
+        another pod holds its name (a StatefulSet made it again)."""
+        try:
+            self.core.delete_namespaced_pod(name, namespace,
+                                            body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)))
+        except ApiException as err:
+            if err.status in (404, 409):
+                return False
+            raise
+        return True
+
     def label_pod(self, namespace: str, name: str, labels: Mapping[str, str]) -> None:
         try:
             self.core.patch_namespaced_pod(name, namespace, {"metadata": {"labels": dict(labels)}})

@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Mapping
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from eddy_contract import channel
@@ -55,13 +54,8 @@ async def evict_drained(kube: Kube, event: EventPoster, ctl: AppController, snap
         return
     taken = runtime.assignment_generation == ctl.message.assignment.generation
     for pod in drained(snap.pods, snap.draining_nodes, ctl.message.assignment, taken):
-        try:
-            await asyncio.to_thread(kube.core.delete_namespaced_pod, pod.name, spec.namespace,
-                                    body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=pod.uid)))
-        except ApiException as err:
-            if err.status in (404, 409):  # gone already; another pod under its name
-                continue
-            raise
+        if not await asyncio.to_thread(kube.delete_pod, spec.namespace, pod.name, pod.uid):
+            continue
         metrics.PODS_DRAINED.labels(spec.namespace, spec.name).inc()
         held = "held no copy" if pod.phase == "Running" else "was not running"
         event(snap.streamapp, "Normal", "ExecutorDrained",

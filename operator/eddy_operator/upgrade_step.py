@@ -12,9 +12,6 @@ import json
 import logging
 from dataclasses import replace
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from eddy_contract import channel
 from eddy_contract.spec import StreamAppSpec
 from eddy_operator import metrics
@@ -86,13 +83,8 @@ async def replace_outdated(kube: Kube, event: EventPoster, ctl: AppController, s
     taken = runtime.assignment_generation == ctl.message.assignment.generation
     if not replaceable(pod, ctl.message.assignment, taken, replicas):
         return
-    try:
-        await asyncio.to_thread(kube.core.delete_namespaced_pod, pod.name, spec.namespace,
-                                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=pod.uid)))
-    except ApiException as err:
-        if err.status in (404, 409):  # gone already; another pod under its name
-            return
-        raise
+    if not await asyncio.to_thread(kube.delete_pod, spec.namespace, pod.name, pod.uid):
+        return
     metrics.PODS_REPLACED.labels(spec.namespace, spec.name).inc()
     held = ("was not running" if pod.phase != "Running" else "is the app's only executor: no copy elsewhere to "
             "hand its tasks to" if replicas <= 1 else "held no copy: every active it had is on a caught-up copy")
