@@ -135,12 +135,13 @@ class Kube:
         value = data.get(key)
         return base64.b64decode(value).decode() if value is not None else None
 
-    def delete_pod(self, namespace: str, name: str, uid: str | None) -> bool:
-        """Delete the pod `name` if it is still the one of `uid`; False if it is gone already or
-        another pod holds its name (a StatefulSet made it again)."""
+    def delete_pod(self, namespace: str, name: str, uid: str | None, grace_period_s: int | None = None) -> bool:
+        """Delete the pod `name` if it is still the one of `uid` (`grace_period_s`: instead of the
+        pod's own); False if it is gone already or another pod holds its name (a StatefulSet made it
+        again)."""
         try:
-            self.core.delete_namespaced_pod(name, namespace,
-                                            body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)))
+            self.core.delete_namespaced_pod(name, namespace, body=client.V1DeleteOptions(
+                grace_period_seconds=grace_period_s, preconditions=client.V1Preconditions(uid=uid)))
         except ApiException as err:
             if err.status in (404, 409):
                 return False

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from eddy_operator.kube import Kube
@@ -208,9 +207,4 @@ def _release_claims(kube: Kube, namespace: str, pod: PodInfo, release_if: Callab
 
 def _delete_now(kube: Kube, namespace: str, pod: PodInfo) -> None:
     """Delete the pod read (not one made again under its name since) at once (grace 0)."""
-    try:
-        kube.core.delete_namespaced_pod(pod.name, namespace, body=client.V1DeleteOptions(
-            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=pod.uid)))
-    except ApiException as err:
-        if err.status not in (404, 409):  # gone already; another pod under its name
-            raise
+    kube.delete_pod(namespace, pod.name, pod.uid, grace_period_s=0)

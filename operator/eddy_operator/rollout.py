@@ -9,10 +9,9 @@ pod by itself. The driver that adopts the running pods marks those at the old te
 time, the way it empties a node being drained (eddy_operator.drains):
 
 1. once no executor pod is going away and every other one is registered with the driver and
-   ready (warm), the
-   outdated pod with the highest ordinal is *leaving* (the assignor's rule 5): it takes no new
-   copy, and each of its actives goes to a caught-up copy elsewhere (its standby, or a warmup
-   placed and caught up first), while input is processed all along;
+   ready (warm), the outdated pod with the highest ordinal is *leaving* (the assignor's rule 5):
+   it takes no new copy, and each of its actives goes to a caught-up copy elsewhere (its standby,
+   or a warmup placed and caught up first), while input is processed all along;
 2. once the published assignment gives it no copy and the driver runs that assignment (it has
    asked the pod's runner to let its actives go, after committing what it processed), the
    operator deletes it; the StatefulSet makes it again at the new template, on its own claim, and
