@@ -764,6 +764,9 @@ def eddy_program(argv: Sequence[str]) -> int:
         ap.add_argument(name, required=True)
     ap.add_argument("--standbys", type=int, default=1)
     ap.add_argument("--trigger-ms", type=int, default=100)
+    ap.add_argument("--channel-dir", help="take the assignment from DIR/assignment.json, as from the operator's "
+                    "ConfigMap, and publish the runtime state to DIR/runtime-state.json (bench/handover.py); "
+                    "without it the driver runs the assignor itself")
     args = ap.parse_args(argv)
 
     import warnings
@@ -772,6 +775,7 @@ def eddy_program(argv: Sequence[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.path.insert(0, str(REPO))
     from eddy_contract.spec import StreamAppSpec
+    from eddy_runtime.driver.channel_io import ChannelLocation
     from eddy_runtime.driver.loop import Driver
     from eddy_runtime.driver.options import DriverOptions
     from eddy_runtime.driver.outcomes import BatchReport
@@ -802,7 +806,11 @@ def eddy_program(argv: Sequence[str]) -> int:
                 "state": {"standbyReplicas": args.standbys},
             },
         })
-        driver = Driver(spark, spec, DriverOptions(state_dir=str(state_dir / "stores"), per_executor_state_dirs=True))
+        channel = Path(args.channel_dir) if args.channel_dir else None
+        driver = Driver(spark, spec, DriverOptions(
+            state_dir=str(state_dir / "stores"), per_executor_state_dirs=True,
+            assignment_source=ChannelLocation(path=str(channel / "assignment.json")) if channel else None,
+            runtime_state_target=ChannelLocation(path=str(channel / "runtime-state.json")) if channel else None))
         driver.prepare()
 
         def on_batch(report: BatchReport) -> None:
