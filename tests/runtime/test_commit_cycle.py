@@ -53,3 +53,14 @@ def test_a_task_follows_up_at_most_once_per_cycle_even_in_a_loop_of_the_topology
     cycle.started(["0_0"], now=5.1, interval_s=0.1)  # the next cycle: everyone may follow up again
     cycle.output_fetched(REPARTITION)
     assert cycle.due("1_0", REPARTITION) == 0.0
+
+
+def test_a_task_that_joins_mid_cycle_takes_its_first_round_at_once_then_keeps_the_cadence():
+    cycle = CommitCycle()
+    cycle.started(["0_0"], now=10.0, interval_s=0.1)
+    cycle.joined("0_1")  # taken over from another runner: its records waited through the hand-over
+    assert cycle.due("0_1", [("words", 1)]) == 0.0
+    assert cycle.due("0_0", WORDS) == pytest.approx(10.1)  # the others keep theirs
+    cycle.started(["0_1"], now=10.02, interval_s=0.1)  # a round of its own within the cycle
+    assert cycle.due("0_1", [("words", 1)]) == pytest.approx(10.1)
+    assert cycle.due("0_0", WORDS) == pytest.approx(10.1)

@@ -43,6 +43,11 @@ class CommitCycle:
     cycle, so a cycle holds at most one round more than the topology has levels; in a steady
     flow a task fed by the runner's own output has nothing waiting when a cycle starts and
     commits once per cycle, in its follow-up: a commit interval apart, as in Kafka Streams.
+
+    A task that has just started running here (taken over from another runner, promoted, or
+    restored: `joined`) takes its first round as soon as its records are fetched, without
+    waiting for the next cycle: its records have waited since its last owner's last round, a
+    hand-over's whole pause, and a commit interval more would only add to it.
     """
 
     def __init__(self) -> None:
@@ -54,15 +59,25 @@ class CommitCycle:
         #: what the last round committed: the next round first waits for the poller to fetch the
         #: part of it this runner reads
         self.last_output = RoundOutput({}, 0.0)
+        #: tasks that started running and have had no round yet
+        self._joined: set[str] = set()
+
+    def joined(self, task: str) -> None:
+        """`task` started running here: its first round is due at once."""
+        self._joined.add(task)
 
     def due(self, task: str, tps: Iterable[TopicPartition]) -> float:
         """When `task` (reading `tps`) may next take a round, if its records wait."""
+        if task in self._joined:
+            return 0.0
         if self._fetched and task not in self._followed and not self._fetched.isdisjoint(tps):
             return 0.0
         return self.due_at
 
     def started(self, tasks: Iterable[str], now: float, interval_s: float) -> None:
         """A round of `tasks` started at `now`: a new cycle if the last one is over, else a follow-up."""
+        tasks = list(tasks)
+        self._joined.difference_update(tasks)
         if now >= self.due_at:
             self.due_at = now + interval_s
             self._followed = set()

@@ -235,6 +235,8 @@ class ContinuousLoop:
                 positions = self.runner.positions(task)
                 if positions is not None and task not in busy:
                     poller.ensure({tp: positions[tp] for tp in tps})
+                    if task not in self._fetching:  # started running: taken over, promoted or restored
+                        self._cycle.joined(task)
                     running[task] = tps
                     continue
             if task not in busy and tasks.due.setdefault(task, now) <= now:  # open, restore, tail: each commit interval
