@@ -78,7 +78,7 @@ class ContinuousLoop:
         self.runner = runner
         self._tasks = TaskExecutionMetadata()
         #: the work the driver gave, what was released, and what came of it
-        self.assignment = ContinuousAssignment(on_new_generation=self._tasks.clear_back_offs)
+        self.assignment = ContinuousAssignment(on_new_generation=self._tasks.new_generation)
         self._poller: InputPoller | None = None
         self._pool: ThreadPoolExecutor | None = None
         #: the running actives whose input partitions the poller fetched in the last round

@@ -35,9 +35,11 @@ class TaskExecutionMetadata:
         """`task` failed: it is not run for `RETRY_AFTER_S` (unless a new generation comes)."""
         self.backed_off[task] = time.monotonic() + RETRY_AFTER_S
 
-    def clear_back_offs(self) -> None:
-        """A new generation: every task may run at once."""
+    def new_generation(self) -> None:
+        """A new generation: every task may run at once, a standby it promotes too (its next tail
+        was up to a commit interval away: that long more of a hand-over's pause)."""
         self.backed_off.clear()
+        self.due.clear()
 
     def busy(self) -> set[str]:
         """The tasks whose step has not finished (the finished ones forgotten)."""
