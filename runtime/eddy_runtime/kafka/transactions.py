@@ -37,6 +37,7 @@ from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.kafka.commit_types import CommitFailed, CommitPart, KafkaCommit, PlannedPositions, TaskFenced
 from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.kafka.record_collector import ChangelogBatches, OutputRecord, RecordCollector, SentRecords
+from eddy_runtime.kafka.shared_clients import positions_reader
 from eddy_runtime.kafka.transactional_ids import transactional_id
 
 __all__ = [
@@ -116,10 +117,12 @@ class TaskCommitter:
                                                                     **(producer_overrides or {})))
                            if self._read_only is None else None)
         # Reads the group's committed positions (and, at-least-once, commits them): the same
-        # brokers, settings and credentials as every other client of the app.
-        self._consumer = kafka_client.consumer(
-            kafka, {"group.id": self.group_id, "enable.auto.commit": False, "client.id": f"{app}-{task_id}-committer"}
-        )
+        # brokers, settings and credentials as every other client of the app. One that only reads
+        # them (a task taken over reads them at once) shares the process's (kafka/shared_clients.py).
+        self._shared = positions_reader(kafka, self.group_id, app) if self._read_only is not None else None
+        self._consumer = (self._shared.consumer if self._shared is not None
+                          else kafka_client.consumer(kafka, {"group.id": self.group_id, "enable.auto.commit": False,
+                                                             "client.id": f"{app}-{task_id}-committer"}))
         self._unusable: str | None = None
         if guarantee == ProcessingGuarantee.EXACTLY_ONCE and fence:
             # Fences any zombie with this transactional.id and aborts its open transaction, so
@@ -392,7 +395,10 @@ class TaskCommitter:
             if self._collector is not None and self._collector.producer is not None:
                 self._producer.flush(self._timeout)
         finally:
-            self._consumer.close()
+            if self._shared is not None:
+                self._shared.close()
+            else:
+                self._consumer.close()
             if self._collector is not None:
                 self._collector.producer = None
             self._unusable = "closed"

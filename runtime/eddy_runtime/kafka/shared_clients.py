@@ -1,0 +1,65 @@
+"""Consumers the tasks of a process share for one-off reads: the group's committed positions of a
+task taken over (`positions_reader`).
+
+A task that opens made its own clients for these, and a new client first connects and finds its
+group's coordinator: 30-150 ms of every hand-over's pause on a loaded machine
+(bench/handover.py). One consumer per Kafka settings, group and purpose serves every task of the
+process that holds a handle on it (librdkafka's calls are safe from any thread, and none of these
+consumers is assigned or subscribed); the last handle closed closes it, so a process that runs
+many apps one after the other (a test session) keeps none of theirs.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from eddy_runtime.kafka import client as kafka_client
+from eddy_runtime.kafka.client import KafkaClientConfig
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
+
+__all__ = ["SharedConsumer", "positions_reader"]
+
+_lock = threading.Lock()
+#: key -> the consumer and how many handles hold it
+_shared: dict[tuple[str, KafkaClientConfig, str], tuple[Consumer, int]] = {}
+
+
+class SharedConsumer:
+    """A handle on the process's consumer for `purpose` (with `settings`, which are the same for
+    every handle of that purpose): `close` lets go of it."""
+
+    def __init__(self, purpose: str, kafka: KafkaClientConfig | str, group_id: str,
+                 settings: dict[str, object]) -> None:
+        self._key = (purpose, KafkaClientConfig.of(kafka), group_id)
+        with _lock:
+            consumer, users = _shared.get(self._key, (None, 0))
+            if consumer is None:
+                consumer = kafka_client.consumer(self._key[1], {"group.id": group_id, "enable.auto.commit": False,
+                                                                **settings})
+            _shared[self._key] = (consumer, users + 1)
+        self.consumer: Consumer = consumer
+        self._closed = False
+
+    def close(self) -> None:
+        with _lock:
+            if self._closed:
+                return
+            self._closed = True
+            consumer, users = _shared[self._key]
+            if users > 1:
+                _shared[self._key] = (consumer, users - 1)
+                return
+            del _shared[self._key]
+        consumer.close()
+
+
+def positions_reader(kafka: KafkaClientConfig | str, group_id: str, app: str) -> SharedConsumer:
+    """The process's consumer that reads `group_id`'s committed positions. Right after a task's
+    last owner committed, the coordinator may still hold its offsets as pending (the markers are
+    written after the commit returns) and answer UNSTABLE_OFFSET_COMMIT; the fetch is retried
+    after retry.backoff.ms, 10 ms here rather than librdkafka's 100."""
+    return SharedConsumer("positions", kafka, group_id, {"client.id": f"{app}-positions", "retry.backoff.ms": 10})
+
