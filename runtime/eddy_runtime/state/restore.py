@@ -33,7 +33,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from eddy_runtime.kafka.record_collector import input_offsets_in
 from eddy_runtime.state.changelog import ChangelogTopicMissing
@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 _KAFKA_TIMEOUT_S = 30.0
 _STALL_CHECK_S = 10.0
+#: near a changelog's end, how long one read waits for records before the markers are looked at
+_NEAR_END_POLL_S = 0.005
 
 
 def restore_consumer_settings(app: str, task_id: str) -> dict[str, object]:
@@ -66,15 +68,10 @@ def restore_consumer_settings(app: str, task_id: str) -> dict[str, object]:
         # An offset out of range is reported, never silently reset: a restore from the wrong
         # place corrupts the store, so the reader decides (wipe and restore from scratch).
         "auto.offset.reset": "error",
-        # A task runner restores several tasks at once, a chunk of each in turn, each reader with
-        # a consumer of its own that fetches ahead while the others read; librdkafka's queue
-        # limits count payload, not its per-message overhead, which small compressed changelog
-        # records multiply (16 MB fetches: four 2.5M-key restores held 2.7 GB, and the runner
-        # was killed by its pod's memory limit in a loop). So the queue ahead is kept short:
-        # small fetches, issued as soon as fewer than queued.min.messages wait. librdkafka
-        # postpones the next fetch by fetch.queue.backoff.ms (1 s by default) whenever it finds
-        # the queue above that mark, which drains in a few ms here: left at 1 s it halved one
-        # restore's speed. docs/DESIGN.md, "Figures behind settings in the code".
+        # A short queue ahead per reader (several restore at once; librdkafka's queue limits count
+        # payload, not the overhead small records multiply: 16 MB fetches held 2.7 GB), refilled
+        # 10 ms after it is found full, not 1 s: docs/DESIGN.md, "A runner's restores in bounded
+        # memory".
         "fetch.max.bytes": 16 << 20,
         "max.partition.fetch.bytes": 512 << 10,
         "queued.min.messages": 50_000,
@@ -100,6 +97,8 @@ class _Target:
         self.started = time.monotonic()
         self.done = True
         self.assigned = False
+        #: the broker's metadata showed its partition (`StoreChangelogReader._check_exists`)
+        self.verified = False
 
     @property
     def tp(self) -> TopicPartition:
@@ -165,15 +164,28 @@ class StoreChangelogReader:
         return self.progress()
 
     def _watermarks(self, t: _Target) -> tuple[int, int]:
+        """The partition's low watermark and last stable offset. Its metadata is asked for once, and
+        again only if they cannot be read: per plan and tail it cost 20-90 ms (bench/handover.py)."""
+        if not t.verified:
+            self._check_exists(t)
+        try:
+            low, high = self._consumer.get_watermark_offsets(t.tp, timeout=_KAFKA_TIMEOUT_S)
+        except KafkaException:
+            self._check_exists(t)  # deleted under us: say so
+            raise
+        return low, high
+
+    def _check_exists(self, t: _Target) -> None:
+        """ChangelogTopicMissing unless the broker knows `t`'s partition."""
         md = self._consumer.list_topics(topic=t.topic, timeout=_KAFKA_TIMEOUT_S)
         tmd = md.topics.get(t.topic)
         if tmd is None or tmd.error is not None or t.partition not in tmd.partitions:
+            t.verified = False
             raise ChangelogTopicMissing(
                 f"{self._ctx}: changelog {t.topic} partition {t.partition} of store {t.store.spec.name} "
                 f"does not exist; run the app's topic setup (ensure_changelog_topics) first"
             )
-        low, high = self._consumer.get_watermark_offsets(t.tp, timeout=_KAFKA_TIMEOUT_S)
-        return low, high
+        t.verified = True
 
     def _plan(self, t: _Target) -> None:
         low, high = self._watermarks(t)
@@ -254,13 +266,14 @@ class StoreChangelogReader:
             if left <= 0:
                 break
             # consume() waits until it has num_messages or the timeout passes, so near the end
-            # ask for no more than may be left (offsets left, plus the end-of-partition event):
-            # a delta that is only a transaction marker then returns at once, not after a timeout.
+            # ask for no more than may be left, and briefly: a delta that is only the marker after
+            # the last record hands out nothing (end-of-partition comes a fetch.wait.max.ms later),
+            # and `_skip_markers` sees it passed once fetched (not 50-100 ms later: bench/handover.py).
             near = self._offsets_left()
             if near >= self._batch_size:
                 msgs = consume(min(budget, self._batch_size), timeout=min(left, 0.5))
             else:
-                msgs = consume(max(1, min(budget, near)), timeout=min(left, 0.05))
+                msgs = consume(max(1, min(budget, near)), timeout=min(left, _NEAR_END_POLL_S))
             if msgs:
                 budget -= self._dispatch(msgs)
             moved = near < self._batch_size and self._skip_markers()
@@ -274,7 +287,7 @@ class StoreChangelogReader:
                 self._last_progress = time.monotonic()
                 for t in self._targets.values():
                     if not t.done:
-                        self._watermarks(t)
+                        self._check_exists(t)
         self._finish_done_targets()
         return self.progress()
 
