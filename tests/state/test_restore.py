@@ -158,6 +158,38 @@ def test_compacted_changelog_is_restored_exactly(state_app: StateApp, kafka) -> 
         assert store_contents(mgr) == expected
 
 
+def test_an_active_restores_what_a_transaction_still_completing_wrote(state_app: StateApp) -> None:
+    """A task taken over right after its last owner's commit: the commit has returned, but the
+    broker writes its markers after that, so for a moment the changelog's last stable offset is
+    still before the transaction. The new owner restores to what was written, waiting for the
+    transaction to complete, not to the stable offset (its committed input positions, read next,
+    already count the transaction)."""
+    from confluent_kafka import Producer
+
+    state_app.ensure_changelogs()
+    first = [(b"k%03d" % i, b"first-%d" % i) for i in range(50)]
+    produce(state_app.bootstrap, state_app.changelog(), first, partition=0,
+            transactional_id=f"{state_app.name}-writer", per_transaction=50)
+    last = [(b"k%03d" % i, b"last-%d" % i) for i in range(25, 75)]
+    owner = Producer({"bootstrap.servers": state_app.bootstrap, "transactional.id": f"{state_app.name}-owner",
+                      "enable.idempotence": True})
+    owner.init_transactions(30)
+    owner.begin_transaction()
+    for k, v in last:
+        owner.produce(state_app.changelog(), v, k, partition=0)
+    assert owner.flush(30) == 0
+    with open_task(state_app) as task:
+        mgr = task.state
+        mgr.restore_chunk(max_seconds=1.0)
+        assert not mgr.restored, "restored to the stable offset, before the transaction's records"
+        owner.commit_transaction(30)
+        deadline = time.monotonic() + 30
+        while not mgr.restored:
+            assert time.monotonic() < deadline, "the restore did not finish once the transaction completed"
+            mgr.restore_chunk(max_seconds=0.5)
+        assert store_contents(mgr) == last_value_per_key(first + last)
+
+
 def test_empty_changelog_restores_nothing_and_is_done_at_once(state_app: StateApp) -> None:
     state_app.ensure_changelogs()
     with open_task(state_app) as task:

@@ -1,5 +1,6 @@
 """Consumers the tasks of a process share for one-off reads: the group's committed positions of a
-task taken over (`positions_reader`).
+task taken over (`positions_reader`), and how far a changelog partition was written
+(`written_ends`).
 
 A task that opens made its own clients for these, and a new client first connects and finds its
 group's coordinator: 30-150 ms of every hand-over's pause on a loaded machine
@@ -18,9 +19,12 @@ from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer
+    from confluent_kafka import Consumer, TopicPartition
 
-__all__ = ["SharedConsumer", "positions_reader"]
+__all__ = ["SharedConsumer", "positions_reader", "written_ends"]
+
+#: how long a one-off read waits for the broker
+_TIMEOUT_S = 30.0
 
 _lock = threading.Lock()
 #: key -> the consumer and how many handles hold it
@@ -63,3 +67,18 @@ def positions_reader(kafka: KafkaClientConfig | str, group_id: str, app: str) ->
     after retry.backoff.ms, 10 ms here rather than librdkafka's 100."""
     return SharedConsumer("positions", kafka, group_id, {"client.id": f"{app}-positions", "retry.backoff.ms": 10})
 
+
+def written_ends(kafka: KafkaClientConfig | str, app: str) -> SharedConsumer:
+    """The process's consumer that reads how far partitions of `app` were written (`written_end`)."""
+    return SharedConsumer("ends", kafka, f"{app}-restore", {"client.id": f"{app}-ends",
+                                                            "isolation.level": "read_uncommitted"})
+
+
+def written_end(ends: SharedConsumer, tp: TopicPartition) -> int:
+    """The offset after the last record written to `tp`, committed or not (its high watermark,
+    where a read_committed client sees the last stable offset): what an active restores up to. A
+    transaction whose commit has returned may not be stable yet (its markers are written after),
+    and its records are part of the task's state: the new owner's committed input positions,
+    read next, already count them. Reading read_committed up to here waits for its markers."""
+    _, high = ends.consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False)
+    return int(high)

@@ -15,6 +15,7 @@ which restores only what the standby had not applied yet (docs/DESIGN.md, "Vocab
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -26,6 +27,7 @@ from confluent_kafka import Consumer
 
 from eddy_contract.tasks import Role, TaskId
 from eddy_runtime.kafka import client as kafka_client
+from eddy_runtime.kafka import shared_clients
 from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.kafka.transactions import KafkaCommit
@@ -140,6 +142,8 @@ class ProcessorStateManager:
         self._closed = False
         self.stores: dict[str, StateStore] = {}
         self._consumer: Consumer | None = None
+        #: the process's reader of how far the changelogs were written (kafka/shared_clients.py)
+        self._ends: shared_clients.SharedConsumer | None = None
         self._reader: StoreChangelogReader | None = None
         self._standby: StandbyUpdater | None = None
         self._progress = TaskRestoreProgress(())
@@ -148,7 +152,10 @@ class ProcessorStateManager:
                 self.stores[spec.name] = open_store(spec, task_dir.store_path(spec.name))
             if any(s.logged for s in specs):
                 self._consumer = kafka_client.consumer(kafka, restore_consumer_settings(app, task_id))
-                self._reader = StoreChangelogReader(self._consumer, wipe=self._wipe_store, context=self._ctx)
+                self._ends = shared_clients.written_ends(kafka, app)
+                self._reader = StoreChangelogReader(
+                    self._consumer, wipe=self._wipe_store, context=self._ctx,
+                    written_end=functools.partial(shared_clients.written_end, self._ends))
                 for spec in specs:
                     if spec.logged:
                         self._reader.register(self.stores[spec.name], self.changelog_topic(spec.name), partition)
@@ -418,4 +425,7 @@ class ProcessorStateManager:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        if self._ends is not None:
+            self._ends.close()
+            self._ends = None
         self._lock.release()

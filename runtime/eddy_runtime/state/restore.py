@@ -131,11 +131,14 @@ class StoreChangelogReader:
         consumer: Consumer,
         *,
         wipe: Callable[[str], StateStore],
+        written_end: Callable[[TopicPartition], int] | None = None,
         batch_size: int = 5_000,
         context: str = "",
     ) -> None:
         self._consumer = consumer
         self._wipe = wipe
+        #: a partition's end, transactions not yet stable included (kafka/shared_clients.py)
+        self._written_end = written_end
         self._batch_size = batch_size
         self._ctx = context
         self._targets: dict[str, _Target] = {}  # by topic
@@ -189,6 +192,8 @@ class StoreChangelogReader:
 
     def _plan(self, t: _Target) -> None:
         low, high = self._watermarks(t)
+        if not self.tail and self._written_end is not None:  # what the last owner wrote, stable yet or not
+            high = max(high, self._written_end(t.tp))
         local = t.store.offsets.changelog_offset
         if local is not None and (local + 1 > high or local + 1 < low):
             where = "beyond the changelog's end" if local + 1 > high else "below the changelog's start"
