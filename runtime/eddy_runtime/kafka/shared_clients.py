@@ -69,16 +69,17 @@ def positions_reader(kafka: KafkaClientConfig | str, group_id: str, app: str) ->
 
 
 def written_ends(kafka: KafkaClientConfig | str, app: str) -> SharedConsumer:
-    """The process's consumer that reads how far partitions of `app` were written (`written_end`)."""
+    """The process's consumer that reads how far partitions of `app` were written (`written_watermarks`)."""
     return SharedConsumer("ends", kafka, f"{app}-restore", {"client.id": f"{app}-ends",
                                                             "isolation.level": "read_uncommitted"})
 
 
-def written_end(ends: SharedConsumer, tp: TopicPartition) -> int:
-    """The offset after the last record written to `tp`, committed or not (its high watermark,
-    where a read_committed client sees the last stable offset): what an active restores up to. A
-    transaction whose commit has returned may not be stable yet (its markers are written after),
-    and its records are part of the task's state: the new owner's committed input positions,
-    read next, already count them. Reading read_committed up to here waits for its markers."""
-    _, high = ends.consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False)
-    return int(high)
+def written_watermarks(ends: SharedConsumer, tp: TopicPartition) -> tuple[int, int]:
+    """`tp`'s low watermark and the offset after the last record written to it, committed or not
+    (its high watermark, where a read_committed client sees the last stable offset): what an
+    active restores up to. A transaction whose commit has returned may not be stable yet (its
+    markers are written after), and its records are part of the task's state: the new owner's
+    committed input positions, read next, already count them. Reading read_committed up to here
+    waits for its markers."""
+    low, high = ends.consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False)
+    return int(low), int(high)

@@ -155,7 +155,7 @@ class ProcessorStateManager:
                 self._ends = shared_clients.written_ends(kafka, app)
                 self._reader = StoreChangelogReader(
                     self._consumer, wipe=self._wipe_store, context=self._ctx,
-                    written_end=functools.partial(shared_clients.written_end, self._ends))
+                    written_watermarks=functools.partial(shared_clients.written_watermarks, self._ends))
                 for spec in specs:
                     if spec.logged:
                         self._reader.register(self.stores[spec.name], self.changelog_topic(spec.name), partition)

@@ -131,14 +131,14 @@ class StoreChangelogReader:
         consumer: Consumer,
         *,
         wipe: Callable[[str], StateStore],
-        written_end: Callable[[TopicPartition], int] | None = None,
+        written_watermarks: Callable[[TopicPartition], tuple[int, int]] | None = None,
         batch_size: int = 5_000,
         context: str = "",
     ) -> None:
         self._consumer = consumer
         self._wipe = wipe
-        #: a partition's end, transactions not yet stable included (kafka/shared_clients.py)
-        self._written_end = written_end
+        #: a partition's watermarks, transactions not yet stable included (kafka/shared_clients.py)
+        self._written_watermarks = written_watermarks
         self._batch_size = batch_size
         self._ctx = context
         self._targets: dict[str, _Target] = {}  # by topic
@@ -166,12 +166,15 @@ class StoreChangelogReader:
                     t.assigned = True
         return self.progress()
 
-    def _watermarks(self, t: _Target) -> tuple[int, int]:
-        """The partition's low watermark and last stable offset. Its metadata is asked for once, and
-        again only if they cannot be read: per plan and tail it cost 20-90 ms (bench/handover.py)."""
+    def _watermarks(self, t: _Target, written: bool = False) -> tuple[int, int]:
+        """The partition's low watermark and last stable offset (`written`: what was written, stable
+        yet or not). Its metadata is asked for once, and again only if they cannot be read: per plan
+        and tail it cost 20-90 ms (bench/handover.py)."""
         if not t.verified:
             self._check_exists(t)
         try:
+            if written and self._written_watermarks is not None:
+                return self._written_watermarks(t.tp)
             low, high = self._consumer.get_watermark_offsets(t.tp, timeout=_KAFKA_TIMEOUT_S)
         except KafkaException:
             self._check_exists(t)  # deleted under us: say so
@@ -191,9 +194,7 @@ class StoreChangelogReader:
         t.verified = True
 
     def _plan(self, t: _Target) -> None:
-        low, high = self._watermarks(t)
-        if not self.tail and self._written_end is not None:  # what the last owner wrote, stable yet or not
-            high = max(high, self._written_end(t.tp))
+        low, high = self._watermarks(t, written=not self.tail)  # an active: what its last owner wrote
         local = t.store.offsets.changelog_offset
         if local is not None and (local + 1 > high or local + 1 < low):
             where = "beyond the changelog's end" if local + 1 > high else "below the changelog's start"
