@@ -156,13 +156,7 @@ def run_once(args: argparse.Namespace, bootstrap: str, work_dir: Path, words: Se
             state = read_state(channel)
         current = first_assignment(state)
         publish(channel, app, current, state, "bench: first assignment")
-        for i in range(1, tp.WARMUP_RECORDS + 1):  # one at a time, each counted before the next
-            producer.produce(source, tp.WARMUP_WORD)
-            producer.flush(10)
-            while warm.value < i:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the warm-up record {i} was not counted")
-                time.sleep(0.05)
+        tp.warm_up(producer, source, warm, lambda: proc.poll() is None, deadline)
         tp.say(f"handover: warm-up counted; {args.rate:g} records/s, a move every {args.every:g} s after "
                f"{args.settle:g} s")
         start = time.time()
@@ -218,7 +212,7 @@ def run_once(args: argparse.Namespace, bootstrap: str, work_dir: Path, words: Se
     latest: dict[bytes, int] = {}
     for word, count, _ in seen:
         if count <= latest.get(word, 0):
-            result.wrong.append(f"{word!r}: {count} after {latest[word]}")
+            result.wrong.append(f"{word!r}: {count} after {latest.get(word, 0)}")
         latest[word] = count
     result.wrong += tp.count_errors(expected, latest)
     if missing := sum(1 for x in lat if math.isnan(x)):

@@ -714,6 +714,18 @@ class Latency:
     error: str | None = None
 
 
+def warm_up(producer: Any, topic: str, warm: Any, alive: Callable[[], bool], deadline: float) -> None:
+    """One warm-up record at a time, each counted (`warm`, the observer's count of it) before the
+    next: the app's start-up, assignment and first batch are behind it."""
+    for i in range(1, WARMUP_RECORDS + 1):
+        producer.produce(topic, WARMUP_WORD)
+        producer.flush(10)
+        while warm.value < i:
+            if not alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the warm-up record {i} was not counted")
+            time.sleep(0.05)
+
+
 def run_latency(system: str, settings: Settings, words: Sequence[bytes], rate: float, settle_s: float = 0.0
                 ) -> Latency:
     """Send `words` at `rate`; the latencies of those sent in the first `settle_s` seconds are not
@@ -737,15 +749,7 @@ def run_latency(system: str, settings: Settings, words: Sequence[bytes], rate: f
     producer = Producer({"bootstrap.servers": settings.bootstrap, "linger.ms": 1})
     sent: list[tuple[bytes, int]] = []
     try:
-        # Warm-up: one record at a time, each counted before the next (start-up, assignment, first batch).
-        deadline = time.monotonic() + settings.timeout_s
-        for i in range(1, WARMUP_RECORDS + 1):
-            producer.produce(input_topic, WARMUP_WORD)
-            producer.flush(10)
-            while warm.value < i:
-                if not run.alive() or time.monotonic() > deadline:
-                    raise RuntimeError(f"the warm-up record {i} was not counted")
-                time.sleep(0.05)
+        warm_up(producer, input_topic, warm, run.alive, time.monotonic() + settings.timeout_s)
         say(f"{system}: warm-up counted; producing")
         # Paced: every millisecond or so, send what is due by now; each record's timestamp is its send time.
         start = time.time()
