@@ -5,6 +5,8 @@
 
 PY      := .venv/bin/python
 PYTEST  := $(PY) -m pytest
+# each test lane's JUnit report, for infra/test_failures.py
+REPORTS := .cache/test-reports
 export EDDY_CACHE ?= $(CURDIR)/.cache
 
 .PHONY: setup setup-go setup-control-plane setup-node setup-go-meanwhile setup-fetched setup-python setup-images setup-images-meanwhile test test-before-e2e test-apps test-kafka-only test-on-control-plane test-unit test-properties test-integration test-e2e lint demo bench-failover bench-autoscale chaos clean-cache
@@ -56,10 +58,12 @@ timed = @start=$$(date +%s); $(1) && echo "setup: $(1): $$(( $$(date +%s) - star
 #     binaries (it waits for the build under way), then the image's once `image.sh build` has it;
 #   - the Go builds (~20 min of both cores from an empty Go cache) and
 #   - the node's Debian packages and the images, both at nice 19, on what the tests leave idle.
-# The e2e stage starts once every lane has ended.
+# The e2e stage starts once every lane has ended. A failed stage ends with the names of the tests
+# that failed, from each lane's JUnit report (infra/test_failures.py): a CI log keeps the tail.
 test:
-	@$(MAKE) --no-print-directory -j5 -Oline test-before-e2e
-	@$(MAKE) --no-print-directory test-e2e
+	@rm -rf $(REPORTS)
+	@$(MAKE) --no-print-directory -j5 -Oline test-before-e2e || { python3 infra/test_failures.py $(REPORTS); exit 1; }
+	@$(MAKE) --no-print-directory test-e2e || { python3 infra/test_failures.py $(REPORTS); exit 1; }
 
 test-before-e2e: test-apps test-kafka-only test-on-control-plane setup-go-meanwhile setup-images-meanwhile
 
@@ -71,17 +75,18 @@ test-apps: setup-python
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory test-properties
 	$(PYTEST) -m "integration and not control_plane and not image" -q --durations=20 \
-		$(addprefix --ignore=,$(KAFKA_ONLY_TESTS))
+		--junitxml=$(REPORTS)/apps.xml $(addprefix --ignore=,$(KAFKA_ONLY_TESTS))
 
 test-kafka-only: setup-python
-	$(PYTEST) -m "integration and not control_plane and not image" -q --durations=10 $(KAFKA_ONLY_TESTS)
+	$(PYTEST) -m "integration and not control_plane and not image" -q --durations=10 \
+		--junitxml=$(REPORTS)/kafka-only.xml $(KAFKA_ONLY_TESTS)
 
 # (niced: if it comes first, the build it waits for is its own)
 test-on-control-plane: setup-python
 	@nice -n 19 $(MAKE) --no-print-directory setup-control-plane
-	$(PYTEST) -m "integration and control_plane" -q --durations=10
+	$(PYTEST) -m "integration and control_plane" -q --durations=10 --junitxml=$(REPORTS)/control-plane.xml
 	@nice -n 19 $(MAKE) --no-print-directory setup-images
-	$(PYTEST) -m "integration and image" -q
+	$(PYTEST) -m "integration and image" -q --junitxml=$(REPORTS)/image.xml
 
 setup-go-meanwhile:
 	@nice -n 19 $(MAKE) --no-print-directory setup-go
@@ -97,11 +102,11 @@ lint:
 	$(PY) -m mypy infra/lint
 
 test-unit:
-	$(PYTEST) -m unit -q
+	$(PYTEST) -m unit -q --junitxml=$(REPORTS)/unit.xml
 
 # The assignor's property tests again, with 400 examples each (tests/contract/conftest.py).
 test-properties:
-	EDDY_HYPOTHESIS_PROFILE=thorough $(PYTEST) -m unit -q tests/contract
+	EDDY_HYPOTHESIS_PROFILE=thorough $(PYTEST) -m unit -q tests/contract --junitxml=$(REPORTS)/properties.xml
 
 # The slowest tests are listed at the end, so that a CI log shows where the stage's time went.
 test-integration:
@@ -110,7 +115,7 @@ test-integration:
 # The slow end-to-end tests live in e2e/ and run in a stage of their own, on a real one-node
 # cluster inside a network namespace of their own (pod and Service addresses never leave it).
 test-e2e:
-	infra/cluster/netns.sh $(PYTEST) e2e -m e2e -q --durations=13
+	infra/cluster/netns.sh $(PYTEST) e2e -m e2e -q --durations=13 --junitxml=$(REPORTS)/e2e.xml
 
 # Failover figures on real pods (bench/failover_pods.py): several minutes.
 bench-failover: setup
