@@ -393,7 +393,9 @@ class DriverPodDeleted(EddyChange):
         self.c.node.kubectl("-n", self.namespace, "delete", "pod", builders.driver_pod_name(APP), "--wait=false")
         marks.step("driver pod deleted")
         since = self.wait_new_driver(marks, old.metadata.uid)
+        marks.phases.append(("no driver", marks.started_ms, since))
         self.wait_holds_every_task(marks, since)
+        marks.phases.append(("the new driver's start", since, marks.done_ms))
 
 
 class CompatibleImageUpgrade(EddyChange):

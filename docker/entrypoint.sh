@@ -20,10 +20,17 @@ case "${1:-}" in
     # (flushing RocksDB's memtables to the volume) within the pod's grace period. Without it, the
     # runner closes when its JVM ends, and the container waits for that.
     #
-    # A JVM started while the runner processes (after the first) runs at a lower CPU priority: its
-    # start (class loading, JIT) would otherwise take half of the pod's CPU share from the runner,
-    # which keeps processing meanwhile (the pod's share against other pods is its request's).
+    # A JVM started while the runner processes (after the first) runs at the lowest CPU priority:
+    # its start (class loading, JIT) would otherwise take much of the pod's CPU share from the
+    # runner, which keeps processing meanwhile (the pod's share against other pods is its
+    # request's). Niceness weighs each thread, and a starting JVM runs a score of them: at 10 the
+    # JVM still took two thirds of the pod's CPU from the runner (bench/upgrade.py, "driver pod
+    # deleted"); at 19 it takes what the runner leaves.
     runner='eddy_runtime[.]executor[.]runner'
+    # SPARK_DRIVER_URL is spark://CoarseGrainedScheduler@HOST:PORT (the driver's Service: the same
+    # address for every driver of the app)
+    driver_address=${SPARK_DRIVER_URL##*@}
+    driver_listens() { timeout 1 bash -c "exec 3<>/dev/tcp/${driver_address%:*}/${driver_address##*:}" 2>/dev/null; }
     stopping=0
     niceness=0
     trap 'stopping=1; kill -TERM "$jvm" 2>/dev/null || true' TERM INT
@@ -59,9 +66,14 @@ case "${1:-}" in
           ! pgrep -f "$runner" >/dev/null; then
         break
       fi
-      echo "executor JVM ended ($status); the task runner goes on, and a new JVM registers with the driver" >&2
-      niceness=10
+      echo "executor JVM ended ($status); the task runner goes on, and a new JVM registers with the next driver" >&2
+      niceness=19
       sleep 2
+      # Not before the next driver listens: a JVM started earlier fails to reach it and ends, and one
+      # such start every few seconds (class loading, JIT: a core-second or more each) took a core of
+      # the node from the runners all through a driver restart (bench/upgrade.py, "driver pod deleted").
+      until [ "$stopping" = 1 ] || driver_listens; do sleep 0.5; done
+      if [ "$stopping" = 1 ]; then break; fi
     done
     if [ "${EDDY_RUNNER_OUTLIVES_EXECUTOR:-}" = 1 ]; then  # it does not watch the JVM: told to close
       pkill -TERM -f "$runner" 2>/dev/null || true

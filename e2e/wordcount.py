@@ -327,13 +327,16 @@ class WordCount:
 
     def close(self, folder: Path) -> None:
         """Stop watching; keep both channel histories, the driver's log (and its container's before,
-        if it restarted) and the namespace's Events in `folder`."""
+        if it restarted), each executor pod's and the namespace's Events in `folder`."""
         self.channel.close()
         self.channel.save(folder)
         (folder / "driver.log").write_text(self.driver_log(tail=2000))
         if previous := self.kubectl("logs", builders.driver_pod_name(APP), "--previous", "--tail", "2000",
                                     check=False):
             (folder / "driver-previous.log").write_text(previous)
+        for pod in self.executor_pods():
+            name = pod.metadata.name
+            (folder / f"{name}.log").write_text(self.kubectl("logs", name, "--tail", "2000", check=False))
         (folder / "events.txt").write_text(self.kubectl("get", "events", "--sort-by=.lastTimestamp", check=False))
 
     @contextlib.contextmanager
