@@ -28,9 +28,13 @@ case "${1:-}" in
     # deleted"); at 19 it takes what the runner leaves.
     runner='eddy_runtime[.]executor[.]runner'
     # SPARK_DRIVER_URL is spark://CoarseGrainedScheduler@HOST:PORT (the driver's Service: the same
-    # address for every driver of the app)
+    # address for every driver of the app). A driver's RPC port opens long before its scheduler
+    # takes registrations (a JVM that comes then fails, and ends); its block manager's port
+    # (EDDY_DRIVER_READY_PORT, from the operator) opens only after (Spark's SparkContext starts its
+    # task scheduler, then its block manager).
     driver_address=${SPARK_DRIVER_URL##*@}
-    driver_listens() { timeout 1 bash -c "exec 3<>/dev/tcp/${driver_address%:*}/${driver_address##*:}" 2>/dev/null; }
+    driver_host=${driver_address%:*} driver_ready_port=${EDDY_DRIVER_READY_PORT:-${driver_address##*:}}
+    driver_listens() { timeout 1 bash -c "exec 3<>/dev/tcp/$driver_host/$driver_ready_port" 2>/dev/null; }
     stopping=0
     niceness=0
     trap 'stopping=1; kill -TERM "$jvm" 2>/dev/null || true' TERM INT
@@ -69,9 +73,10 @@ case "${1:-}" in
       echo "executor JVM ended ($status); the task runner goes on, and a new JVM registers with the next driver" >&2
       niceness=19
       sleep 2
-      # Not before the next driver listens: a JVM started earlier fails to reach it and ends, and one
-      # such start every few seconds (class loading, JIT: a core-second or more each) took a core of
-      # the node from the runners all through a driver restart (bench/upgrade.py, "driver pod deleted").
+      # Not before the next driver takes registrations: a JVM started earlier fails to register and
+      # ends, and one such start every few seconds (class loading, JIT: a core-second or more each)
+      # took a core of the node from the runners all through a driver restart (bench/upgrade.py,
+      # "driver pod deleted").
       until [ "$stopping" = 1 ] || driver_listens; do sleep 0.5; done
       if [ "$stopping" = 1 ]; then break; fi
     done

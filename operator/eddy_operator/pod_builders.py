@@ -159,8 +159,11 @@ def build_executor_pod_template(spec: StreamAppSpec) -> dict[str, Any]:
             {
                 "name": EXECUTOR_CONTAINER,
                 "ports": [{"name": "metrics", "containerPort": spec.metrics_port}],
-                # the task runner outlives the executor JVM and the driver (docker/entrypoint.sh)
-                "env": [*_common_env(spec), {"name": "EDDY_RUNNER_OUTLIVES_EXECUTOR", "value": "1"}],
+                # the task runner outlives the executor JVM and the driver; a JVM started again
+                # waits for the next driver's block manager port, open once its scheduler takes
+                # registrations (docker/entrypoint.sh)
+                "env": [*_common_env(spec), {"name": "EDDY_RUNNER_OUTLIVES_EXECUTOR", "value": "1"},
+                        {"name": "EDDY_DRIVER_READY_PORT", "value": str(BLOCK_MANAGER_PORT)}],
                 # Ready once its task runner's copies are warm (eddy_runtime.executor.runner's
                 # READY_PATH): a rolling upgrade replaces the next pod only then (eddy_operator.rollout),
                 # and the disruption budget counts a cold executor as unavailable.

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from eddy_contract.driver_jvm import DRIVER_JAVA_OPTIONS
+from eddy_contract.driver_jvm import DRIVER_JAVA_OPTIONS, EXECUTOR_JAVA_OPTIONS
 from eddy_contract.spec import API_VERSION, KIND, StreamAppSpec
 from eddy_contract.upgrade import IN_PLACE_FIELDS
 from eddy_operator.builders import (
@@ -97,6 +97,7 @@ def build_spark_conf(spec: StreamAppSpec, storage_class: str) -> dict[str, str]:
         "spark.driver.cores": str(spec.driver.cores),
         "spark.driver.memory": f"{spec.driver.memory_mib}m",
         "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
+        "spark.executor.extraJavaOptions": EXECUTOR_JAVA_OPTIONS,
         "spark.executor.instances": str(spec.executors.replicas),
         "spark.executor.cores": str(spec.executors.cores),
         # spec.executors.cpu: the pods' CPU apart from the cores Spark schedules by
