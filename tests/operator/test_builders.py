@@ -97,6 +97,22 @@ def test_spark_conf_uses_the_statefulset_allocator_with_a_state_claim_spark_neve
     assert builders.state_claim_name("wordcount", 1) == "state-spark-s-wordcount-0-1"
 
 
+def test_executor_jvms_start_light_and_a_restarted_one_waits_for_the_driver_s_block_manager():
+    """Both JVMs' JIT at C1 unless sparkConf says otherwise; the executor container knows the
+    driver port that opens once the driver's scheduler takes registrations (docker/entrypoint.sh)."""
+    spec, _ = objects()
+    conf = spark_builders.build_spark_conf(spec, "fast")
+    assert conf["spark.executor.extraJavaOptions"] == conf["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+    own = minimal()
+    own["spec"]["sparkConf"] = {"spark.executor.extraJavaOptions": "-XX:+UseG1GC"}
+    assert spark_builders.build_spark_conf(StreamAppSpec.from_manifest(own), "fast")[
+        "spark.executor.extraJavaOptions"] == "-XX:+UseG1GC"
+    (container,) = pod_builders.build_executor_pod_template(spec)["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["EDDY_DRIVER_READY_PORT"] == conf["spark.driver.blockManager.port"]
+    assert env["EDDY_RUNNER_OUTLIVES_EXECUTOR"] == "1"
+
+
 def test_user_spark_conf_passes_through_and_properties_are_escaped():
     spec = StreamAppSpec.from_manifest(full())
     conf = spark_builders.build_spark_conf(spec, "fast-ssd")
