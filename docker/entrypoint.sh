@@ -77,8 +77,9 @@ case "${1:-}" in
       # ends, and one such start every few seconds (class loading, JIT: a core-second or more each)
       # took a core of the node from the runners all through a driver restart (bench/upgrade.py,
       # "driver pod deleted").
-      until [ "$stopping" = 1 ] || driver_listens; do sleep 0.5; done
-      if [ "$stopping" = 1 ]; then break; fi
+      # (nor once the runner is gone: the container ends, as it does when the runner goes first)
+      until [ "$stopping" = 1 ] || ! pgrep -f "$runner" >/dev/null || driver_listens; do sleep 0.5; done
+      if [ "$stopping" = 1 ] || ! pgrep -f "$runner" >/dev/null; then break; fi
     done
     if [ "${EDDY_RUNNER_OUTLIVES_EXECUTOR:-}" = 1 ]; then  # it does not watch the JVM: told to close
       pkill -TERM -f "$runner" 2>/dev/null || true

@@ -34,7 +34,11 @@ def main(folder: str) -> int:
     reports = sorted(Path(folder).glob("*.xml"))
     print(f"test failures, from {len(reports)} lane report(s) in {folder}:")
     for report in reports:
-        for line in failures(report):
+        try:
+            lines = failures(report)
+        except ET.ParseError as e:  # a lane that died while writing it
+            lines = [f"(report unreadable: {e})"]
+        for line in lines:
             print(f"  [{report.stem}] {line}")
     return 0
 
