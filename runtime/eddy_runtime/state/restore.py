@@ -167,9 +167,8 @@ class StoreChangelogReader:
         return self.progress()
 
     def _watermarks(self, t: _Target, written: bool = False) -> tuple[int, int]:
-        """The partition's low watermark and last stable offset (`written`: what was written, stable
-        yet or not). Its metadata is asked for once, and again only if they cannot be read: per plan
-        and tail it cost 20-90 ms (bench/handover.py)."""
+        """Low watermark and last stable offset (`written`: the end, stable or not). The metadata is
+        asked for once, then only if they cannot be read: 20-90 ms per plan (bench/handover.py)."""
         if not t.verified:
             self._check_exists(t)
         try:
