@@ -20,12 +20,16 @@ case "${1:-}" in
     # (flushing RocksDB's memtables to the volume) within the pod's grace period. Without it, the
     # runner closes when its JVM ends, and the container waits for that.
     #
-    # A JVM started while the runner processes (after the first) runs at the lowest CPU priority:
-    # its start (class loading, JIT) would otherwise take much of the pod's CPU share from the
-    # runner, which keeps processing meanwhile (the pod's share against other pods is its
-    # request's). Niceness weighs each thread, and a starting JVM runs a score of them: at 10 the
-    # JVM still took two thirds of the pod's CPU from the runner (bench/upgrade.py, "driver pod
-    # deleted"); at 19 it takes what the runner leaves.
+    # A JVM started while the runner processes (after the first) runs under SCHED_IDLE: its start
+    # (class loading, JIT) would otherwise take much of the CPU from the runners, which keep
+    # processing meanwhile. Niceness did not do it: it weighs threads only against the other
+    # threads of the pod, and a starting JVM runs a score of them (at 19 the runners of a 2-core
+    # node still ran a third less than they needed while two pods' JVMs started); a SCHED_IDLE
+    # thread gives way to any other thread that wakes on its CPU (bench/upgrade.py, "compatible
+    # image upgrade": change p99 2.3-2.6x steady, 4.1x at niceness 19). A JVM cannot take its
+    # priority back without CAP_SYS_NICE, so this one stays there: it idles where the runner does
+    # the work (sub-topologies without DataFrame steps); micro-batch tasks it runs get what the
+    # node's other threads leave.
     runner='eddy_runtime[.]executor[.]runner'
     # SPARK_DRIVER_URL is spark://CoarseGrainedScheduler@HOST:PORT (the driver's Service: the same
     # address for every driver of the app). A driver's RPC port opens long before its scheduler
@@ -36,10 +40,10 @@ case "${1:-}" in
     driver_host=${driver_address%:*} driver_ready_port=${EDDY_DRIVER_READY_PORT:-${driver_address##*:}}
     driver_listens() { timeout 1 bash -c "exec 3<>/dev/tcp/$driver_host/$driver_ready_port" 2>/dev/null; }
     stopping=0
-    niceness=0
+    priority=()
     trap 'stopping=1; kill -TERM "$jvm" 2>/dev/null || true' TERM INT
     while true; do
-      nice -n "$niceness" "${JAVA_HOME}/bin/java" "${java_opts[@]}" \
+      "${priority[@]}" "${JAVA_HOME}/bin/java" "${java_opts[@]}" \
         "-Xms${SPARK_EXECUTOR_MEMORY}" "-Xmx${SPARK_EXECUTOR_MEMORY}" \
         -cp "${SPARK_CLASSPATH}:${SPARK_DIST_CLASSPATH:-}" \
         org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
@@ -71,7 +75,7 @@ case "${1:-}" in
         break
       fi
       echo "executor JVM ended ($status); the task runner goes on, and a new JVM registers with the next driver" >&2
-      niceness=19
+      priority=(chrt --idle 0)
       sleep 2
       # Not before the next driver takes registrations: a JVM started earlier fails to register and
       # ends, and one such start every few seconds (class loading, JIT: a core-second or more each)
