@@ -39,13 +39,19 @@ case "${1:-}" in
     driver_address=${SPARK_DRIVER_URL##*@}
     driver_host=${driver_address%:*} driver_ready_port=${EDDY_DRIVER_READY_PORT:-${driver_address##*:}}
     driver_listens() { timeout 1 bash -c "exec 3<>/dev/tcp/$driver_host/$driver_ready_port" 2>/dev/null; }
+    # The image's class-data sharing archive (docker/cds.sh) holds for a class path that begins
+    # with its jars, in its order: they go first (the conf dir after them: no jar has a file of its).
+    class_path="${SPARK_CLASSPATH}:${SPARK_DIST_CLASSPATH:-}" sharing=()
+    if [ -r /opt/eddy/cds/spark.jsa ] && [ -r /opt/eddy/cds/classpath ]; then
+      class_path="$(cat /opt/eddy/cds/classpath):${class_path}" sharing=(-XX:SharedArchiveFile=/opt/eddy/cds/spark.jsa)
+    fi
     stopping=0
     priority=()
     trap 'stopping=1; kill -TERM "$jvm" 2>/dev/null || true' TERM INT
     while true; do
-      "${priority[@]}" "${JAVA_HOME}/bin/java" "${java_opts[@]}" \
+      "${priority[@]}" "${JAVA_HOME}/bin/java" "${sharing[@]}" "${java_opts[@]}" \
         "-Xms${SPARK_EXECUTOR_MEMORY}" "-Xmx${SPARK_EXECUTOR_MEMORY}" \
-        -cp "${SPARK_CLASSPATH}:${SPARK_DIST_CLASSPATH:-}" \
+        -cp "${class_path}" \
         org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
         --driver-url "${SPARK_DRIVER_URL}" \
         --executor-id "${SPARK_EXECUTOR_ID}" \

@@ -76,9 +76,11 @@ def _driver(args: argparse.Namespace) -> int:
     builder = SparkSession.builder.appName(spec.name)
     if args.master:
         builder = builder.master(args.master)
+    from eddy_runtime.driver.class_sharing import class_sharing_conf
     from eddy_runtime.protocol.runner_client import PYTHON_DAEMON_CONF
 
-    defaults = {"spark.locality.wait": "3600s", "spark.task.maxFailures": "1", **PYTHON_DAEMON_CONF}
+    defaults = {"spark.locality.wait": "3600s", "spark.task.maxFailures": "1", **PYTHON_DAEMON_CONF,
+                **class_sharing_conf(spec.spark_conf)}
     for key, value in {**defaults, **dict(spec.spark_conf)}.items():
         builder = builder.config(key, value)
     from eddy_runtime.driver.executor_set import adopt_executor_set, release_executor_set
