@@ -133,6 +133,17 @@ def test_eddy_image_runs_python_packages_and_java(eddy_container: str) -> None:
     assert 'version "17.' in java.stderr
 
 
+def test_the_class_sharing_archive_holds_for_the_image_s_jars(eddy_container: str) -> None:
+    """docker/cds.sh: a JVM whose class path begins with the archive's list maps it (-Xshare:on
+    fails the JVM if it cannot, e.g. when a jar differs from the one the archive was made from),
+    with a conf dir and more after it, as the entrypoint's executor JVMs have."""
+    java = run_in(eddy_container, "sh", "-c",
+                  'java -Xshare:on -XX:SharedArchiveFile=/opt/eddy/cds/spark.jsa -Xlog:cds=info '
+                  '-cp "$(cat /opt/eddy/cds/classpath):/opt/eddy/app:" -version')
+    assert java.returncode == 0, (java.stdout + java.stderr)[-3000:]
+    assert "Mapped dynamic region" in java.stdout, java.stdout[-3000:]
+
+
 def test_entrypoint_runs_other_commands_as_given_and_driver_through_spark_submit(eddy_container: str) -> None:
     given = run_in(eddy_container, "/opt/eddy/bin/entrypoint.sh", "eddy", "--help")
     assert given.returncode == 0, given.stderr[-3000:]
