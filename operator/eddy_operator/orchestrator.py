@@ -55,6 +55,7 @@ from eddy_operator.executor_ids import (
     renamed,
     reregistering,
 )
+from eddy_operator.handover_pace import paced, settled
 from eddy_operator.kube import Kube
 from eddy_operator.node_loss import HOSTNAME_LABEL, release, release_unplaceable, stranded, unplaceable
 from eddy_operator.pods import LostExecutor, instant, live_executors, lost_executors
@@ -283,6 +284,8 @@ class Orchestrator:
         except AssignmentError as err:
             log.warning("app %s: no assignment: %s", spec.name, err)
             return
+        new = paced(new, previous, [e for e, (reason, _) in why.items() if reason == "Replacing"],
+                    {e.id for e in executors}, settled(ctl.message, runtime, datetime.now(UTC)))
         if previous is not None and new is previous:
             if not renames:
                 return
