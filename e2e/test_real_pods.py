@@ -77,6 +77,14 @@ def test_word_count_runs_on_executor_pods_with_bound_state_claims(wordcount: Wor
         assert pod.spec.node_name, pod.spec
         assert any(m.mount_path == STATE_MOUNT for m in pod.spec.containers[0].volume_mounts)
 
+    # Spark's JVMs map the image's class-data sharing archive (docker/cds.sh): its jars as the
+    # node's containerd unpacked them are the ones it was made from
+    for pod, container, main in ((app.pod(builders.driver_pod_name(APP)), builders.DRIVER_CONTAINER, "SparkSubmit"),
+                                 (next(iter(executors.values())), builders.EXECUTOR_CONTAINER,
+                                  "KubernetesExecutorBackend")):
+        mapped = app.kubectl("exec", pod.metadata.name, "-c", container, "--", "bash", "-c",
+                             f"grep -c /opt/eddy/cds/spark.jsa /proc/$(pgrep -f '[{main[0]}]{main[1:]}')/maps")
+        assert int(mapped.strip()) > 0, (pod.metadata.name, mapped)
     app.feed(3000)
     state = app.counted_everything(400, "the first input counted on the operator's assignment")
     message = app.channel.assignment()
