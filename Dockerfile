@@ -53,8 +53,8 @@ ENV JAVA_HOME=/opt/java \
     HOME=/tmp \
     PATH=/opt/eddy/venv/bin:/opt/java/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
-# A class-data sharing archive for the executors' JVMs: a JVM that starts beside task runners
-# takes half the CPU to do so (docker/cds.sh).
+# A class-data sharing archive for Spark's JVMs (the executors' and the driver's): a JVM that
+# starts beside task runners takes half the CPU to do so (docker/cds.sh).
 COPY docker/cds.sh docker/cds_job.py /opt/eddy/bin/
 RUN /opt/eddy/bin/cds.sh
 

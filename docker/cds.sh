@@ -1,14 +1,15 @@
 #!/bin/bash
-# Builds the image's class-data sharing archive for executor JVMs (docker/entrypoint.sh): the
+# Builds the image's class-data sharing archive for Spark's JVMs (the executors':
+# docker/entrypoint.sh; the driver's: eddy_runtime/driver/class_sharing.py): the
 # classes a Spark JVM loads to start and run a task (docker/cds_job.py), stored as the JVM keeps
 # them in memory, which a JVM started with -XX:SharedArchiveFile maps instead of reading,
 # verifying and parsing each class from its jar. It halves the CPU of a JVM's start
 # (bench/README.md, "jvm_start.py"), which matters where a JVM starts beside task runners that
-# process all along: an executor JVM that registers with a new driver.
+# process all along: a new driver, and the executor JVMs that register with it.
 #
 # The archive holds for a JVM whose class path begins with the one it was made with, jar by jar
-# (same files, sizes and times): `classpath` beside it is that list, sorted, which the entrypoint
-# puts first. Another JVM (or a changed jar) only loses the sharing: the JVM checks and loads
+# (same files, sizes and times): `classpath` beside it is that list, sorted, which the JVMs get
+# first. Another JVM (or a changed jar) only loses the sharing: the JVM checks and loads
 # classes from the jars as before.
 set -euo pipefail
 out=/opt/eddy/cds

@@ -24,7 +24,7 @@ case "${1:-}" in
     # (class loading, JIT) would otherwise take much of the CPU from the runners, which keep
     # processing meanwhile. Niceness did not do it: it weighs threads only against the other
     # threads of the pod, and a starting JVM runs a score of them (at 19 the runners of a 2-core
-    # node still ran a third less than they needed while two pods' JVMs started); a SCHED_IDLE
+    # node got about half the CPU they need while two pods' JVMs started); a SCHED_IDLE
     # thread gives way to any other thread that wakes on its CPU (bench/upgrade.py, "compatible
     # image upgrade": change p99 2.3-2.6x steady, 4.1x at niceness 19). A JVM cannot take its
     # priority back without CAP_SYS_NICE, so this one stays there: it idles where the runner does
