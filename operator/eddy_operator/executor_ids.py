@@ -121,11 +121,18 @@ class Incarnations:
     #: (pod name, executor id) -> (the pod's uid, its restarts) when first seen under that id
     _lives: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
 
-    def mark(self, pods: Iterable[PodInfo], keep: Iterable[tuple[str, str]] = ()) -> tuple[PodInfo, ...]:
+    def mark(self, pods: Iterable[PodInfo], keep: Iterable[tuple[str, str]] = (),
+             runtime: channel.RuntimeState | None = None) -> tuple[PodInfo, ...]:
         """`pods` (one app's, all of them), each executor pod whose id is stale marked so
         (`PodInfo.stale_id`); remembers the others' ids, and forgets the (pod, id) pairs neither on
         a pod nor in `keep` (the last published assignment's). An operator that starts (or takes
-        over) knows the lives of the last assignment's executors from it (`learn`)."""
+        over) knows the lives of the last assignment's executors from it (`learn`).
+
+        An id the driver reports live at the pod's address (`runtime`), in a state it published
+        after the pod's containers last started, is not stale: the new container's JVM registered
+        under it before the kubelet reported the restart (the operator saw the new label with the
+        old restart count: a JVM that starts in 2 s, on the image's class-sharing archive, did so
+        in a CI run, and its executor was taken for stale for good)."""
         kept = set(keep)
         lives = {k: life for k, life in self._lives.items() if k in kept}
         labels: dict[str, tuple[str, int]] = {}
@@ -137,7 +144,8 @@ class Incarnations:
             before = self._labels.get(p.uid)
             same_label = before is not None and before[0] == p.exec_id
             labels[p.uid] = before if before is not None and same_label else (p.exec_id, p.restarts)
-            if same_label and p.exec_id.isdigit() and before is not None and p.restarts > before[1]:
+            if same_label and p.exec_id.isdigit() and before is not None and p.restarts > before[1] \
+                    and not _registered_since_start(runtime, p):
                 out.append(replace(p, stale_id=True))
                 continue
             if p.exec_id.isdigit():
@@ -184,6 +192,26 @@ class Incarnations:
         Pairs whose life is unknown (an assignment published before lives were) are taken to be."""
         life = self._lives.get((pod.name, old_id))
         return life is None or life == (pod.uid or "", pod.restarts)
+
+
+#: a container's start time has whole seconds: a state published this long after it came from
+#: a driver that saw the new container's JVM, if it names its id at the pod's address
+_START_RESOLUTION_S = 1.0
+
+
+def _registered_since_start(runtime: channel.RuntimeState | None, pod: PodInfo) -> bool:
+    """The driver's state, published after `pod`'s containers last started, has the pod's executor
+    id live at the pod's address."""
+    if runtime is None or pod.running_since is None or pod.exec_id is None or not pod.ip:
+        return False
+    inventory = runtime.executors.get(pod.exec_id)
+    if inventory is None or inventory.host != pod.ip:
+        return False
+    try:
+        published = instant(runtime.updated_at)
+    except ValueError:
+        return False
+    return (published - instant(pod.running_since)).total_seconds() >= _START_RESOLUTION_S
 
 
 def reused(previous: channel.AssignmentMessage | None, live: Iterable[Executor]) -> dict[str, str]:

@@ -125,8 +125,10 @@ class Orchestrator:
                 ctl.incarnations.learn_labels(self._decode_labels(snap, app))
                 ctl.last_failover = self._decode_failover(snap, app)
                 ctl.loaded = True
+            runtime = self._runtime_state(snap, app)
             snap = replace(snap, pods=ctl.incarnations.mark(
-                snap.pods, keep=[(e.pod, e.id) for e in ctl.message.executors] if ctl.message is not None else []))
+                snap.pods, keep=[(e.pod, e.id) for e in ctl.message.executors] if ctl.message is not None else [],
+                runtime=runtime))
             try:
                 spec = StreamAppSpec.from_manifest(snap.streamapp)
             except SpecError as err:
@@ -135,7 +137,6 @@ class Orchestrator:
             await self._release_stranded(snap, spec)
             executors = live_executors(snap.pods, snap.nodes, spec.executors.zone_topology_key, snap.down_nodes,
                                        snap.unreachable)
-            runtime = self._runtime_state(snap, app)
             ctl.reported_lost -= {(e.id, e.pod) for e in executors}  # back (its runner answers again): not lost
             if runtime is not None and runtime.changelog_end_offsets and executors \
                     and not self._awaiting_registrations(ctl, snap, app):

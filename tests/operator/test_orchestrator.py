@@ -225,6 +225,30 @@ def test_a_restarted_container_under_its_old_executor_id_is_not_live_until_spark
     assert not incarnations.mark([labelled_pod("4", 1)])[0].stale_id
 
 
+def test_a_new_jvm_labelled_before_the_kubelet_reports_its_container_s_restart_is_not_stale() -> None:
+    # The restarted container's JVM registered (as 4) and Spark labelled the pod before the pod's
+    # status said the container restarted: the operator saw label 4 with the old restart count,
+    # then the same label with one more restart. The driver's state names executor 4 at the pod's
+    # address, published after the new container started: 4 is that container's.
+    def pod(restarts: int) -> PodInfo:
+        return replace(labelled_pod("4", restarts), ip="10.244.0.6", running_since="2026-11-30T12:58:50Z")
+
+    def state(at: str, host: str = "10.244.0.6") -> RuntimeState:
+        return RuntimeState("wc", at, 4, MappingProxyType({}),
+                            executors=MappingProxyType({"4": ExecutorInventory("4", host=host)}))
+
+    incarnations = Incarnations()
+    assert not incarnations.mark([pod(0)])[0].stale_id
+    after = state("2026-11-30T12:58:51.500000+00:00")
+    assert incarnations.mark([pod(1)], runtime=after)[0].live_executor
+    assert incarnations.mark([pod(1)], runtime=after)[0].live_executor  # and on the next look
+    # without such a state (none yet, one from before the new container, another address) the id
+    # is taken for the old container's, as before
+    assert incarnations.mark([pod(1)])[0].stale_id
+    assert incarnations.mark([pod(1)], runtime=state("2026-11-30T12:58:50.400000+00:00"))[0].stale_id
+    assert incarnations.mark([pod(1)], runtime=state("2026-11-30T12:58:52+00:00", host="10.244.0.9"))[0].stale_id
+
+
 def test_a_pod_made_again_under_its_name_or_relabelled_by_a_new_driver_is_not_stale() -> None:
     incarnations = Incarnations()
     incarnations.mark([labelled_pod("1", 3)])
