@@ -26,6 +26,7 @@ from types import MappingProxyType
 from eddy_contract import channel
 from eddy_contract.assignor import Assignment, task_sort_key
 from eddy_contract.tasks import Role
+from eddy_operator.pods import instant
 
 __all__ = ["PER_STEP", "STEP_TIMEOUT_S", "paced", "settled"]
 
@@ -69,7 +70,7 @@ def settled(message: channel.AssignmentMessage | None, runtime: channel.RuntimeS
             r.role == Role.ACTIVE for r in runtime.restores):
         return True
     try:
-        issued = datetime.fromisoformat(message.issued_at.replace("Z", "+00:00"))
+        issued = instant(message.issued_at)
     except ValueError:  # an old message without its time: nothing to wait for
         return True
     return (now - issued).total_seconds() >= STEP_TIMEOUT_S
