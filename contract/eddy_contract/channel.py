@@ -117,10 +117,13 @@ class ExecutorLoad:
     `records` of input processed, and `busy_s` seconds spent processing them (not waiting for
     input). Both only grow while the same driver runs; from two runtime states a reader derives
     the executor's rate (records per second of wall time), its busy fraction (busy_s per second)
-    and its capacity (records / busy_s)."""
+    and its capacity. `per_round_s` is the part of `busy_s` its rounds would have cost whatever
+    they carried (the runner's estimate; 0 where it has none): what is left is the time its
+    records took, one by one."""
 
     records: int = 0
     busy_s: float = 0.0
+    per_round_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,8 @@ def encode_runtime_state(state: RuntimeState) -> dict[str, str]:
             {"task": r.task, "executor": r.executor, "role": r.role, "restored": r.restored, "total": r.total}
             for r in state.restores
         ],
-        "load": {e: {"records": load.records, "busyS": load.busy_s} for e, load in state.load.items()},
+        "load": {e: {"records": load.records, "busyS": load.busy_s, "perRoundS": load.per_round_s}
+                 for e, load in state.load.items()},
         "loadSince": state.load_since,
     }
     return {RUNTIME_STATE_KEY: _dumps(doc)}
@@ -430,7 +434,8 @@ def decode_runtime_state(data: Mapping[str, str] | None) -> RuntimeState:
     for e, info in r.obj(doc.get("load", {}), "load").items():
         info = r.obj(info, f"load.{e}")
         load[e] = ExecutorLoad(records=r.int_(info.get("records", 0), f"load.{e}.records") or 0,
-                               busy_s=r.seconds(info.get("busyS", 0.0), f"load.{e}.busyS"))
+                               busy_s=r.seconds(info.get("busyS", 0.0), f"load.{e}.busyS"),
+                               per_round_s=r.seconds(info.get("perRoundS", 0.0), f"load.{e}.perRoundS"))
     return RuntimeState(
         app=app or "",
         updated_at=r.str_(doc.get("updatedAt"), "updatedAt") or "",

@@ -56,7 +56,7 @@ def runtime_state() -> RuntimeState:
         restores=(RestoreProgress("0_0", "2", "standby", 3, 15),),
         input_lag=MappingProxyType({"0_0": 42}),
         batch_id=17,
-        load=MappingProxyType({"1": ExecutorLoad(records=1200, busy_s=0.75), "2": ExecutorLoad()}),
+        load=MappingProxyType({"1": ExecutorLoad(records=1200, busy_s=0.75, per_round_s=0.5), "2": ExecutorLoad()}),
         load_since="2025-01-01T00:00:00+00:00",
     )
 
@@ -144,7 +144,8 @@ def test_bad_runtime_state_documents_are_rejected_naming_the_field(change, expec
 
 def test_the_executors_load_is_encoded_per_executor_with_when_counting_started():
     doc = json.loads(encode_runtime_state(runtime_state())[RUNTIME_STATE_KEY])
-    assert doc["load"] == {"1": {"records": 1200, "busyS": 0.75}, "2": {"records": 0, "busyS": 0.0}}
+    assert doc["load"] == {"1": {"records": 1200, "busyS": 0.75, "perRoundS": 0.5},
+                           "2": {"records": 0, "busyS": 0.0, "perRoundS": 0.0}}
     assert doc["loadSince"] == "2025-01-01T00:00:00+00:00"
 
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from eddy_runtime.executor.busy_clock import BusyClock
+from eddy_runtime.executor.busy_clock import BusyClock, RoundCost
 
 pytestmark = pytest.mark.unit
 
@@ -81,3 +81,42 @@ def test_on_the_real_clock_threads_busy_at_once_are_credited_no_more_than_the_wa
     wall = time.monotonic() - started
     assert len(shares) == 4
     assert 0.09 <= sum(shares) <= wall
+
+
+def test_a_rounds_cost_is_split_into_what_it_costs_whatever_it_carries_and_per_record():
+    cost = RoundCost()
+    sizes = [1, 40, 7, 120, 15, 3, 60, 90, 2, 25] * 4
+    for i, n in enumerate(sizes):
+        if i == 29:
+            assert cost.estimate() is None  # not enough rounds yet
+        cost.add(n, 0.008 + 0.00005 * n)  # 8 ms a round, 50 us a record
+    per_round, per_record = cost.estimate()
+    assert per_round == pytest.approx(0.008) and per_record == pytest.approx(0.00005)
+    # a round's per-round part: the estimate, never more than the round took
+    assert cost.fixed_part(10, 0.0085) == pytest.approx(0.008, rel=0.01)
+    assert cost.fixed_part(10, 0.002) == 0.002
+
+
+def test_rounds_that_all_carry_as_much_give_no_estimate_and_a_flat_fit_keeps_records_costing_something():
+    same = RoundCost()
+    for _ in range(100):
+        same.fixed_part(10, 0.01)
+    assert same.estimate() is None and same.fixed_part(10, 0.01) == 0.0
+    # busy time that does not follow the records (noise only): records still cost a tenth of the
+    # mean time per record, so no capacity estimate can come out unbounded
+    flat = RoundCost()
+    for i in range(100):
+        flat.add([1, 50][i % 2], [0.012, 0.008][(i // 2) % 2])
+    per_round, per_record = flat.estimate()
+    mean_per_record = 0.01 / 25.5
+    assert per_record == pytest.approx(0.1 * mean_per_record, rel=0.01)  # (the weighted mean)
+    assert per_round == pytest.approx(0.01 - per_record * 25.5, rel=0.01)
+
+
+def test_older_rounds_weigh_less_so_the_estimate_follows_a_changed_cost():
+    cost = RoundCost(decay=0.99)
+    for i in range(2000):
+        n = 1 + (i * 37) % 100
+        cost.add(n, (0.008 if i < 1000 else 0.002) + 0.00005 * n)
+    per_round, per_record = cost.estimate()
+    assert per_round == pytest.approx(0.002, abs=1e-4) and per_record == pytest.approx(0.00005, rel=0.02)

@@ -52,3 +52,7 @@ def test_a_round_s_busy_time_is_shared_by_its_tasks_records_and_adds_up_to_the_r
     # no task processed a record (all aborted before theirs): the time is shared evenly
     assert [r.busy_s for r in share_busy(round_[2:] * 2, 0.8)] == pytest.approx([0.4, 0.4])
     assert share_busy([], 0.8) == []
+    # the round's per-round cost is shared the same way
+    shared = share_busy(round_, 0.8, per_round_s=0.4)
+    assert [r.busy_per_round_s for r in shared] == pytest.approx([0.3, 0.1, 0.0])
+    assert merge_results(shared[0], shared[0]).busy_per_round_s == pytest.approx(0.6)

@@ -3,6 +3,7 @@ processed and how long they were busy, added up from the batches' and syncs' res
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -26,6 +27,9 @@ def test_the_actives_records_and_busy_time_add_up_per_executor_across_batches():
                  live={"1", "2"})
     loads.record([active("0_0", "1", 30, 0.5)], live={"1", "2"})
     assert loads.of(["1", "2"]) == {"1": ExecutorLoad(180, 1.0), "2": ExecutorLoad(10, 0.125)}
+    # the rounds' per-round part adds up beside the busy time
+    loads.record([replace(active("0_0", "1", 20, 0.5), busy_per_round_s=0.375)], live={"1", "2"})
+    assert loads.of(["1"]) == {"1": ExecutorLoad(200, 1.5, 0.375)}
 
 
 def test_restores_standbys_and_the_inventory_are_not_load():

@@ -1,7 +1,8 @@
 """Each executor's load since this driver started (`ExecutorLoads`): the input records its actives
-processed and the seconds they were busy processing them (`ItemResult.busy_s`,
-executor/busy_clock.py), for the runtime state the operator's autoscaler reads (docs/DESIGN.md,
-"The operator's part").
+processed, the seconds they were busy processing them (`ItemResult.busy_s`,
+executor/busy_clock.py) and the part of those seconds their rounds cost whatever they carried
+(`ItemResult.busy_per_round_s`), for the runtime state the operator's autoscaler reads
+(docs/DESIGN.md, "The operator's part").
 
 The counters only grow while this driver runs; a new driver starts new ones, with a new `since`,
 and an executor that left and came back starts from zero: a reader takes a counter that went down,
@@ -41,7 +42,8 @@ class ExecutorLoads:
             if not records and not r.busy_s:
                 continue
             load = self._loads.get(r.executor, ExecutorLoad())
-            self._loads[r.executor] = ExecutorLoad(load.records + records, load.busy_s + r.busy_s)
+            self._loads[r.executor] = ExecutorLoad(load.records + records, load.busy_s + r.busy_s,
+                                                   load.per_round_s + r.busy_per_round_s)
         for e in [e for e in self._loads if e not in live]:
             del self._loads[e]
 

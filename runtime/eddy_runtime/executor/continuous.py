@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from eddy_contract.spec import ProcessingGuarantee
 from eddy_contract.tasks import Role, TaskId
+from eddy_runtime.executor.busy_clock import RoundCost
 from eddy_runtime.executor.commit_cycle import CommitCycle
 from eddy_runtime.executor.continuous_assignment import CommittingTasks, ContinuousAssignment, Release
 from eddy_runtime.executor.input_poller import MAX_BUFFERED_RECORDS, InputPoller
@@ -92,6 +93,8 @@ class ContinuousLoop:
         #: `producer.made_after_lapse` when the loop last let go of the actives held through a lapse
         self._lapses_seen = 0
         self._cycle = CommitCycle()
+        #: the rounds' cost, per round and per record: the part of each round's busy time that is per round
+        self._round_cost = RoundCost()
         self._round_future: Future[None] | None = None
 
     def sync(self, subs: dict[int, SubTopology], settings: BatchSettings, work: ContinuousWork) -> list[ItemResult]:
@@ -344,7 +347,8 @@ class ContinuousLoop:
                 # the round's records are in hand: its time is processing and committing, not waiting
                 with self.runner.busy.busy() as share:
                     results = self.runner.run_round(subs, settings, entries, committer)
-                results = share_busy(results, share.seconds)
+                taken = sum(r.records_in for r in results)
+                results = share_busy(results, share.seconds, self._round_cost.fixed_part(taken, share.seconds))
             except Exception:  # noqa: BLE001 - the loop goes on; the tasks read their positions again
                 log.exception("a commit round failed")
                 for item, _ in entries:  # their records were taken off the poller, and not committed

@@ -37,18 +37,20 @@ def merge_results(old: ItemResult | None, new: ItemResult) -> ItemResult:
         latency_sum_s=old.latency_sum_s + new.latency_sum_s,
         duration_s=old.duration_s + new.duration_s,
         busy_s=old.busy_s + new.busy_s,
+        busy_per_round_s=old.busy_per_round_s + new.busy_per_round_s,
         figures=new.figures or old.figures,
         message=new.message or old.message,
     )
 
 
-def share_busy(results: Sequence[ItemResult], seconds: float) -> list[ItemResult]:
-    """`results` of one round, which kept the runner busy `seconds` in all, each with its share:
-    by the records it processed (evenly when none processed any), so that the shares add up to
-    the round's time."""
+def share_busy(results: Sequence[ItemResult], seconds: float, per_round_s: float = 0.0) -> list[ItemResult]:
+    """`results` of one round, which kept the runner busy `seconds` in all (`per_round_s` of them
+    the round's cost whatever it carried: busy_clock.RoundCost), each with its share of both: by
+    the records it processed (evenly when none processed any), so that the shares add up to the
+    round's."""
     records = sum(r.records_in for r in results)
     if not results:
         return []
-    if not records:
-        return [replace(r, busy_s=seconds / len(results)) for r in results]
-    return [replace(r, busy_s=seconds * r.records_in / records) for r in results]
+    shares = [1 / len(results)] * len(results) if not records else [r.records_in / records for r in results]
+    return [replace(r, busy_s=seconds * k, busy_per_round_s=per_round_s * k)
+            for r, k in zip(results, shares, strict=True)]

@@ -199,6 +199,9 @@ class ItemResult:
     #: processing, committing; never waiting for input), its fair share where the runner processed
     #: other records at the same time (executor/busy_clock.py); 0 for restores and standbys
     busy_s: float = 0.0
+    #: the part of `busy_s` that its rounds' per-round cost explains (executor/busy_clock.py's
+    #: `RoundCost`; 0 where no round estimate is known: micro-batches, the first rounds)
+    busy_per_round_s: float = 0.0
     message: str = ""
     figures: TaskFigures | None = None
     #: a restoring or tailing copy: records applied since its restore (or tail) started, and
