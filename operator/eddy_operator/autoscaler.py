@@ -9,8 +9,13 @@ duration), for one stage of identical executors:
   (their rate, `processed`), the seconds they were busy processing them, and the input backlog
   (the consumer lag over the app's input and repartition topics): the backlog's growth rate is
   input that arrived and was not processed, so `input rate = processed + backlog growth`;
-- one executor's capacity: records per busy second, averaged over the executors (what it would
-  process if it never waited for input);
+- one executor's capacity: the records per second it could take. A runner's round costs about
+  the same whatever it carries (its commit, its reads, the bookkeeping: the part of the busy time
+  the runners estimate as `per_round_s`, executor/busy_clock.py's `RoundCost`), and rounds grow
+  rather than multiply when more input comes, so capacity is the records per second of the busy
+  time left after that part, over the share of the time the rounds leave: `records / (busy -
+  per_round) x (1 - per-round share)`. Records per busy second alone would take a light load's
+  rounds, mostly per-round cost, for a lack of capacity (bench/README.md, `autoscale.py`);
 - needed: `ceil((input rate + backlog / catchUpDuration) / (capacity x targetUtilization))`,
   within `minReplicas..maxReplicas`.
 
@@ -47,6 +52,8 @@ class Sample:
     busy_s: Mapping[str, float]
     #: input records not processed yet, over every task
     backlog: int
+    #: executor -> the part of `busy_s` its rounds cost whatever they carried (absent: none known)
+    per_round_s: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -59,10 +66,12 @@ class Rates:
     #: the backlog's growth (negative: draining)
     backlog_growth: float
     backlog: int
-    #: records per busy second of one executor; None when nothing was processed
+    #: records per second one executor could take; None when nothing was processed
     capacity: float | None
     #: mean fraction of the time each executor was busy
     busy: float
+    #: of which the rounds' per-round cost (the time more input would not take)
+    per_round: float = 0.0
 
     @property
     def input_rate(self) -> float:
@@ -72,8 +81,9 @@ class Rates:
         capacity = f"{self.capacity:,.0f} records/s" if self.capacity is not None else "unknown"
         return (f"input {self.input_rate:,.0f} records/s (processed {self.processed:,.0f}, backlog "
                 f"{'+' if self.backlog_growth >= 0 else ''}{self.backlog_growth:,.0f}/s), backlog {self.backlog:,} "
-                f"records, {self.executors} executor(s) busy {100 * self.busy:.0f}% of the time, one executor's "
-                f"capacity {capacity} (over {self.window_s:.0f} s)")
+                f"records, {self.executors} executor(s) busy {100 * self.busy:.0f}% of the time "
+                f"({100 * self.per_round:.0f}% per-round cost), one executor's capacity {capacity} "
+                f"(over {self.window_s:.0f} s)")
 
 
 def rates(samples: Sequence[Sample], window_s: float) -> Rates | None:
@@ -92,16 +102,21 @@ def rates(samples: Sequence[Sample], window_s: float) -> Rates | None:
         return None
     d_records = sum(newest.records[e] - oldest.records[e] for e in executors)
     d_busy = sum(newest.busy_s.get(e, 0.0) - oldest.busy_s.get(e, 0.0) for e in executors)
-    if d_records < 0 or d_busy < 0:
+    d_round = sum(newest.per_round_s.get(e, 0.0) - oldest.per_round_s.get(e, 0.0) for e in executors)
+    if d_records < 0 or d_busy < 0 or d_round < 0:
         return None
+    busy = min(d_busy / dt / len(executors), 1.0)
+    d_round = min(d_round, 0.9 * d_busy)  # the runners' floor on the per-record cost, kept here too
+    per_round = busy * d_round / d_busy if d_busy > 0 else 0.0
     return Rates(
         window_s=dt,
         executors=len(executors),
         processed=d_records / dt,
         backlog_growth=(newest.backlog - oldest.backlog) / dt,
         backlog=newest.backlog,
-        capacity=d_records / d_busy if d_records > 0 and d_busy > 0 else None,
-        busy=min(d_busy / dt / len(executors), 1.0),
+        capacity=d_records / (d_busy - d_round) * (1 - per_round) if d_records > 0 and d_busy > 0 else None,
+        busy=busy,
+        per_round=per_round,
     )
 
 

@@ -21,7 +21,7 @@ __all__ = ["AUTOSCALING_STATUS_KEYS", "autoscaling_status", "figures_status", "l
 
 #: every key `status.autoscaling` may carry
 AUTOSCALING_STATUS_KEYS = ("executors", "recommended", "reason", "holding", "inputRate", "processedRate", "backlog",
-                           "busyPercent", "capacityPerExecutor", "lastDecision")
+                           "busyPercent", "perRoundPercent", "capacityPerExecutor", "lastDecision")
 
 
 def surplus(pods: Iterable[PodInfo], spec: StreamAppSpec) -> set[str]:
@@ -49,7 +49,8 @@ def load_sample(runtime: channel.RuntimeState) -> Sample | None:
         return None
     return Sample(instant(runtime.updated_at).timestamp(), runtime.load_since,
                   {e: load.records for e, load in runtime.load.items()},
-                  {e: load.busy_s for e, load in runtime.load.items()}, sum(runtime.input_lag.values()))
+                  {e: load.busy_s for e, load in runtime.load.items()}, sum(runtime.input_lag.values()),
+                  {e: load.per_round_s for e, load in runtime.load.items()})
 
 
 def figures_status(figures: Rates | None) -> dict[str, Any]:
@@ -57,7 +58,8 @@ def figures_status(figures: Rates | None) -> dict[str, Any]:
     if figures is None:
         return {}
     status: dict[str, Any] = {"inputRate": round(figures.input_rate, 1), "processedRate": round(figures.processed, 1),
-                              "backlog": figures.backlog, "busyPercent": round(100 * figures.busy, 1)}
+                              "backlog": figures.backlog, "busyPercent": round(100 * figures.busy, 1),
+                              "perRoundPercent": round(100 * figures.per_round, 1)}
     if figures.capacity is not None:
         status["capacityPerExecutor"] = round(figures.capacity, 1)
     return status

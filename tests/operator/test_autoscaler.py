@@ -57,6 +57,31 @@ def test_the_executors_needed_follow_input_backlog_and_capacity() -> None:
     assert huge is not None and recommend(huge, 1, SETTINGS)[0] == 8
 
 
+def test_rounds_that_cost_the_same_whatever_they_carry_are_not_taken_for_a_lack_of_capacity() -> None:
+    # bench/autoscale.py's light load: two executors at 150 records/s each, busy 80% of the time,
+    # 70 points of it their rounds' per-round cost (a commit every 100 ms on a quarter core)
+    def window(per_round: float) -> list[Sample]:
+        return [Sample(0, "d1", {"1": 0, "2": 0}, {"1": 0.0, "2": 0.0}, 0, {"1": 0.0, "2": 0.0}),
+                Sample(60, "d1", {"1": 9000, "2": 9000}, {"1": 48.0, "2": 48.0}, 0,
+                       {"1": per_round * 60, "2": per_round * 60})]
+
+    light = rates(window(0.7), 60)
+    assert light is not None and light.busy == pytest.approx(0.8) and light.per_round == pytest.approx(0.7)
+    # records take 6 of every 60 s: 1,500 records per second of that, in the 30% the rounds leave
+    assert light.capacity == pytest.approx(1500 * 0.3)
+    assert recommend(light, 2, SETTINGS)[0] == 2  # 300 records/s at 225 per executor
+    assert "70% per-round cost" in light.describe()
+    # read as records per busy second (no per-round part known), the same load asks for more
+    naive = rates(window(0.0), 60)
+    assert naive is not None and naive.capacity == pytest.approx(187.5)
+    assert recommend(naive, 2, SETTINGS)[0] == 4
+    # a per-round part that is all the busy time is cut back to nine tenths of it (a floor on the
+    # per-record cost, as the runners keep): the capacity stays finite
+    allround = rates(window(0.8), 60)
+    assert allround is not None and allround.per_round == pytest.approx(0.72)
+    assert allround.capacity == pytest.approx(9000 / 4.8 * 0.28)
+
+
 def test_idle_goes_to_the_minimum_and_unknown_capacity_keeps_what_there_is() -> None:
     idle = rates([_sample(0, {"1": 10}, {"1": 1.0}, 0), _sample(60, {"1": 10}, {"1": 1.0}, 0)], 60)
     assert idle is not None and recommend(idle, 4, SETTINGS) == (1, "no input and no backlog")

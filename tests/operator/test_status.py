@@ -213,7 +213,8 @@ def test_compute_status_produces_exactly_the_fields_of_the_crds_status_schema():
                            restores=(RestoreProgress("0_0", "2", "standby", 40, 100),))
     failover = Failover("2025-01-01T00:00:00.000Z", "3", "pod deleted", ("0_1",), 0.02)
     autoscaling = {"executors": 2, "recommended": 3, "reason": "r", "holding": "h", "inputRate": 10.5,
-                   "processedRate": 9.5, "backlog": 100, "busyPercent": 71.2, "capacityPerExecutor": 20.1,
+                   "processedRate": 9.5, "backlog": 100, "busyPercent": 71.2, "perRoundPercent": 50.3,
+                   "capacityPerExecutor": 20.1,
                    "lastDecision": {"time": "2025-01-01T00:00:00.000Z", "from": 1, "to": 2, "reason": "r"}}
     status = compute_status(observed(runtime=runtime, last_failover=failover, autoscaling=autoscaling))
     assert _shape_mismatches(status, schema) == []
