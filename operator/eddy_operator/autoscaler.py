@@ -15,7 +15,11 @@ duration), for one stage of identical executors:
   rather than multiply when more input comes, so capacity is the records per second of the busy
   time left after that part, over the share of the time the rounds leave: `records / (busy -
   per_round) x (1 - per-round share)`. Records per busy second alone would take a light load's
-  rounds, mostly per-round cost, for a lack of capacity (bench/README.md, `autoscale.py`);
+  rounds, mostly per-round cost, for a lack of capacity (bench/README.md, `autoscale.py`). Records
+  per busy second are still a floor under the capacity (the busy time holds every cost), and the
+  highest floor seen over `OBSERVED_KEEP_S` is kept: a window in which the executors were busy
+  all the time under a backlog gave their capacity as it is under load, as Flink's "observed
+  true processing rate" does; the capacity taken is the higher of the two;
 - needed: `ceil((input rate + backlog / catchUpDuration) / (capacity x targetUtilization))`,
   within `minReplicas..maxReplicas`.
 
@@ -35,7 +39,10 @@ from dataclasses import dataclass, field
 
 from eddy_contract.autoscaling import AutoscalingSpec
 
-__all__ = ["Decision", "History", "Rates", "Sample", "decide", "rates", "recommend"]
+__all__ = ["OBSERVED_KEEP_S", "Decision", "History", "Rates", "Sample", "decide", "rates", "recommend"]
+
+#: how long the highest records per busy second seen is kept as a floor under the capacity
+OBSERVED_KEEP_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,8 @@ class Rates:
     busy: float
     #: of which the rounds' per-round cost (the time more input would not take)
     per_round: float = 0.0
+    #: records per busy second of one executor (a floor under `capacity`); None as for `capacity`
+    per_busy_second: float | None = None
 
     @property
     def input_rate(self) -> float:
@@ -117,21 +126,25 @@ def rates(samples: Sequence[Sample], window_s: float) -> Rates | None:
         capacity=d_records / (d_busy - d_round) * (1 - per_round) if d_records > 0 and d_busy > 0 else None,
         busy=busy,
         per_round=per_round,
+        per_busy_second=d_records / d_busy if d_records > 0 and d_busy > 0 else None,
     )
 
 
-def recommend(r: Rates, current: int, s: AutoscalingSpec) -> tuple[int, str]:
-    """How many executors the load needs, and why (for the Event and status)."""
+def recommend(r: Rates, current: int, s: AutoscalingSpec, observed: float | None = None) -> tuple[int, str]:
+    """How many executors the load needs, and why (for the Event and status); `observed` is the
+    highest records per busy second seen lately (`History.observed`), a floor under the capacity."""
     if r.capacity is None:
         if r.input_rate == 0 and r.backlog == 0:
             return s.min_replicas, "no input and no backlog"
         return current, "no processing measured yet"
     needed_rate = r.input_rate + r.backlog / s.catch_up_s
-    per_executor = r.capacity * s.target_utilization / 100
+    capacity = max(r.capacity, observed or 0.0)
+    per_executor = capacity * s.target_utilization / 100
     n = max(1, math.ceil(needed_rate / per_executor - 1e-9))
     bounded = min(max(n, s.min_replicas), s.max_replicas)
     why = (f"{needed_rate:,.0f} records/s to process (input + backlog over {s.catch_up_s:.0f} s) at "
-           f"{per_executor:,.0f} records/s per executor ({s.target_utilization}% of its capacity): {n}")
+           f"{per_executor:,.0f} records/s per executor ({s.target_utilization}% of its capacity"
+           f"{', as observed under load' if capacity > r.capacity else ''}): {n}")
     if bounded != n:
         why += f", within {s.min_replicas}..{s.max_replicas}: {bounded}"
     return bounded, why
@@ -139,15 +152,25 @@ def recommend(r: Rates, current: int, s: AutoscalingSpec) -> tuple[int, str]:
 
 @dataclass
 class History:
-    """The recommendations of one app, oldest first: (time, executors)."""
+    """The recommendations of one app, oldest first: (time, executors); and the records per busy
+    second of one executor seen (time, records/s), over `OBSERVED_KEEP_S`."""
 
     recommended: list[tuple[float, int]] = field(default_factory=list)
+    per_busy_second: list[tuple[float, float]] = field(default_factory=list)
 
     def add(self, at: float, n: int, keep_s: float) -> None:
         self.recommended.append((at, n))
         self.recommended = [(t, x) for t, x in self.recommended if t >= at - keep_s]
 
+    def observe(self, at: float, r: Rates) -> float | None:
+        """Keep `r`'s records per busy second; the highest kept (None: none yet)."""
+        if r.per_busy_second is not None:
+            self.per_busy_second.append((at, r.per_busy_second))
+        self.per_busy_second = [(t, x) for t, x in self.per_busy_second if t >= at - OBSERVED_KEEP_S]
+        return max((x for _, x in self.per_busy_second), default=None)
+
     def clear(self) -> None:
+        """Start the recommendations over (after a move, or a decision); what was observed stays."""
         self.recommended = []
 
 

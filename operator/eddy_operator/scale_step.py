@@ -106,7 +106,7 @@ async def autoscale(kube: Kube, event: EventPoster, ctl: AppController, snap: Sn
         ctl.history.clear()
         status["holding"] = hold
     elif figures is not None:
-        n, why = recommend(figures, current, a)
+        n, why = recommend(figures, current, a, observed=ctl.history.observe(now, figures))
         ctl.history.add(now, n, keep_s=max(a.scale_in_stabilization_s, a.scale_out_stabilization_s) + a.window_s)
         status.update(recommended=n, reason=why)
         decision = decide(ctl.history, now, current, a)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from eddy_contract.autoscaling import AutoscalingSpec
-from eddy_operator.autoscaler import History, Sample, decide, rates, recommend
+from eddy_operator.autoscaler import OBSERVED_KEEP_S, History, Rates, Sample, decide, rates, recommend
 
 pytestmark = pytest.mark.unit
 
@@ -80,6 +80,33 @@ def test_rounds_that_cost_the_same_whatever_they_carry_are_not_taken_for_a_lack_
     allround = rates(window(0.8), 60)
     assert allround is not None and allround.per_round == pytest.approx(0.72)
     assert allround.capacity == pytest.approx(9000 / 4.8 * 0.28)
+
+
+def test_the_highest_records_per_busy_second_seen_lately_is_a_floor_under_the_capacity() -> None:
+    def window(at: float, records: int, busy_s: float, per_round_s: float) -> Rates:
+        r = rates([Sample(at - 60, "d1", {"1": 0}, {"1": 0.0}, 0, {"1": 0.0}),
+                   Sample(at, "d1", {"1": records}, {"1": busy_s}, 0, {"1": per_round_s})], 60)
+        assert r is not None
+        return r
+
+    history = History()
+    # under a backlog: 6,000 records/s, busy all the time, little of it per round
+    loaded = window(100, 360_000, 60.0, 6.0)
+    assert loaded.per_busy_second == pytest.approx(6000) and loaded.capacity == pytest.approx(6000 / 0.9 * 0.9)
+    assert history.observe(100, loaded) == pytest.approx(6000)
+    # then a light load whose rounds the runner's fit did not wholly tell apart: the model says
+    # 1,000 records/s of capacity, the busy time 500; what was seen under load is taken
+    light = window(400, 30_000, 60.0, 30.0)
+    assert light.capacity == pytest.approx(1000 * 0.5) and light.per_busy_second == pytest.approx(500)
+    assert history.observe(400, light) == pytest.approx(6000)
+    n, why = recommend(light, 4, SETTINGS, observed=6000)
+    assert n == 1 and "as observed under load" in why
+    assert recommend(light, 4, SETTINGS)[0] == 2  # 500 records/s at 250 per executor
+    # a decision starts the recommendations over, not what was observed; that ages out
+    history.add(400, 1, keep_s=300)
+    history.clear()
+    assert history.recommended == [] and history.observe(100 + OBSERVED_KEEP_S - 1, light) == pytest.approx(6000)
+    assert history.observe(100 + OBSERVED_KEEP_S + 1, light) == pytest.approx(500)
 
 
 def test_idle_goes_to_the_minimum_and_unknown_capacity_keeps_what_there_is() -> None:
