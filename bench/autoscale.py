@@ -825,7 +825,7 @@ def targets(r: Run) -> list[str]:
 
 #: (option, type, default, help) of the input and the systems
 OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
-    ("--rate", float, 700, "input records/s before and after the step"),
+    ("--rate", float, 5000, "input records/s before and after the step"),
     ("--step", float, 3, "the rate is multiplied by this during the step"),
     ("--before", int, 60, "seconds at --rate before the step"),
     ("--high", int, 300, "seconds of the step"),
@@ -837,8 +837,8 @@ OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
     ("--commit-interval-ms", int, 100, "Eddy's triggerInterval, Kafka Streams' commit.interval.ms"),
     ("--min", int, 2, "executors / instances at least (and Eddy's fixed count)"),
     ("--max", int, 6, "executors / instances at most (kstreams: also <= partitions)"),
-    ("--cpu", str, "200m", "each Eddy executor's CPU request and limit"),
-    ("--kstreams-cpu", float, 0.07, "each Kafka Streams JVM's share of a core"),
+    ("--cpu", str, "100m", "each Eddy executor's CPU request and limit"),
+    ("--kstreams-cpu", float, 0.1, "each Kafka Streams JVM's share of a core"),
     ("--target-utilization", int, 70, "spec.autoscaling.targetUtilization"),
     ("--catch-up", float, 60, "spec.autoscaling.catchUpDuration, s"),
     ("--window", float, 30, "spec.autoscaling.metricsWindow, s"),
