@@ -132,7 +132,7 @@ def rates(samples: Sequence[Sample], window_s: float) -> Rates | None:
 
 def recommend(r: Rates, current: int, s: AutoscalingSpec, observed: float | None = None) -> tuple[int, str]:
     """How many executors the load needs, and why (for the Event and status); `observed` is the
-    highest records per busy second seen lately (`History.observed`), a floor under the capacity."""
+    highest records per busy second seen lately (`History.observe`), a floor under the capacity."""
     if r.capacity is None:
         if r.input_rate == 0 and r.backlog == 0:
             return s.min_replicas, "no input and no backlog"
