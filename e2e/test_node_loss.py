@@ -117,8 +117,13 @@ def test_a_drain_waits_for_warm_copies_and_completes_without_a_failover(three_no
         flow.stop()
         late = flow.lateness(t0)
         said = [m for m in app.events("Draining") if drained.metadata.name in m]
-        deleted = [m for m in app.events("ExecutorDrained") if drained.metadata.name in m]
-        assert said and deleted, app.kubectl("describe", "sapp", APP)[-3000:]
+        # the operator posts its Events after the delete, in the background: the drain may end first
+        deadline = time.monotonic() + 20
+        while not (deleted := [m for m in app.events("ExecutorDrained") if drained.metadata.name in m]) \
+                and time.monotonic() < deadline:
+            time.sleep(1)
+        assert said and deleted, (f"{app.kubectl('describe', 'sapp', APP)[-3000:]}\nkubectl drain said: "
+                                  f"{done.stdout[-1500:]}{done.stderr[-1500:]}")
         # the actives were handed over while the pod ran: none failed over
         failed_over = [m for m in app.events("ExecutorLost") if " 0 active task(s)" not in m]
         assert not failed_over, failed_over
