@@ -117,16 +117,17 @@ def rates(samples: Sequence[Sample], window_s: float) -> Rates | None:
     busy = min(d_busy / dt / len(executors), 1.0)
     d_round = min(d_round, 0.9 * d_busy)  # the runners' floor on the per-record cost, kept here too
     per_round = busy * d_round / d_busy if d_busy > 0 else 0.0
+    measured = d_records > 0 and d_busy > 0
     return Rates(
         window_s=dt,
         executors=len(executors),
         processed=d_records / dt,
         backlog_growth=(newest.backlog - oldest.backlog) / dt,
         backlog=newest.backlog,
-        capacity=d_records / (d_busy - d_round) * (1 - per_round) if d_records > 0 and d_busy > 0 else None,
+        capacity=d_records / (d_busy - d_round) * (1 - per_round) if measured else None,
         busy=busy,
         per_round=per_round,
-        per_busy_second=d_records / d_busy if d_records > 0 and d_busy > 0 else None,
+        per_busy_second=d_records / d_busy if measured else None,
     )
 
 
