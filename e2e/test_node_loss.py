@@ -118,10 +118,11 @@ def test_a_drain_waits_for_warm_copies_and_completes_without_a_failover(three_no
         late = flow.lateness(t0)
         said = [m for m in app.events("Draining") if drained.metadata.name in m]
         # the operator posts its Events after the delete, in the background: the drain may end first
-        deadline = time.monotonic() + 20
-        while not (deleted := [m for m in app.events("ExecutorDrained") if drained.metadata.name in m]) \
-                and time.monotonic() < deadline:
-            time.sleep(1)
+        try:
+            deleted = until(lambda: [m for m in app.events("ExecutorDrained") if drained.metadata.name in m], 20,
+                            f"the ExecutorDrained Event of {drained.metadata.name}", interval=1)
+        except AssertionError:
+            deleted = []
         assert said and deleted, (f"{app.kubectl('describe', 'sapp', APP)[-3000:]}\nkubectl drain said: "
                                   f"{done.stdout[-1500:]}{done.stderr[-1500:]}")
         # the actives were handed over while the pod ran: none failed over
