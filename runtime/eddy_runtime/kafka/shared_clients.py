@@ -1,6 +1,6 @@
 """Consumers the tasks of a process share for one-off reads: the group's committed positions of a
-task taken over (`positions_reader`), and how far a changelog partition was written
-(`written_ends`).
+task taken over (`positions_reader`), how far a changelog partition was written
+(`written_ends`), and how far it can be read (`stable_ends`).
 
 A task that opens made its own clients for these, and a new client first connects and finds its
 group's coordinator: 30-150 ms of every hand-over's pause on a loaded machine
@@ -21,7 +21,7 @@ from eddy_runtime.kafka.client import KafkaClientConfig
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, TopicPartition
 
-__all__ = ["SharedConsumer", "positions_reader", "written_ends"]
+__all__ = ["SharedConsumer", "positions_reader", "stable_ends", "written_ends"]
 
 #: how long a one-off read waits for the broker
 _TIMEOUT_S = 30.0
@@ -81,5 +81,22 @@ def written_watermarks(ends: SharedConsumer, tp: TopicPartition) -> tuple[int, i
     markers are written after), and its records are part of the task's state: the new owner's
     committed input positions, read next, already count them. Reading read_committed up to here
     waits for its markers."""
+    low, high = ends.consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False)
+    return int(low), int(high)
+
+
+def stable_ends(kafka: KafkaClientConfig | str, app: str) -> SharedConsumer:
+    """The process's consumer that reads how far partitions of `app` are stable (`stable_watermarks`).
+
+    Asked by a standby at every tail. Not its own restore consumer: that one keeps a fetch
+    waiting at the broker (up to its fetch.wait.max.ms), and a broker answers a connection's
+    requests in order, so a ListOffsets sent beside it waited for the fetch, 50 ms a tail on
+    average (bench/handover.py); this one fetches nothing."""
+    return SharedConsumer("stable-ends", kafka, f"{app}-restore", {"client.id": f"{app}-stable-ends",
+                                                                   "isolation.level": "read_committed"})
+
+
+def stable_watermarks(ends: SharedConsumer, tp: TopicPartition) -> tuple[int, int]:
+    """`tp`'s low watermark and last stable offset: how far a read_committed reader can read it now."""
     low, high = ends.consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False)
     return int(low), int(high)

@@ -144,6 +144,8 @@ class ProcessorStateManager:
         self._consumer: Consumer | None = None
         #: the process's reader of how far the changelogs were written (kafka/shared_clients.py)
         self._ends: shared_clients.SharedConsumer | None = None
+        #: and of how far they can be read (a standby's tail asks it: kafka/shared_clients.py)
+        self._stable: shared_clients.SharedConsumer | None = None
         self._reader: StoreChangelogReader | None = None
         self._standby: StandbyUpdater | None = None
         self._progress = TaskRestoreProgress(())
@@ -153,9 +155,11 @@ class ProcessorStateManager:
             if any(s.logged for s in specs):
                 self._consumer = kafka_client.consumer(kafka, restore_consumer_settings(app, task_id))
                 self._ends = shared_clients.written_ends(kafka, app)
+                self._stable = shared_clients.stable_ends(kafka, app)
                 self._reader = StoreChangelogReader(
                     self._consumer, wipe=self._wipe_store, context=self._ctx,
-                    written_watermarks=functools.partial(shared_clients.written_watermarks, self._ends))
+                    written_watermarks=functools.partial(shared_clients.written_watermarks, self._ends),
+                    stable_watermarks=functools.partial(shared_clients.stable_watermarks, self._stable))
                 for spec in specs:
                     if spec.logged:
                         self._reader.register(self.stores[spec.name], self.changelog_topic(spec.name), partition)
@@ -428,4 +432,7 @@ class ProcessorStateManager:
         if self._ends is not None:
             self._ends.close()
             self._ends = None
+        if self._stable is not None:
+            self._stable.close()
+            self._stable = None
         self._lock.release()

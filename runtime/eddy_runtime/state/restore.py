@@ -132,6 +132,7 @@ class StoreChangelogReader:
         *,
         wipe: Callable[[str], StateStore],
         written_watermarks: Callable[[TopicPartition], tuple[int, int]] | None = None,
+        stable_watermarks: Callable[[TopicPartition], tuple[int, int]] | None = None,
         batch_size: int = 5_000,
         context: str = "",
     ) -> None:
@@ -139,6 +140,9 @@ class StoreChangelogReader:
         self._wipe = wipe
         #: a partition's watermarks, transactions not yet stable included (kafka/shared_clients.py)
         self._written_watermarks = written_watermarks
+        #: a partition's low watermark and last stable offset, from a client that is not this
+        #: reader's (kafka/shared_clients.py's `stable_ends`): None asks the reader's own
+        self._stable_watermarks = stable_watermarks
         self._batch_size = batch_size
         self._ctx = context
         self._targets: dict[str, _Target] = {}  # by topic
@@ -174,6 +178,8 @@ class StoreChangelogReader:
         try:
             if written and self._written_watermarks is not None:
                 return self._written_watermarks(t.tp)
+            if not written and self._stable_watermarks is not None:
+                return self._stable_watermarks(t.tp)
             low, high = self._consumer.get_watermark_offsets(t.tp, timeout=_KAFKA_TIMEOUT_S)
         except KafkaException:
             self._check_exists(t)  # deleted under us: say so
