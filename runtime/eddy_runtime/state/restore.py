@@ -77,7 +77,12 @@ def restore_consumer_settings(app: str, task_id: str) -> dict[str, object]:
         "queued.min.messages": 50_000,
         "queued.max.messages.kbytes": 16 << 10,
         "fetch.queue.backoff.ms": 10,
-        "fetch.wait.max.ms": 100,
+        # A fetch held at the broker for want of records comes back at this wait, not when a
+        # transaction's markers make records readable, and a standby promoted while its last
+        # tail's fetch is held waits for it before it catches up: up to this (100 ms before,
+        # bench/handover.py). Standbys are not assigned their partitions between tails, so an
+        # idle one holds no fetch at the broker (no more fetches than at 100 ms before).
+        "fetch.wait.max.ms": 20,
     }
     return conf
 
@@ -268,6 +273,11 @@ class StoreChangelogReader:
         consume = self._consumer.consume
         if self.tail:
             self.refresh_end_offsets()
+            # fetched only while behind: not assigned between tails (`_stop_fetching`)
+            if behind := [t for t in self._targets.values() if not t.assigned and not t.done]:
+                self._consumer.incremental_assign([TopicPartition(t.topic, t.partition, t.position) for t in behind])
+                for t in behind:
+                    t.assigned = True
         # from here: a slow end-offset query (a loaded broker) must not eat the reading time
         deadline = time.monotonic() + max_seconds
         while budget > 0:
@@ -291,7 +301,7 @@ class StoreChangelogReader:
             if msgs or moved:
                 self._last_progress = time.monotonic()
             elif self.tail:
-                break  # nothing readable yet (e.g. the active's transaction is still open)
+                continue  # behind the last stable offset: readable, its fetch under way (just assigned)
             elif time.monotonic() - self._last_progress > _STALL_CHECK_S:
                 # No records for a while although the end is not reached: the changelog may
                 # have been deleted under us (raises ChangelogTopicMissing), else keep waiting.
@@ -300,6 +310,8 @@ class StoreChangelogReader:
                     if not t.done:
                         self._check_exists(t)
         self._finish_done_targets()
+        if self.tail:
+            self._unassign_all()  # between tails, fetch nothing
         return self.progress()
 
     def _skip_markers(self) -> bool:
