@@ -29,7 +29,15 @@ from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.protocol.health import HealthAndMetricsServer
 from eddy_runtime.protocol.runner_client import OUTLIVES_EXECUTOR_ENV
-from eddy_runtime.protocol.work import BadRecordInfo, BatchSettings, ContinuousWork, ItemResult, ItemStatus, SlotWork
+from eddy_runtime.protocol.work import (
+    BadRecordInfo,
+    BatchSettings,
+    ContinuousWork,
+    ItemResult,
+    ItemStatus,
+    Released,
+    SlotWork,
+)
 from eddy_runtime.protocol.work_push import (
     PUSH_PATH,
     RELEASE_PATH,
@@ -95,6 +103,8 @@ def work(generation: int, *tasks: tuple[str, Role]) -> ContinuousWork:
 def test_work_round_trips_as_json_and_anything_else_is_refused():
     w = work(7, ("1_0", Role.ACTIVE), ("1_1", Role.STANDBY))
     assert decode_work(encode_work("wc", w)) == ("wc", w)
+    handed = replace(w, handed={"1_0": {TopicPartition("wc-words-repartition", 0): 41}})
+    assert decode_work(encode_work("wc", handed)) == ("wc", handed)
     for bad in (b"[]", b'{"app":"wc","generation":"7","tasks":[],"commitIntervalS":0.1}',
                 b'{"app":"wc","generation":7,"tasks":[["1_0","leader"]],"commitIntervalS":0.1}',
                 b'{"app":"wc","generation":7,"tasks":[],"commitIntervalS":0}'):
@@ -157,14 +167,15 @@ def test_a_release_round_trips_as_json_and_anything_else_is_refused(served):
     assert post(address, body, token="guess", path=RELEASE_PATH)[0] == 403
     assert post(address, encode_release("other-app", 4, ["1_0"], 1.0), path=RELEASE_PATH)[0] == 409
     assert post(address, b"{}", path=RELEASE_PATH)[0] == 400
-    assert post(address, body, path=RELEASE_PATH) == (200, {"released": True})  # nothing of it under way
+    # nothing of it under way, and it held no task: no positions to hand over
+    assert post(address, body, path=RELEASE_PATH) == (200, {"released": True, "positions": []})
 
 
 def test_a_release_waits_for_the_round_holding_the_task_and_says_whether_it_committed(served):
     loop, address = served
     loop.sync({}, SETTINGS, work(3))
     old = work(3, ("1_0", Role.ACTIVE), ("1_1", Role.ACTIVE))
-    answers: list[set[str]] = []
+    answers: list[dict[str, object]] = []
 
     def release_in_background(timeout_s: float) -> threading.Thread:
         thread = threading.Thread(target=lambda: answers.append(
@@ -174,13 +185,13 @@ def test_a_release_waits_for_the_round_holding_the_task_and_says_whether_it_comm
 
     with loop._committing_tasks(old, ["1_0", "1_1"], Role.ACTIVE) as committing:
         assert committing.allowed == ["1_0", "1_1"]
-        assert release_tasks({"1": address}, {"1": ["1_0"]}, "wc", "s3cret", 4, 0.3) == set()  # still committing
+        assert release_tasks({"1": address}, {"1": ["1_0"]}, "wc", "s3cret", 4, 0.3) == {}  # still committing
         waiting = release_in_background(5.0)
         time.sleep(0.3)
         assert not answers  # it waits for the round
         committing.clean = True
     waiting.join(5)
-    assert answers == [{"1"}]
+    assert answers == [{"1": {}}]  # released cleanly; it never opened 1_0, so no positions
 
     # Released for generation 4: work older than that may not run 1_0 any more; 1_1 and newer work may.
     with loop._committing_tasks(old, ["1_0", "1_1"], Role.ACTIVE) as committing:
@@ -190,13 +201,35 @@ def test_a_release_waits_for_the_round_holding_the_task_and_says_whether_it_comm
     with loop._committing_tasks(work(5, ("1_0", Role.ACTIVE)), ["1_0"], Role.ACTIVE) as committing:
         assert committing.allowed == ["1_0"]
         committing.clean = False  # a round that did not commit cleanly: a release of it is refused
-    assert loop.release(6, ["1_0"], 1.0) is True  # a new release forgets the earlier outcome
+    assert loop.release(6, ["1_0"], 1.0).clean  # a new release forgets the earlier outcome
     loop.sync({}, SETTINGS, work(7))
     with loop._committing_tasks(work(7, ("1_0", Role.ACTIVE)), ["1_0"], Role.ACTIVE) as committing:
         waiting = release_in_background(5.0)
         time.sleep(0.2)
     waiting.join(5)
-    assert answers[-1] == set()  # the round holding it did not commit cleanly: fence it
+    assert answers[-1] == {}  # the round holding it did not commit cleanly: fence it
+
+
+def test_the_driver_side_takes_the_positions_handed_over_for_the_tasks_it_asked_for(tmp_path):
+    # what a runner answers (ContinuousLoop.release), served over HTTP as the runner serves it
+    tp = TopicPartition("wc-in", 0)
+
+    def release(generation: int, tasks: tuple[str, ...], timeout_s: float) -> Released:
+        return Released(True, {"0_0": {tp: 120}, "0_9": {tp: 7}})  # 0_9: not asked for
+
+    def unclean(generation: int, tasks: tuple[str, ...], timeout_s: float) -> Released:
+        return Released(False, {"0_0": {tp: 120}})
+
+    servers = [HealthAndMetricsServer(0, "127.0.0.1", CollectorRegistry(), None,
+                                      routes={RELEASE_PATH: release_endpoint(lambda: ("wc", "s3cret"), answer)})
+               for answer in (release, unclean)]
+    try:
+        addresses = {"1": f"127.0.0.1:{servers[0].port}", "2": f"127.0.0.1:{servers[1].port}"}
+        asked = {"1": ["0_0", "0_1"], "2": ["0_2"]}
+        assert release_tasks(addresses, asked, "wc", "s3cret", 4, 2.0) == {"1": {"0_0": {tp: 120}}}
+    finally:
+        for server in servers:
+            server.close()
 
 
 def test_item_results_round_trip_as_json_and_anything_else_is_refused():

@@ -21,6 +21,7 @@ from eddy_contract.tasks import Role
 from eddy_runtime.driver.batch_plan import continuous_copies
 from eddy_runtime.dsl.subtopology import CompiledApp
 from eddy_runtime.kafka.client import KafkaClientConfig
+from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.protocol.fences import FenceBook, runner_key
 from eddy_runtime.protocol.placement import ExecutorRef
 from eddy_runtime.protocol.work import ContinuousWork, StateReset
@@ -82,6 +83,9 @@ class GenerationHandoff:
         self._fences: FenceBook | None = None
         #: the state reset this driver carried out (driver/upgrade_gate.py), carried by all its work
         self.state_reset: StateReset | None = None
+        #: the newest fenced generation, and what the runners that let go of its actives handed
+        #: over: each task's input positions, for its next owner (`ContinuousWork.handed`)
+        self._handed: tuple[int, dict[str, Mapping[TopicPartition, int]]] = (-1, {})
 
     def start(self, compiled: CompiledApp, continuous: frozenset[int], exactly_once: bool) -> None:
         """Know the app (`continuous`: the sub-topologies the runners run by themselves); under
@@ -140,10 +144,14 @@ class GenerationHandoff:
 
     def continuous_work(self, generation: int, executor: str, tasks: Iterable[tuple[str, Role]]) -> ContinuousWork:
         """What `executor`'s runner runs continuously in `generation`: `tasks`, with its runner
-        key and fence epoch."""
+        key and fence epoch, and the positions handed over with the actives it gains."""
         key = self.runner_key(executor)
         epoch = self._fences.epochs().get(key, 0) if self._fences is not None else 0
-        return ContinuousWork(generation, tuple(tasks), self.commit_interval_s, epoch, key, self.state_reset)
+        tasks = tuple(tasks)
+        handed_for, handed = self._handed
+        gains = ({t: handed[t] for t, role in tasks if role == Role.ACTIVE and t in handed}
+                 if handed_for == generation else {})
+        return ContinuousWork(generation, tasks, self.commit_interval_s, epoch, key, self.state_reset, gains)
 
     def fence(self, assignment: Assignment) -> None:
         """Exactly-once continuous: before any runner hears of `assignment`, the executors that
@@ -165,14 +173,21 @@ class GenerationHandoff:
 
         addresses = self._runner_addresses_by_key()  # not under the fences' lock, which `release` runs under
 
+        handed: dict[str, Mapping[TopicPartition, int]] = {}
+
         def release(losing: Mapping[str, Sequence[str]]) -> set[str]:
             asked = {k: tasks for k, tasks in losing.items() if k in askable and k in addresses}
             if not asked:
                 return set()
-            return release_tasks(addresses, asked, self.app, self.token, assignment.generation,
-                                 max(RELEASE_TIMEOUT_S, 5 * self.commit_interval_s))
+            released = release_tasks(addresses, asked, self.app, self.token, assignment.generation,
+                                     max(RELEASE_TIMEOUT_S, 5 * self.commit_interval_s))
+            for positions in released.values():
+                handed.update(positions)
+            return set(released)
 
         self._fences.before_generation(assignment.generation, actives, release)
+        if handed:
+            self._handed = (assignment.generation, handed)
 
     def forget_runners_except(self, live: Set[str]) -> None:
         """Forget the addresses of the runners of executors not in `live`."""

@@ -75,7 +75,7 @@ def prepare_batch(settings: BatchSettings, sub: SubTopology, item: WorkItem, tas
                                      max_seconds=settings.restore_chunk_seconds)
         return replace(base, status=ItemStatus.RESTORING, figures=mgr.figures(), restored=progress.restored,
                           restore_remaining=progress.remaining)
-    positions = task.read_positions([r.topic_partition for r in item.ranges])
+    positions = task.read_positions([r.topic_partition for r in item.ranges], item.handed)
     stale = [r for r in item.ranges if positions.get(r.topic_partition, 0) != r.start]
     if stale and not item.restore_only:
         return replace(base, status=ItemStatus.ABORTED, figures=mgr.figures(),

@@ -45,6 +45,7 @@ from eddy_runtime.protocol.work import (
     ContinuousWork,
     ItemResult,
     ItemStatus,
+    Released,
     SlotWork,
     WorkItem,
 )
@@ -133,26 +134,31 @@ class ContinuousLoop:
         self.push(work)
         return self.assignment.take_results()
 
-    def release(self, generation: int, tasks: Sequence[str], timeout_s: float) -> bool:
+    def release(self, generation: int, tasks: Sequence[str], timeout_s: float) -> Released:
         """Let `tasks` go ahead of `generation`, which takes them away from this runner (protocol/work_push.py):
         no step or round under older work processes them from now on; once the step or round that
-        holds one has ended, the runner lets go of them (`TaskHost.release_task`). True if that
+        holds one has ended, the runner lets go of them (`TaskHost.release_task`). Clean if that
         happened within `timeout_s` and every one of them ended cleanly (committed, or had nothing
-        to commit), so that the driver need not fence this runner; False otherwise (it fences it)."""
+        to commit), so that the driver need not fence this runner, with the input positions each
+        committed last, which the driver hands to their next owners; not clean otherwise (it
+        fences it)."""
         released = self.assignment.release(generation, tasks, timeout_s)
         if released == Release.TIMED_OUT:
-            return False
+            return Released(False, {})
         clean = released == Release.CLEAN
         # Only its actives: a standby commits nothing, and the driver of a new generation names
         # every task it gives another runner's active (it may not know what this one holds).
         current = self.assignment.current()
         standbys = {t for t, role in current.work.tasks if role != Role.ACTIVE} if current is not None else set()
         let_go = sorted(t for t in tasks if t not in standbys)
+        handed = {}
         for task in let_go:
+            if clean and (positions := self.runner.positions(task)) is not None:
+                handed[task] = dict(positions)  # what its last round committed: no round holds it now
             self.runner.release_task(task, f"released for generation {generation}")
         log.info("generation %d: released %s%s", generation, let_go,
                  "" if clean else " (a round holding them did not commit cleanly)")
-        return clean
+        return Released(clean, handed)
 
     def _committing_tasks(self, work: ContinuousWork, tasks: Sequence[str],
                           role: Role) -> contextlib.AbstractContextManager[CommittingTasks]:
@@ -240,6 +246,7 @@ class ContinuousLoop:
                     poller.ensure({tp: positions[tp] for tp in tps})
                     if task not in self._fetching:  # started running: taken over, promoted or restored
                         self._cycle.joined(task)
+                        tasks.handed_taken.add(task)  # from now on this runner moves its positions
                     running[task] = tps
                     continue
             if task not in busy and tasks.due.setdefault(task, now) <= now:  # open, restore, tail: each commit interval
@@ -425,7 +432,10 @@ class ContinuousLoop:
             ranges = process.ranges
         elif role == Role.ACTIVE:
             ranges = tuple(InputRange(topic, p, -1, -1) for topic, p in self._inputs(subs, task))
-        item = WorkItem(task, role, ranges, restore_only=records is None and role == Role.ACTIVE)
+        # Positions handed over by the task's last owner hold until this runner first runs it: a
+        # round of it here moves them, and a task opened again later reads them from the group.
+        handed = work.handed.get(task) if records is None and task not in self._tasks.handed_taken else None
+        item = WorkItem(task, role, ranges, restore_only=records is None and role == Role.ACTIVE, handed=handed)
         exactly_once = settings.guarantee == ProcessingGuarantee.EXACTLY_ONCE
         slot = SlotWork(self.runner.executor_id, (item,), runner_transactions=exactly_once)
         started = time.monotonic()

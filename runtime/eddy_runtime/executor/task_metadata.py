@@ -30,6 +30,9 @@ class TaskExecutionMetadata:
         self.waiting: dict[str, float] = {}
         #: task -> its step running (or queued) on the pool; a task takes one step at a time
         self.inflight: dict[str, Future[None]] = {}
+        #: actives that started running here in this generation: positions handed over with them
+        #: (`ContinuousWork.handed`) no longer hold
+        self.handed_taken: set[str] = set()
 
     def back_off(self, task: str) -> None:
         """`task` failed: it is not run for `RETRY_AFTER_S` (unless a new generation comes)."""
@@ -40,6 +43,7 @@ class TaskExecutionMetadata:
         was up to a commit interval away: that long more of a hand-over's pause)."""
         self.backed_off.clear()
         self.due.clear()
+        self.handed_taken.clear()
 
     def busy(self) -> set[str]:
         """The tasks whose step has not finished (the finished ones forgotten)."""

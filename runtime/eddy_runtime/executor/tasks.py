@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import ClassVar
 
@@ -131,14 +131,22 @@ class StreamTask(Task):
             self.transition(now)
         return restored
 
-    def read_positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The positions, read from the group's committed offsets unless known.
+    def read_positions(self, partitions: Iterable[TopicPartition],
+                       handed: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
+        """The positions, read from the group's committed offsets unless known, or `handed` over
+        by the task's last owner when it let go of it (protocol/work.py's `ContinuousWork.handed`:
+        what it committed last, which the group holds once that transaction's markers are
+        written); `handed` must name every partition.
 
         A task that commits on its own fenced any older instance when it opened; a task on its
         runner's transactions is moved only after the driver released or fenced its last runner
         (protocol/fences.py). Either way, from here on only this runner moves them."""
         if self.positions is None:
-            self.positions = self.opened.committed_offsets(partitions)
+            partitions = list(partitions)
+            if handed is not None and all(tp in handed for tp in partitions):
+                self.positions = {tp: handed[tp] for tp in partitions}
+            else:
+                self.positions = self.opened.committed_offsets(partitions)
         return self.positions
 
     def forget_positions(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 from eddy_contract.histograms import DURATION_BUCKETS_S
 from eddy_contract.spec import BadRecordPolicy, ProcessingGuarantee
@@ -106,6 +107,20 @@ class BatchSettings:
         return f"{self.state_dir}/executor-{executor}" if self.per_executor_state_dirs else self.state_dir
 
 
+#: task -> the input positions its last owner committed, handed over with it (`ContinuousWork.handed`)
+HandedPositions = Mapping[str, Mapping[TopicPartition, int]]
+
+
+class Released(NamedTuple):
+    """How a runner let go of actives it was asked to release (executor/continuous.py's `release`)."""
+
+    #: every round holding them ended and committed (or had nothing to commit): no fence needed
+    clean: bool
+    #: if clean, the input positions each of them committed last (one whose positions were not
+    #: known, for example after a round that failed, is left out)
+    positions: HandedPositions
+
+
 @dataclass(frozen=True)
 class WorkItem:
     """One task's share of a batch on one executor."""
@@ -119,6 +134,10 @@ class WorkItem:
     #: source offsets whose record made a DataFrame step fail (found by the driver), with the
     #: error: the read step leaves them out and hands them to the bad-record policy
     poison: tuple[tuple[int, str], ...] = ()
+    #: an active opened here for the first time in its generation: the input positions its last
+    #: owner committed and handed over when it let go of it (`ContinuousWork.handed`), taken
+    #: instead of reading the group's committed offsets
+    handed: Mapping[TopicPartition, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +154,12 @@ class ContinuousWork:
     runner: str = ""
     #: the state reset of this driver's upgrade, if it carried one out (None: nothing reset)
     reset: StateReset | None = None
+    #: actives of this generation that another runner let go of cleanly for it: the input
+    #: positions it committed last, which the group's committed offsets hold too once its last
+    #: transaction's markers are written (driver/handoff.py). A runner opening one of them takes
+    #: these rather than waiting for those markers (a broker round trip or several, retried while
+    #: the coordinator answers UNSTABLE_OFFSET_COMMIT)
+    handed: HandedPositions = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ from eddy_contract.takeover import (
     json_object,
 )
 from eddy_contract.tasks import Role
-from eddy_runtime.protocol.work import ContinuousWork, ItemResult, StateReset
+from eddy_runtime.protocol.work import ContinuousWork, HandedPositions, ItemResult, Released, StateReset
 
 __all__ = [
     "FENCE_PATH",
@@ -123,6 +123,8 @@ def _work_fields(app: str, work: ContinuousWork) -> dict[str, Any]:
               "commitIntervalS": work.commit_interval_s, "fenceEpoch": work.fence_epoch, "runner": work.runner}
     if work.reset is not None:
         fields["reset"] = _to_json(work.reset)
+    if work.handed:
+        fields["handed"] = _to_json(work.handed)
     return fields
 
 
@@ -143,7 +145,8 @@ def _work_of(doc: Mapping[str, Any]) -> tuple[str, ContinuousWork]:
     if not isinstance(runner, str):
         raise ValueError("runner must be a string")
     reset = _from_json(StateReset | None, doc.get("reset"))
-    return str(doc["app"]), ContinuousWork(generation, tuple(tasks), float(interval), epoch, runner, reset)
+    handed = _from_json(HandedPositions, doc.get("handed", []))
+    return str(doc["app"]), ContinuousWork(generation, tuple(tasks), float(interval), epoch, runner, reset, handed)
 
 
 def decode_release(body: bytes) -> tuple[str, int, tuple[str, ...], float]:
@@ -255,12 +258,13 @@ def push_work(addresses: Mapping[str, str], work: Mapping[str, ContinuousWork], 
 
 
 def release_tasks(addresses: Mapping[str, str], releases: Mapping[str, Sequence[str]], app: str, token: str,
-                  generation: int, timeout_s: float) -> set[str]:
+                  generation: int, timeout_s: float) -> dict[str, HandedPositions]:
     """Ask each executor of `releases` (executor -> the continuous actives it loses in
     `generation`) to let its tasks go, all at once; the executors that answered, within
-    `timeout_s`, that they did so cleanly. One without an address, one that does not answer in
-    time and one that could not are left out (the caller fences them)."""
-    released: set[str] = set()
+    `timeout_s`, that they did so cleanly, each with the input positions its tasks committed last
+    (handed to their next owners: `ContinuousWork.handed`). One without an address, one that does
+    not answer in time and one that could not are left out (the caller fences them)."""
+    released: dict[str, HandedPositions] = {}
     lock = threading.Lock()
 
     def post(executor: str, address: str, body: bytes) -> None:
@@ -270,8 +274,15 @@ def release_tasks(addresses: Mapping[str, str], releases: Mapping[str, Sequence[
             log.info("executor %s did not release its tasks for generation %d: %s", executor, generation, e)
             return
         if answer.get("released") is True:
+            try:  # positions of tasks it was asked for only; an older runner hands none
+                handed = {t: p for t, p in _from_json(HandedPositions, answer.get("positions", [])).items()
+                          if t in releases[executor]}
+            except ValueError as e:
+                log.warning("executor %s released its tasks for generation %d, but handed no positions: %s",
+                            executor, generation, e)
+                handed = {}
             with lock:
-                released.add(executor)
+                released[executor] = handed
         else:
             log.info("executor %s could not release %s cleanly for generation %d", executor,
                      sorted(releases[executor]), generation)
@@ -279,7 +290,7 @@ def release_tasks(addresses: Mapping[str, str], releases: Mapping[str, Sequence[
     _join_all(_post_each(addresses, {e: encode_release(app, generation, tasks, timeout_s)
                                      for e, tasks in releases.items()}, "eddy-release", post), timeout_s + 2.0)
     with lock:
-        return set(released)
+        return dict(released)
 
 
 def sync_runners(addresses: Mapping[str, str], work: Mapping[str, ContinuousWork], app: str, token: str,
@@ -344,15 +355,20 @@ def push_endpoint(app_token: Callable[[], tuple[str, str] | None],
 
 
 def release_endpoint(app_token: Callable[[], tuple[str, str] | None],
-                     release: Callable[[int, tuple[str, ...], float], bool]) -> Callable[..., Iterable[bytes]]:
-    """The runner's WSGI app for `RELEASE_PATH`; `release(generation, tasks, timeout)`: True once
-    the loop let the tasks go cleanly (`ContinuousLoop.release`)."""
+                     release: Callable[[int, tuple[str, ...], float], Released]) -> Callable[..., Iterable[bytes]]:
+    """The runner's WSGI app for `RELEASE_PATH`; `release(generation, tasks, timeout)`: whether
+    the loop let the tasks go cleanly, and if so the positions they committed last
+    (`ContinuousLoop.release`), which the answer hands over."""
 
     def decode(body: bytes) -> tuple[str, tuple[int, tuple[str, ...], float]]:
         app, generation, tasks, timeout = decode_release(body)
         return app, (generation, tasks, timeout)
 
-    return _endpoint(app_token, RELEASE_PATH, "a release", decode, lambda asked: {"released": release(*asked)})
+    def answer(asked: tuple[int, tuple[str, ...], float]) -> dict[str, Any]:
+        released = release(*asked)
+        return {"released": released.clean, "positions": _to_json(released.positions if released.clean else {})}
+
+    return _endpoint(app_token, RELEASE_PATH, "a release", decode, answer)
 
 
 def sync_endpoint(app_token: Callable[[], tuple[str, str] | None],
