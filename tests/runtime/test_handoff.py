@@ -11,10 +11,11 @@ from types import MappingProxyType
 import pytest
 
 from eddy_contract.assignor import Assignment, TaskAssignment
-from eddy_runtime.driver.handoff import GenerationHandoff, runners_to_ask
+from eddy_runtime.driver.handoff import GenerationHandoff, handed_over, runners_to_ask
 from eddy_runtime.dsl.compiler import compile_topology
 from eddy_runtime.dsl.pipeline import Topology
 from eddy_runtime.kafka.client import KafkaClientConfig
+from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.protocol.placement import ExecutorRef
 
 pytestmark = pytest.mark.unit
@@ -69,3 +70,12 @@ def test_only_the_runners_of_live_known_executors_are_asked_to_let_go_the_others
     # an earlier driver's runner on a host no executor of this driver registered from (its pod
     # gone) is not asked
     assert "10.244.2.9" not in runners_to_ask(key, set(), ["1", "2", "3"])
+
+
+def test_positions_are_handed_over_only_from_the_runner_that_held_the_task_in_the_last_generation() -> None:
+    tp = TopicPartition("wc-in", 0)
+    released = {"host-a": {"0_0": {tp: 10}, "0_1": {tp: 4}}, "host-b": {"0_0": {tp: 25}}}
+    # 0_0 was host-b's in the last generation: host-a (an earlier driver's runner, fenced out of it
+    # while no driver ran) still answers with its positions of then, which would process 10..24 again
+    assert handed_over({"0_0": "host-b", "0_1": "host-a"}, released) == {"0_0": {tp: 25}, "0_1": {tp: 4}}
+    assert handed_over({}, released) == {}  # before this driver's first generation: nobody's word

@@ -24,10 +24,10 @@ from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.protocol.fences import FenceBook, runner_key
 from eddy_runtime.protocol.placement import ExecutorRef
-from eddy_runtime.protocol.work import ContinuousWork, StateReset
+from eddy_runtime.protocol.work import ContinuousWork, HandedPositions, StateReset
 from eddy_runtime.protocol.work_push import push_work, release_tasks
 
-__all__ = ["PUSH_TOKEN_ENV", "RELEASE_TIMEOUT_S", "GenerationHandoff", "runners_to_ask"]
+__all__ = ["PUSH_TOKEN_ENV", "RELEASE_TIMEOUT_S", "GenerationHandoff", "handed_over", "runners_to_ask"]
 
 log = logging.getLogger("eddy.driver")
 
@@ -49,6 +49,18 @@ def runners_to_ask(runner_key: Callable[[str], str], gone: Set[str], known: Iter
     dead executor, and one of an earlier driver that never registered with this one (its pod
     gone: a request to its address takes seconds to fail)."""
     return {runner_key(e) for e in known if e not in gone}
+
+
+def handed_over(holders: Mapping[str, str],
+                released: Mapping[str, HandedPositions]) -> dict[str, Mapping[TopicPartition, int]]:
+    """The positions to hand to the next owners (`ContinuousWork.handed`): of what each runner
+    that let go cleanly answered (`released`: runner key -> task -> positions), those of the
+    tasks it held as active in this driver's last generation (`holders`: task -> runner key).
+    Since then only it could commit them: every move went through a release or a fence. A runner
+    of an earlier driver (asked before this driver's first generation) is not taken at its word:
+    it may hold a task it was fenced out of while no driver ran, with the positions of then."""
+    return {task: positions for runner, tasks in released.items() for task, positions in tasks.items()
+            if holders.get(task) == runner}
 
 
 class GenerationHandoff:
@@ -174,6 +186,7 @@ class GenerationHandoff:
         addresses = self._runner_addresses_by_key()  # not under the fences' lock, which `release` runs under
 
         handed: dict[str, Mapping[TopicPartition, int]] = {}
+        holders = self._fences.holders()
 
         def release(losing: Mapping[str, Sequence[str]]) -> set[str]:
             asked = {k: tasks for k, tasks in losing.items() if k in askable and k in addresses}
@@ -181,8 +194,7 @@ class GenerationHandoff:
                 return set()
             released = release_tasks(addresses, asked, self.app, self.token, assignment.generation,
                                      max(RELEASE_TIMEOUT_S, 5 * self.commit_interval_s))
-            for positions in released.values():
-                handed.update(positions)
+            handed.update(handed_over(holders, released))
             return set(released)
 
         self._fences.before_generation(assignment.generation, actives, release)

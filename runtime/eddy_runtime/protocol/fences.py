@@ -205,6 +205,12 @@ class FenceBook:
         with self._lock:
             return dict(self._epochs)
 
+    def holders(self) -> dict[str, str]:
+        """Task -> the runner that held it as active in this driver's last generation (none before
+        its first)."""
+        with self._lock:
+            return dict(self._holders)
+
     def before_generation(self, generation: int, actives: Mapping[str, str],
                           release: Callable[[Mapping[str, Sequence[str]]], Collection[str]] | None = None) -> None:
         """Before any runner hears of `generation` (`actives`: each continuous task's active

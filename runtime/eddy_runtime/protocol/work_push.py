@@ -14,7 +14,8 @@ changes nothing.
 A release (`RELEASE_PATH`) comes before a generation that takes continuous actives away from a
 live executor under exactly-once: the runner stops processing them, waits for the round that
 holds them to commit, and answers whether they were let go cleanly (protocol/fences.py: the driver fences
-only the executors that did not).
+only the executors that did not), and if so the input positions each committed last, which the
+driver hands to their next owners (`ContinuousWork.handed`).
 
 A sync (`SYNC_PATH`) is how the driver of an app that runs only continuously collects what
 the runners did, between the Spark jobs that carry its syncs: a Spark job per second and
