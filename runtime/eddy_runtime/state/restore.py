@@ -77,11 +77,11 @@ def restore_consumer_settings(app: str, task_id: str) -> dict[str, object]:
         "queued.min.messages": 50_000,
         "queued.max.messages.kbytes": 16 << 10,
         "fetch.queue.backoff.ms": 10,
-        # A fetch held at the broker for want of records comes back at this wait, not when a
-        # transaction's markers make records readable, and a standby promoted while its last
-        # tail's fetch is held waits for it before it catches up: up to this (100 ms before,
-        # bench/handover.py). Standbys are not assigned their partitions between tails, so an
-        # idle one holds no fetch at the broker (no more fetches than at 100 ms before).
+        # A promoted standby's catch-up, a few records, took 0.07-0.11 s at a wait of 100 ms and
+        # 0.01-0.04 s at 20 (bench/handover.py): it waited on a fetch held at the broker for up to
+        # this wait (the one its last tail left in flight, or its own at the changelog's end; the
+        # runners' logs do not tell which). Standbys are not assigned their partitions between
+        # tails, so an idle one holds no fetch at the broker (no more fetches than at 100 ms before).
         "fetch.wait.max.ms": 20,
     }
     return conf
