@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaPartition
 
 from eddy_runtime.executor.commit import StateCommitter
 from eddy_runtime.state import ProcessorStateManager
@@ -36,8 +38,21 @@ def chunks_until_done(chunk: Callable[[], Any], done: Callable[[Any], bool], wha
         assert time.monotonic() < deadline, f"{what}: not done after {timeout_s}s (last: {progress})"
 
 
-def caught_up(standby: ProcessorStateManager, what: str = "standby catching up") -> Any:
-    return chunks_until_done(standby.standby_chunk, lambda p: not p.remaining, what)
+def caught_up(standby: ProcessorStateManager, app: StateApp, what: str = "standby catching up") -> Any:
+    """Tail until the standby has no lag and read all its changelogs hold: a tail's end is the
+    last stable offset, which stands before a transaction whose commit has returned until the
+    broker has written its markers (the standby is caught up with it then, not with the write)."""
+    written = Consumer({"bootstrap.servers": app.bootstrap, "group.id": f"{app.name}-probe"})
+
+    def done(progress: Any) -> bool:
+        return not progress.remaining and all(
+            s.position >= written.get_watermark_offsets(KafkaPartition(s.topic, s.partition), timeout=10,
+                                                        cached=False)[1] for s in progress.stores)
+
+    try:
+        return chunks_until_done(standby.standby_chunk, done, what)
+    finally:
+        written.close()
 
 
 def open_pair(app: StateApp) -> tuple[StateCommitter, StateCommitter]:
@@ -58,7 +73,7 @@ def test_standby_tails_the_changelog_and_reports_its_lag(state_app: StateApp) ->
             count_batch(active, ["a", "b", "a"], state_app.input_topic, i + 1)
         assert standby.standby_chunk(max_records=1, max_seconds=2).remaining > 0
         assert standby.standby_lag > 0
-        assert caught_up(standby).remaining == 0
+        assert caught_up(standby, state_app).remaining == 0
         assert standby.standby_lag == 0
         assert dict(standby.store("counts").items()) == {"a": 10, "b": 5}
         assert standby.figures().stores[0].standby_lag == 0
@@ -74,7 +89,7 @@ def test_standby_promotion_with_zero_lag_restores_nothing(state_app: StateApp) -
         with active:
             for i in range(3):
                 count_batch(active, ["x", "y"], state_app.input_topic, i + 1)
-        caught_up(standby)
+        caught_up(standby, state_app)
         applied_as_standby = standby.figures().stores[0].restored_records
         progress = standby.promote()
         assert standby.restored, "a caught-up standby is active at once"
@@ -93,7 +108,7 @@ def test_standby_promotion_with_some_lag_restores_only_the_delta(state_app: Stat
     with standby_copy:
         with active:
             count_batch(active, [f"w{i}" for i in range(100)], state_app.input_topic, 1)
-            caught_up(standby)
+            caught_up(standby, state_app)
             # The active moves on while the standby's executor is busy elsewhere.
             count_batch(active, ["w1", "w2", "late"], state_app.input_topic, 2)
         progress = standby.promote()
@@ -111,11 +126,11 @@ def test_standby_survives_a_restart_and_continues_from_its_offset(state_app: Sta
     with active:
         count_batch(active, ["a"], state_app.input_topic, 1)
         with standby_copy:
-            caught_up(standby)
+            caught_up(standby, state_app)
         count_batch(active, ["a", "b"], state_app.input_topic, 2)
     with ProcessorStateManager.open(state_app.name, "0_1", [COUNTS], state_app.state_dir / "b",
                                     state_app.bootstrap, role="standby") as again:
-        progress = caught_up(again, "the restarted standby")
+        progress = caught_up(again, state_app, "the restarted standby")
         assert progress.restored == 2, "only the second batch's two changelog records (a, b)"
         assert dict(again.store("counts").items()) == {"a": 2, "b": 1}
         assert again.progress.stores[0].start_offset > 0
@@ -131,7 +146,7 @@ def test_a_standby_made_from_scratch_writes_its_memtables_out_once_caught_up_not
     produce(state_app.bootstrap, state_app.changelog(), records, partition=1)
     with ProcessorStateManager.open(state_app.name, "0_1", [COUNTS], state_app.state_dir / "b",
                                     state_app.bootstrap, role="standby") as standby:
-        caught_up(standby, "the standby made from scratch")
+        caught_up(standby, state_app, "the standby made from scratch")
         counts = standby.store("counts")
 
         def active_memtable() -> int:
