@@ -137,11 +137,9 @@ class ContinuousLoop:
     def release(self, generation: int, tasks: Sequence[str], timeout_s: float) -> Released:
         """Let `tasks` go ahead of `generation`, which takes them away from this runner (protocol/work_push.py):
         no step or round under older work processes them from now on; once the step or round that
-        holds one has ended, the runner lets go of them (`TaskHost.release_task`). Clean if that
-        happened within `timeout_s` and every one of them ended cleanly (committed, or had nothing
-        to commit), so that the driver need not fence this runner, with the input positions each
-        committed last, which the driver hands to their next owners; not clean otherwise (it
-        fences it)."""
+        holds one has ended, the runner lets go of them (`TaskHost.release_task`). Clean (no fence
+        needed) if that happened within `timeout_s` and each ended cleanly (committed, or had nothing
+        to commit), with the input positions each committed last, for their next owners."""
         released = self.assignment.release(generation, tasks, timeout_s)
         if released == Release.TIMED_OUT:
             return Released(False, {})

@@ -8,7 +8,8 @@ and validates before any task opens its stores (driver/app_topics.py, with every
 app writes, through kafka/topics.py); `ensure_changelog_topics` does the same for stores alone
 (tests, bench, tools). A topic that exists with the wrong partition count or cleanup policy is an
 error, never silently used: restoring a task from the wrong partition corrupts it
-(docs/DESIGN.md, "Topics").
+(docs/DESIGN.md, "Topics"). `restore_consumer_settings` is how a task reads its changelogs
+(restore.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "ChangelogTopicSpec",
     "changelog_topic_name",
     "ensure_changelog_topics",
+    "restore_consumer_settings",
     "topic_partition_count",
 ]
 
@@ -114,3 +116,39 @@ def ensure_changelog_topics(
         if missing:
             raise ChangelogTopicMissing(f"changelog topics missing: {', '.join(missing)}")
     return ensure_topics(admin, [s.requirement() for s in specs], settings)
+
+
+def restore_consumer_settings(app: str, task_id: str) -> dict[str, object]:
+    """Consumer settings for restoring and tailing changelogs: read_committed, a short queue ahead
+    (`kafka_client` adds bootstrap, spec.kafka.config and security).
+
+    The group id is never used for commits (partitions are assigned, not subscribed); the
+    client requires one.
+    """
+    conf: dict[str, object] = {
+        "group.id": f"{app}-restore",
+        "client.id": f"{app}-{task_id}-restore",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        # An offset out of range is reported, never silently reset: a restore from the wrong
+        # place corrupts the store, so the reader decides (wipe and restore from scratch).
+        "auto.offset.reset": "error",
+        # A short queue ahead per reader (several restore at once; librdkafka's queue limits count
+        # payload, not the overhead small records multiply: 16 MB fetches held 2.7 GB), refilled
+        # 10 ms after it is found full, not 1 s: docs/DESIGN.md, "A runner's restores in bounded
+        # memory".
+        "fetch.max.bytes": 16 << 20,
+        "max.partition.fetch.bytes": 512 << 10,
+        "queued.min.messages": 50_000,
+        "queued.max.messages.kbytes": 16 << 10,
+        "fetch.queue.backoff.ms": 10,
+        # A promoted standby's catch-up, a few records, took 0.07-0.11 s at a wait of 100 ms and
+        # 0.01-0.04 s at 20 (bench/handover.py): it waited on a fetch held at the broker for up to
+        # this wait (the one its last tail left in flight, or its own at the changelog's end; the
+        # runners' logs do not tell which). Standbys are not assigned their partitions between
+        # tails, so an idle one holds no fetch at the broker (no more fetches than at 100 ms before).
+        "fetch.wait.max.ms": 20,
+    }
+    return conf

@@ -31,9 +31,9 @@ from eddy_runtime.kafka import shared_clients
 from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.kafka.transactions import KafkaCommit
-from eddy_runtime.state.changelog import changelog_topic_name
+from eddy_runtime.state.changelog import changelog_topic_name, restore_consumer_settings
 from eddy_runtime.state.metrics import StoreFigures, TaskFigures
-from eddy_runtime.state.restore import StoreChangelogReader, restore_consumer_settings
+from eddy_runtime.state.restore import StoreChangelogReader
 from eddy_runtime.state.restore_progress import RestoredRecords, TaskRestoreProgress
 from eddy_runtime.state.standby import StandbyUpdater
 from eddy_runtime.state.store_spec import StoreSpec

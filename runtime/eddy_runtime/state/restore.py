@@ -41,7 +41,7 @@ from eddy_runtime.state.restore_progress import RestoreProgress, TaskRestoreProg
 from eddy_runtime.state.store import KeyValueStore
 from eddy_runtime.state.stores import StateStore
 
-__all__ = ["StoreChangelogReader", "restore_consumer_settings"]
+__all__ = ["StoreChangelogReader"]
 
 log = logging.getLogger(__name__)
 
@@ -49,42 +49,6 @@ _KAFKA_TIMEOUT_S = 30.0
 _STALL_CHECK_S = 10.0
 #: near a changelog's end, how long one read waits for records before the markers are looked at
 _NEAR_END_POLL_S = 0.005
-
-
-def restore_consumer_settings(app: str, task_id: str) -> dict[str, object]:
-    """Consumer settings for restoring and tailing changelogs: read_committed, a short queue ahead
-    (`kafka_client` adds bootstrap, spec.kafka.config and security).
-
-    The group id is never used for commits (partitions are assigned, not subscribed); the
-    client requires one.
-    """
-    conf: dict[str, object] = {
-        "group.id": f"{app}-restore",
-        "client.id": f"{app}-{task_id}-restore",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "isolation.level": "read_committed",
-        "enable.partition.eof": True,
-        # An offset out of range is reported, never silently reset: a restore from the wrong
-        # place corrupts the store, so the reader decides (wipe and restore from scratch).
-        "auto.offset.reset": "error",
-        # A short queue ahead per reader (several restore at once; librdkafka's queue limits count
-        # payload, not the overhead small records multiply: 16 MB fetches held 2.7 GB), refilled
-        # 10 ms after it is found full, not 1 s: docs/DESIGN.md, "A runner's restores in bounded
-        # memory".
-        "fetch.max.bytes": 16 << 20,
-        "max.partition.fetch.bytes": 512 << 10,
-        "queued.min.messages": 50_000,
-        "queued.max.messages.kbytes": 16 << 10,
-        "fetch.queue.backoff.ms": 10,
-        # A promoted standby's catch-up, a few records, took 0.07-0.11 s at a wait of 100 ms and
-        # 0.01-0.04 s at 20 (bench/handover.py): it waited on a fetch held at the broker for up to
-        # this wait (the one its last tail left in flight, or its own at the changelog's end; the
-        # runners' logs do not tell which). Standbys are not assigned their partitions between
-        # tails, so an idle one holds no fetch at the broker (no more fetches than at 100 ms before).
-        "fetch.wait.max.ms": 20,
-    }
-    return conf
 
 
 class _Target:
