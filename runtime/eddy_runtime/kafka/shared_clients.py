@@ -47,6 +47,12 @@ class SharedConsumer:
         self.consumer: Consumer = consumer
         self._closed = False
 
+    def watermarks(self, tp: TopicPartition) -> tuple[int, int]:
+        """`tp`'s low watermark and its end as this consumer's isolation level sees it, asked of
+        the broker."""
+        low, high = self.consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False)
+        return int(low), int(high)
+
     def close(self) -> None:
         with _lock:
             if self._closed:
@@ -69,24 +75,19 @@ def positions_reader(kafka: KafkaClientConfig | str, group_id: str, app: str) ->
 
 
 def written_ends(kafka: KafkaClientConfig | str, app: str) -> SharedConsumer:
-    """The process's consumer that reads how far partitions of `app` were written (`written_watermarks`)."""
+    """The process's consumer that reads how far partitions of `app` were written
+    (`SharedConsumer.watermarks`: the offset after the last record, committed or not, where a
+    read_committed client sees the last stable offset): what an active restores up to. A
+    transaction whose commit has returned may not be stable yet (its markers are written after),
+    and its records are part of the task's state: the new owner's committed input positions,
+    read next, already count them. Reading read_committed up to here waits for its markers."""
     return SharedConsumer("ends", kafka, f"{app}-restore", {"client.id": f"{app}-ends",
                                                             "isolation.level": "read_uncommitted"})
 
 
-def written_watermarks(ends: SharedConsumer, tp: TopicPartition) -> tuple[int, int]:
-    """`tp`'s low watermark and the offset after the last record written to it, committed or not
-    (its high watermark, where a read_committed client sees the last stable offset): what an
-    active restores up to. A transaction whose commit has returned may not be stable yet (its
-    markers are written after), and its records are part of the task's state: the new owner's
-    committed input positions, read next, already count them. Reading read_committed up to here
-    waits for its markers."""
-    low, high = ends.consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False)
-    return int(low), int(high)
-
-
 def stable_ends(kafka: KafkaClientConfig | str, app: str) -> SharedConsumer:
-    """The process's consumer that reads how far partitions of `app` are stable (`stable_watermarks`).
+    """The process's consumer that reads how far partitions of `app` are stable
+    (`SharedConsumer.watermarks`: the last stable offset).
 
     Asked by a standby at every tail. Not its own restore consumer: that one keeps a fetch
     waiting at the broker (up to its fetch.wait.max.ms), and a broker answers a connection's
@@ -94,9 +95,3 @@ def stable_ends(kafka: KafkaClientConfig | str, app: str) -> SharedConsumer:
     average (bench/handover.py); this one fetches nothing."""
     return SharedConsumer("stable-ends", kafka, f"{app}-restore", {"client.id": f"{app}-stable-ends",
                                                                    "isolation.level": "read_committed"})
-
-
-def stable_watermarks(ends: SharedConsumer, tp: TopicPartition) -> tuple[int, int]:
-    """`tp`'s low watermark and last stable offset: how far a read_committed reader can read it now."""
-    low, high = ends.consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False)
-    return int(low), int(high)

@@ -15,7 +15,6 @@ which restores only what the standby had not applied yet (docs/DESIGN.md, "Vocab
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import threading
@@ -158,8 +157,8 @@ class ProcessorStateManager:
                 self._stable = shared_clients.stable_ends(kafka, app)
                 self._reader = StoreChangelogReader(
                     self._consumer, wipe=self._wipe_store, context=self._ctx,
-                    written_watermarks=functools.partial(shared_clients.written_watermarks, self._ends),
-                    stable_watermarks=functools.partial(shared_clients.stable_watermarks, self._stable))
+                    written_watermarks=self._ends.watermarks,
+                    stable_watermarks=self._stable.watermarks)
                 for spec in specs:
                     if spec.logged:
                         self._reader.register(self.stores[spec.name], self.changelog_topic(spec.name), partition)
