@@ -130,6 +130,12 @@ class StateCommitter:
             raise RuntimeError(f"app {self.state.app} task {self.state.task_id}: only a restored active commits")
         return self.committer
 
+    def demote(self) -> None:
+        """Active -> standby in place (`ProcessorStateManager.demote`): the committer closed
+        first, so no producer of this copy commits from here on; a promotion makes a new one."""
+        self._close_committer()
+        self.state.demote()
+
     def committed_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The group's committed positions of the task's input partitions (`TaskCommitter`)."""
         if self.committer is None:

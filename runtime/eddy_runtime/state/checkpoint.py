@@ -20,17 +20,24 @@ less than the consumer position the store metadata keeps; absent while nothing w
 A reader tells the two apart by topic name (changelogs end in ``-changelog``).
 Writes are atomic: a temporary file is written and fsynced, renamed over the old one, and the
 directory is fsynced, so a crash leaves either the old or the new file, never a torn one.
+`PeriodicCheckpoint` writes a task's file every interval on one thread of the process's.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from eddy_runtime.kafka.partitions import OffsetsByPartition, TopicPartition, topic_partition_offsets
 
-__all__ = ["CHECKPOINT_FILE_NAME", "CheckpointError", "OffsetCheckpoint"]
+__all__ = ["CHECKPOINT_FILE_NAME", "CheckpointError", "CheckpointOffsets", "OffsetCheckpoint", "PeriodicCheckpoint"]
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE_NAME = ".checkpoint"
 _VERSION = 0
@@ -115,3 +122,65 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_writer_lock = threading.Lock()
+_writer: ThreadPoolExecutor | None = None
+
+
+def _checkpoint_writer() -> ThreadPoolExecutor:
+    """The process's one thread that writes periodic checkpoints: their two fsyncs (file and
+    directory) would otherwise sit inside the commit of a continuous round (docs/DESIGN.md)."""
+    global _writer
+    with _writer_lock:
+        if _writer is None:
+            _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eddy-checkpoint")
+        return _writer
+
+
+#: what a checkpoint says: the logged stores' changelog offsets, and the input positions per store
+CheckpointOffsets = tuple[dict[TopicPartition, int], list[dict[TopicPartition, int]]]
+
+
+class PeriodicCheckpoint:
+    """A task's `.checkpoint` file, written every interval on the process's writer thread
+    (`_checkpoint_writer`), off the commit's path; none while the last one is still being
+    written, and a write now (`write_now`) waits for it first."""
+
+    def __init__(self, file: OffsetCheckpoint, interval_s: float, offsets: Callable[[], CheckpointOffsets],
+                 context: str) -> None:
+        self._file = file
+        self._interval_s = interval_s
+        self._offsets = offsets
+        self._ctx = context
+        self._last = 0.0
+        #: the periodic checkpoint being written (`maybe_write`); at most one at a time
+        self._writing: Future[None] | None = None
+
+    def maybe_write(self) -> None:
+        """The offsets as of now handed to the writer thread, if an interval has passed."""
+        if time.monotonic() - self._last < self._interval_s:
+            return
+        if self._writing is not None and not self._writing.done():
+            return
+        changelogs, inputs = self._offsets()
+        self._writing = _checkpoint_writer().submit(self._write_quietly, changelogs, inputs)
+        self._last = time.monotonic()
+
+    def _write_quietly(self, changelogs: dict[TopicPartition, int], inputs: list[dict[TopicPartition, int]]) -> None:
+        try:
+            self._file.write_store_offsets(changelogs, inputs)
+        except Exception:  # noqa: BLE001 - the next one is written an interval later, or at close
+            log.exception("%s: writing the checkpoint failed", self._ctx)
+
+    def wait(self) -> None:
+        """Wait for the periodic checkpoint being written, if any (a later write must not race it)."""
+        if self._writing is not None:
+            self._writing.result()
+            self._writing = None
+
+    def write_now(self) -> None:
+        """The offsets as of now written on this thread (atomic), after the one under way."""
+        self.wait()
+        self._file.write_store_offsets(*self._offsets())
+        self._last = time.monotonic()

@@ -8,8 +8,8 @@ stores written here (`write_committed`), in the order executor/commit.py states 
 
 Roles: an *active* restores until `restored`, then processes batches through `transaction()`;
 a *standby* tails its changelogs (`standby_chunk`) and becomes the active with `promote()`,
-which restores only what the standby had not applied yet (docs/DESIGN.md, "Vocabulary" and
-"One micro-batch").
+which restores only what the standby had not applied yet; an active let go of becomes a standby
+with `demote()`, its stores kept open (docs/DESIGN.md, "Vocabulary" and "One micro-batch").
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 
 from confluent_kafka import Consumer
 
@@ -31,6 +29,7 @@ from eddy_runtime.kafka.client import KafkaClientConfig
 from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.kafka.transactions import KafkaCommit
 from eddy_runtime.state.changelog import changelog_topic_name, restore_consumer_settings
+from eddy_runtime.state.checkpoint import CheckpointOffsets, PeriodicCheckpoint
 from eddy_runtime.state.metrics import StoreFigures, TaskFigures
 from eddy_runtime.state.restore import StoreChangelogReader
 from eddy_runtime.state.restore_progress import RestoredRecords, TaskRestoreProgress
@@ -45,68 +44,6 @@ __all__ = ["ProcessorStateManager", "Role"]
 log = logging.getLogger(__name__)
 
 _READ_AT_ONCE_OFFSETS = 16
-
-_writer_lock = threading.Lock()
-_writer: ThreadPoolExecutor | None = None
-
-
-def _checkpoint_writer() -> ThreadPoolExecutor:
-    """The process's one thread that writes periodic checkpoints: their two fsyncs (file and
-    directory) would otherwise sit inside the commit of a continuous round (docs/DESIGN.md)."""
-    global _writer
-    with _writer_lock:
-        if _writer is None:
-            _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eddy-checkpoint")
-        return _writer
-
-
-#: what a checkpoint says: the logged stores' changelog offsets, and the input positions per store
-CheckpointOffsets = tuple[dict[TopicPartition, int], list[dict[TopicPartition, int]]]
-
-
-class PeriodicCheckpoint:
-    """A task's `.checkpoint` file, written every interval on the process's writer thread
-    (`_checkpoint_writer`), off the commit's path; none while the last one is still being
-    written, and a write now (`write_now`) waits for it first."""
-
-    def __init__(self, task_dir: TaskDirectory, interval_s: float, offsets: Callable[[], CheckpointOffsets],
-                 context: str) -> None:
-        self._task_dir = task_dir
-        self._interval_s = interval_s
-        self._offsets = offsets
-        self._ctx = context
-        self._last = 0.0
-        #: the periodic checkpoint being written (`maybe_write`); at most one at a time
-        self._writing: Future[None] | None = None
-
-    def maybe_write(self) -> None:
-        """The offsets as of now handed to the writer thread, if an interval has passed."""
-        if time.monotonic() - self._last < self._interval_s:
-            return
-        if self._writing is not None and not self._writing.done():
-            return
-        changelogs, inputs = self._offsets()
-        self._writing = _checkpoint_writer().submit(self._write_quietly, changelogs, inputs)
-        self._last = time.monotonic()
-
-    def _write_quietly(self, changelogs: dict[TopicPartition, int], inputs: list[dict[TopicPartition, int]]) -> None:
-        try:
-            self._task_dir.checkpoint.write_store_offsets(changelogs, inputs)
-        except Exception:  # noqa: BLE001 - the next one is written an interval later, or at close
-            log.exception("%s: writing the checkpoint failed", self._ctx)
-
-    def wait(self) -> None:
-        """Wait for the periodic checkpoint being written, if any (a later write must not race it)."""
-        if self._writing is not None:
-            self._writing.result()
-            self._writing = None
-
-    def write_now(self) -> None:
-        """The offsets as of now written on this thread (atomic), after the one under way."""
-        self.wait()
-        self._task_dir.checkpoint.write_store_offsets(*self._offsets())
-        self._last = time.monotonic()
-
 
 class ProcessorStateManager:
     """Opens, restores, tails, writes and closes one task's stores. Use `open`."""
@@ -134,7 +71,8 @@ class ProcessorStateManager:
         self._lock = lock
         self._ctx = f"app {app} task {task_id}"
         self._on_active = on_active
-        self._checkpoints = PeriodicCheckpoint(task_dir, checkpoint_interval_s, self._checkpoint_offsets, self._ctx)
+        self._checkpoints = PeriodicCheckpoint(task_dir.checkpoint, checkpoint_interval_s, self._checkpoint_offsets,
+                                               self._ctx)
         self._commit_latencies: list[float] = []
         self._commits = 0
         self._restored_records = RestoredRecords(self._specs)
@@ -165,10 +103,7 @@ class ProcessorStateManager:
             if role == Role.ACTIVE:
                 self._become_active()
             else:
-                self._standby = StandbyUpdater(self._reader) if self._reader else None
-                if self._standby:
-                    self._progress = self._standby.start()
-                    self._restored_records.restart()
+                self._become_standby()
         except BaseException:
             self._release()
             raise
@@ -241,6 +176,13 @@ class ProcessorStateManager:
             if self._progress.done:
                 self.write_checkpoint()
 
+    def _become_standby(self) -> None:
+        self.role = Role.STANDBY
+        self._standby = StandbyUpdater(self._reader) if self._reader else None
+        if self._standby:
+            self._progress = self._standby.start()
+            self._restored_records.restart()
+
     # -- restore ----------------------------------------------------------------------------------
 
     @property
@@ -312,6 +254,18 @@ class ProcessorStateManager:
             self._standby = None
         log.info("%s: promoting standby to active", self._ctx)
         self._become_active()
+        return self._progress
+
+    def demote(self) -> TaskRestoreProgress:
+        """Active -> standby, the stores kept open (Kafka Streams recycles a task so): checkpoint,
+        then tail the changelogs from what the stores hold. For an active whose last batch
+        committed cleanly (or had nothing to commit)."""
+        self._check_open()
+        if self.role == Role.STANDBY:
+            return self._progress
+        log.info("%s: recycling active into a standby", self._ctx)
+        self.write_checkpoint()
+        self._become_standby()
         return self._progress
 
     # -- processing -----------------------------------------------------------------------------
