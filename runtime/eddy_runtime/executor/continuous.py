@@ -153,7 +153,7 @@ class ContinuousLoop:
         for task in let_go:
             if clean and (positions := self.runner.positions(task)) is not None:
                 handed[task] = dict(positions)  # what its last round committed: no round holds it now
-            self.runner.release_task(task, f"released for generation {generation}")
+            self.runner.release_task(task, f"released for generation {generation}", recycle=clean)
         log.info("generation %d: released %s%s", generation, let_go,
                  "" if clean else " (a round holding them did not commit cleanly)")
         return Released(clean, handed)

@@ -47,9 +47,10 @@ class TaskHost(Protocol):
     def forget_positions(self, task_id: str) -> None:
         """Read the task's committed positions again before it processes more."""
 
-    def release_task(self, task_id: str, why: str) -> None:
+    def release_task(self, task_id: str, why: str, recycle: bool = False) -> None:
         """Let go of a held task, closing it in the background (it is opened again, and restores
-        its delta, if it comes back)."""
+        its delta, if it comes back); `recycle` (its last round committed cleanly): a stateful
+        one is kept open a while for a standby of it here to take its stores over."""
 
     def release_actives(self, why: str) -> list[str]:
         """`release_task` for every active held (the ids let go)."""

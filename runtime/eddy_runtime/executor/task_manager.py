@@ -1,5 +1,6 @@
-"""The tasks one runner holds (Kafka Streams' TaskManager): takes them (open, promote, reopen as
-a standby), hands a held copy to interactive queries, lets go of them, closes them.
+"""The tasks one runner holds (Kafka Streams' TaskManager): takes them (open, promote, recycle an
+active let go of into a standby, reopen as a standby), hands a held copy to interactive queries,
+lets go of them, closes them.
 
 The work run on a task is the task runner's (executor/task_runner.py); the tasks themselves are
 executor/tasks.py.
@@ -26,6 +27,10 @@ __all__ = ["TaskManager"]
 
 log = logging.getLogger("eddy.runner")
 
+#: how long an active let go of cleanly stays open for a standby of it here to recycle it (a move's
+#: next generation comes 5-20 ms after the release, bench/handover.py)
+RECYCLE_WITHIN_S = 10.0
+
 
 class TaskManager:
     """Owns the tasks of one runner process; safe to use from any thread."""
@@ -35,8 +40,10 @@ class TaskManager:
         self.metrics = metrics
         self._tasks: dict[str, Task] = {}
         self._lock = threading.Lock()
-        #: the closes of tasks let go of in the background (`release`) under way
+        #: the closes of tasks let go of in the background (`release`) under way, or timed
         self._closing: list[threading.Thread] = []
+        #: actives let go of that a standby taken here may recycle (`release`'s `recycle`)
+        self._recyclable: dict[str, StreamTask] = {}
 
     def get(self, task_id: str) -> Task | None:
         with self._lock:
@@ -54,9 +61,10 @@ class TaskManager:
 
     def take(self, settings: BatchSettings, sub: SubTopology, task_id: str, role: Role,
              runner_transactions: bool = False) -> Task:
-        """The held task in `role`: opened, promoted from standby, or reopened as a standby.
-        `runner_transactions`: it commits through the runner's transactions (`SlotWork`)."""
-        task = self.get(task_id)
+        """The held task in `role`: opened, promoted from standby, recycled from an active let go
+        of (`release`), or reopened as a standby. `runner_transactions`: it commits through the
+        runner's transactions (`SlotWork`)."""
+        task = self.get(task_id) or self._recycled(task_id)
         if task is not None and task.role == role:
             return task
         if isinstance(task, StandbyTask) and role == Role.ACTIVE:
@@ -82,9 +90,6 @@ class TaskManager:
         )
         log.info("opened task %s as %s", task_id, role)
         task = StreamTask(task_id, opened) if role == Role.ACTIVE else StandbyTask(task_id, opened)
-        for spec in sub.stores:
-            if spec.kind == "window":
-                task.processing.stream_time = opened.state.store(spec.name).offsets.stream_time
         with self._lock:
             self._tasks[task_id] = task
         return task
@@ -94,29 +99,64 @@ class TaskManager:
     def release_unheld(self, held: Mapping[str, str]) -> None:
         """Close now every task the driver no longer assigns here (not in `held`)."""
         with self._lock:
-            gone = [t for t in self._tasks if t not in held]
+            gone = [t for t in [*self._tasks, *self._recyclable] if t not in held]
         for task_id in gone:
             self.close_now(task_id, "no longer assigned here")
 
-    def release(self, task_id: str, why: str) -> None:
+    def release(self, task_id: str, why: str, recycle: bool = False) -> None:
         """Let go of a held task now and close it on a thread of its own (it is opened again, and
         restores its delta, if it comes back). From here on a step finds the task not held and
         opens it anew, which waits on the task directory's lock for the close to end; a released
-        stateful task so costs the release no flush, checkpoint or Kafka client close."""
+        stateful task so costs the release no flush, checkpoint or Kafka client close.
+
+        `recycle` (an active whose last round committed cleanly): a stateful one stays open for
+        `RECYCLE_WITHIN_S` instead, and a standby of it taken here meanwhile is this task,
+        recycled in place (`StreamTask.demote`): a move that swaps an active and its standby
+        closes and reopens no store (Kafka Streams' recycling of tasks). Closed if not taken."""
         with self._lock:
             task = self._tasks.pop(task_id, None)
             if task is None:
                 return
-            self._closing = [c for c in self._closing if c.is_alive()]
-            closing = threading.Thread(target=self._close_let_go, args=(task, why), daemon=True,
-                                       name=f"eddy-close-{task_id}")
-            self._closing.append(closing)
+            if recycle and isinstance(task, StreamTask) and task.state.stores:
+                self._recyclable[task_id] = task
+                closing: threading.Thread = threading.Timer(RECYCLE_WITHIN_S, self._close_unrecycled, (task, why))
+            else:
+                closing = threading.Thread(target=self._close_let_go, args=(task, why))
+            closing.daemon = True
+            closing.name = f"eddy-close-{task_id}"
+            self._closing = [c for c in self._closing if c.is_alive()] + [closing]
         closing.start()
 
-    def close_now(self, task_id: str, why: str) -> None:
-        """Let go of a held task and close it on this thread."""
+    def _recycled(self, task_id: str) -> StandbyTask | None:
+        """The standby an active let go of with `recycle` becomes, if it is still open (else None)."""
         with self._lock:
-            task = self._tasks.pop(task_id, None)
+            active = self._recyclable.pop(task_id, None)
+        if active is None:
+            return None
+        with active.lock:
+            if active.closed:
+                return None
+            try:
+                standby = active.demote(self.metrics)
+            except Exception:  # noqa: BLE001 - a copy opened anew instead
+                log.exception("recycling task %s into a standby failed; it is opened anew", task_id)
+                self._close_let_go(active, "not recycled")
+                return None
+        with self._lock:
+            self._tasks[task_id] = standby
+        return standby
+
+    def _close_unrecycled(self, task: StreamTask, why: str) -> None:
+        with self._lock:
+            if self._recyclable.get(task.task_id) is not task:
+                return
+            del self._recyclable[task.task_id]
+        self._close_let_go(task, f"{why}, not taken back as a standby within {RECYCLE_WITHIN_S:.0f} s")
+
+    def close_now(self, task_id: str, why: str) -> None:
+        """Let go of a held task (or one kept open for recycling) and close it on this thread."""
+        with self._lock:
+            task = self._tasks.pop(task_id, None) or self._recyclable.pop(task_id, None)
         if task is not None:
             self._close_let_go(task, why)
 
@@ -130,7 +170,7 @@ class TaskManager:
     def holding(self, stores: Collection[str]) -> list[str]:
         """The held tasks (actives and standbys) with one of `stores`."""
         with self._lock:
-            held = list(self._tasks.items())
+            held = [*self._tasks.items(), *self._recyclable.items()]
         return sorted(t for t, task in held if not task.closed and set(task.state.stores) & set(stores))
 
     def wipe_stores(self, state_dir: str, app: str, stores: Collection[str], lock_timeout_s: float = 30.0) -> list[str]:
@@ -165,13 +205,16 @@ class TaskManager:
     def close_all(self) -> None:
         """Close every held task, and wait for the closes under way in the background."""
         with self._lock:
-            held = list(self._tasks)
+            held = [*self._tasks, *self._recyclable]
         for task_id in held:
             self.close_now(task_id, "runner closing")
         with self._lock:
             closing, self._closing = self._closing, []
         for c in closing:  # the tasks let go of before
-            c.join()
+            if isinstance(c, threading.Timer):
+                c.cancel()  # its task was closed above
+            else:
+                c.join()
 
     # -- what others read ---------------------------------------------------------------------
 

@@ -180,9 +180,10 @@ class TaskRunner:
 
     # -- what the continuous loop and the queries ask of the tasks ------------------------------
 
-    def release_task(self, task_id: str, why: str) -> None:
-        """Let go of a held task, closing it in the background (`TaskManager.release`)."""
-        self.tasks.release(task_id, why)
+    def release_task(self, task_id: str, why: str, recycle: bool = False) -> None:
+        """Let go of a held task, closing it in the background or keeping it for a standby of it
+        to recycle (`TaskManager.release`)."""
+        self.tasks.release(task_id, why, recycle)
 
     def release_actives(self, why: str) -> list[str]:
         """Let go of every active held (`TaskManager.release`); the ids let go."""

@@ -69,8 +69,12 @@ class Task:
         #: held by interactive queries while they read the stores, and by `close`
         self.read_lock = read_lock or threading.Lock()
         self.lifecycle = TaskLifecycle.CREATED
-        #: what processing keeps between batches (stream time, a process() step's processor)
+        #: what processing keeps between batches (stream time, a process() step's processor),
+        #: stream time starting from what the window stores hold
         self.processing = TaskState()
+        for store in opened.state.stores.values():
+            if store.spec.kind == "window":
+                self.processing.stream_time = store.offsets.stream_time
 
     @property
     def state(self) -> ProcessorStateManager:
@@ -152,6 +156,23 @@ class StreamTask(Task):
     def forget_positions(self) -> None:
         """Read the positions again before the task processes more (what it took did not commit)."""
         self.positions = None
+
+    def demote(self, metrics: ExecutorMetrics | None) -> StandbyTask:
+        """The standby this active becomes once let go of cleanly (its lock held; Kafka Streams
+        recycles a task so): the same stores, restore consumer and locks, its committer closed,
+        tailing its changelogs from what its stores hold (`ProcessorStateManager.demote`). This
+        active is CLOSED from here on; its state lives on in the standby returned, which reads
+        its positions afresh if it is promoted again."""
+        if self.closed:
+            raise IllegalTaskTransition(f"task {self.task_id}: a closed active is not recycled")
+        if metrics is not None:
+            metrics.forget(self.state.app, self.task_id, list(self.state.stores))
+        self.drop_processor()
+        self.opened.demote()
+        standby = StandbyTask(self.task_id, self.opened, lock=self.lock, read_lock=self.read_lock)
+        with self.read_lock:
+            self.transition(TaskLifecycle.CLOSED)
+        return standby
 
 
 class StandbyTask(Task):
