@@ -3,7 +3,8 @@ lifecycle.
 
 A `StreamTask` is an active: its state and committer (`StateCommitter`), what its processing keeps
 between batches, and the input positions it committed. A `StandbyTask` tails its changelogs and
-is promoted into a `StreamTask` that keeps its stores. `TaskLifecycle` is the state of either;
+is promoted into a `StreamTask` that keeps its stores; an active let go of cleanly is demoted
+into a `StandbyTask` that keeps them too. `TaskLifecycle` is the state of either;
 every transition is checked, and an illegal one raises `IllegalTaskTransition`. The tasks are
 owned by the `TaskManager` (executor/task_manager.py).
 """
@@ -29,7 +30,8 @@ log = logging.getLogger("eddy.runner")
 
 
 class TaskLifecycle(Enum):
-    """Where a held task is (Kafka Streams' ``Task.State``, without SUSPENDED: a task let go of is closed)."""
+    """Where a held task is (Kafka Streams' ``Task.State``, without SUSPENDED: a task let go of is
+    closed, or an active recycled into a standby: `StreamTask.demote`)."""
 
     #: opened (its directory locked, its stores open), nothing run yet
     CREATED = "created"
