@@ -195,6 +195,7 @@ class FakeSparkDriver:
 
     def register_running_executors(self, expected: int, timeout: float = 60) -> dict[str, str]:
         """Give every running executor pod an id (new pods get new ids, as in Spark)."""
+        from kubernetes.client.exceptions import ApiException
 
         def running() -> list[Any]:
             pods = [
@@ -206,16 +207,26 @@ class FakeSparkDriver:
             ]
             return pods if len(pods) >= expected else []
 
-        pods = wait_for(running, timeout, what=f"{expected} running executor pods")
-        for pod in sorted(pods, key=lambda p: p.metadata.name):
-            if pod.metadata.uid not in self.ids:
+        def labelled() -> list[Any]:
+            pods = running()
+            for pod in sorted(pods, key=lambda p: p.metadata.name):
+                if pod.metadata.uid in self.ids:
+                    continue
+                # Labelled by name and uid: a pod listed a moment before it was deleted (a loss
+                # the test caused, its replacement not made yet) is looked for again.
+                patch = {"metadata": {"uid": pod.metadata.uid,
+                                      "labels": {builders.SPARK_EXEC_ID_LABEL: str(self.next_id)}}}
+                try:
+                    self.core.patch_namespaced_pod(pod.metadata.name, self.namespace, patch)
+                except ApiException as err:
+                    if err.status in (404, 409):
+                        return []
+                    raise
                 self.ids[pod.metadata.uid] = str(self.next_id)
                 self.next_id += 1
-                self.core.patch_namespaced_pod(
-                    pod.metadata.name,
-                    self.namespace,
-                    {"metadata": {"labels": {builders.SPARK_EXEC_ID_LABEL: self.ids[pod.metadata.uid]}}},
-                )
+            return pods
+
+        pods = wait_for(labelled, timeout, what=f"{expected} running executor pods")
         return {p.metadata.name: self.ids[p.metadata.uid] for p in pods}
 
     def publish(
