@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import random
 import secrets
 import signal
 import socket
@@ -28,17 +29,29 @@ class ServerFailed(RuntimeError):
     """A real server the tests need did not start; the message carries its log tail."""
 
 
+def _ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel picks outgoing connections' local ports from."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(count: int = 1) -> int:
-    """A port p such that p .. p+count-1 were free a moment ago (the scripts use consecutive ports)."""
+    """A port p such that p .. p+count-1 were free a moment ago (the scripts use consecutive ports).
+
+    Picked below the kernel's ephemeral range: a port in it, free when checked, can be taken by
+    any outgoing connection's local port before the server binds it (CI: a Kafka node of three
+    failed to bind the port above the first one's while the other lanes' clients connected)."""
+    low, high = _ephemeral_ports()
+    first, last = (1024, low - count) if low - count > 11024 else (high + 1, 65535 - count)
+    rnd = random.Random()
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count >= 65535:
-            continue
-        if all(_port_free(base + i) for i in range(1, count)):
+        base = rnd.randrange(max(first, 10000), last)
+        if all(_port_free(base + i) for i in range(count)):
             return base
-    raise ServerFailed(f"no {count} consecutive free ports on 127.0.0.1")
+    raise ServerFailed(f"no {count} consecutive free ports on 127.0.0.1 in {first}-{last}")
 
 
 def _port_free(port: int) -> bool:
