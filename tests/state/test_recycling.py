@@ -15,6 +15,7 @@ from eddy_runtime.executor.commit import StateCommitter
 from eddy_runtime.executor.task_manager import TaskManager
 from eddy_runtime.executor.tasks import StandbyTask, StreamTask
 from eddy_runtime.protocol.work import BatchSettings
+from eddy_runtime.state.changelog import ChangelogTopicMissing
 from tests.state.conftest import COUNTS, StateApp
 from tests.state.test_standby import caught_up, count_batch
 
@@ -88,3 +89,30 @@ def test_a_runner_recycles_an_active_it_let_go_of_into_the_standby_it_is_given_a
     finally:
         manager.close_all()
     assert standby.closed
+
+
+def test_an_active_that_cannot_be_recycled_is_closed_and_the_standby_asked_for_says_why(
+        state_app: StateApp, kafka) -> None:
+    """Its changelog deleted while it was kept: the demotion's plan fails, the kept active is
+    closed (its directory lock released), and taking the standby raises the reason."""
+    state_app.ensure_changelogs()
+    settings = BatchSettings(state_app.name, 0, 1, state_app.client, "exactly_once", "skip", None,
+                             str(state_app.state_dir), False)
+    sub = SubTopology(0, SourceSpec(state_app.input_topic, "string", "json"), state_app.partitions,
+                      stateful=StatefulSpec("count", COUNTS, "string"))
+    manager = TaskManager("1", None)
+    try:
+        active = manager.take(settings, sub, "0_1", Role.ACTIVE)
+        assert isinstance(active, StreamTask)
+        count_batch(active.opened, ["x"], state_app.input_topic, 1)
+        manager.release("0_1", "moved to runner 2", recycle=True)
+        kafka.admin.delete_topics([state_app.changelog()])[state_app.changelog()].result(30)
+        deadline = time.monotonic() + 30
+        while state_app.changelog() in kafka.admin.list_topics(timeout=10).topics:
+            assert time.monotonic() < deadline, "the changelog still listed 30 s after its deletion"
+            time.sleep(0.2)
+        with pytest.raises(ChangelogTopicMissing, match=state_app.changelog()):
+            manager.take(settings, sub, "0_1", Role.STANDBY)
+        assert active.closed and manager.get("0_1") is None
+    finally:
+        manager.close_all()

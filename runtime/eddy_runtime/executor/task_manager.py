@@ -140,7 +140,8 @@ class TaskManager:
                 standby = active.demote(self.metrics)
             except Exception:  # noqa: BLE001 - a copy opened anew instead
                 log.exception("recycling task %s into a standby failed; it is opened anew", task_id)
-                self._close_let_go(active, "not recycled")
+                if not active.closed:
+                    active.close(self.metrics)  # its lock is held here (`_close_let_go` would wait for it)
                 return None
         with self._lock:
             self._tasks[task_id] = standby
