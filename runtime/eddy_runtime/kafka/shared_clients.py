@@ -12,8 +12,12 @@ many apps one after the other (a test session) keeps none of theirs.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from typing import TYPE_CHECKING
+
+from confluent_kafka import KafkaError, KafkaException
 
 from eddy_runtime.kafka import client as kafka_client
 from eddy_runtime.kafka.client import KafkaClientConfig
@@ -25,6 +29,20 @@ __all__ = ["SharedConsumer", "positions_reader", "stable_ends", "written_ends"]
 
 #: how long a one-off read waits for the broker
 _TIMEOUT_S = 30.0
+#: what a watermark read answers while the client's metadata is older than a broker's failover
+#: (its leader moved, or its connection to the one that went was torn down, or the read waits for
+#: a broker that is gone): asked again after a metadata refresh, it is answered (a standby's tail
+#: failed on these in e2e/test_chaos.py, and waited 30 s for a stopped leader in
+#: tests/state/test_shared_clients.py)
+_AFTER_A_FAILOVER = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError._UNKNOWN_PARTITION, KafkaError._DESTROY_BROKER,
+    KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+})
+_TRIES = 4
+#: how long each read but the last waits (the last waits `_TIMEOUT_S`)
+_TRY_TIMEOUT_S = 5.0
+_RETRY_BACKOFF_S = 0.05
 
 _lock = threading.Lock()
 #: key -> the consumer and how many handles hold it
@@ -49,9 +67,19 @@ class SharedConsumer:
 
     def watermarks(self, tp: TopicPartition) -> tuple[int, int]:
         """`tp`'s low watermark and its end as this consumer's isolation level sees it, asked of
-        the broker."""
-        low, high = self.consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False)
-        return int(low), int(high)
+        the broker (again, after a metadata refresh, while it answers as after a failover)."""
+        for attempt in range(1, _TRIES + 1):
+            try:
+                timeout = _TIMEOUT_S if attempt == _TRIES else _TRY_TIMEOUT_S
+                low, high = self.consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+                return int(low), int(high)
+            except KafkaException as err:
+                if attempt == _TRIES or err.args[0].code() not in _AFTER_A_FAILOVER:
+                    raise
+            time.sleep(_RETRY_BACKOFF_S * attempt)
+            with contextlib.suppress(KafkaException):
+                self.consumer.list_topics(tp.topic, timeout=_TIMEOUT_S)
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         with _lock:
