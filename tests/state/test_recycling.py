@@ -13,13 +13,38 @@ from eddy_runtime.dsl.subtopology import SourceSpec, StatefulSpec, SubTopology
 from eddy_runtime.executor import task_manager
 from eddy_runtime.executor.commit import StateCommitter
 from eddy_runtime.executor.task_manager import TaskManager
-from eddy_runtime.executor.tasks import StandbyTask, StreamTask
+from eddy_runtime.executor.tasks import StandbyTask, StreamTask, Task
 from eddy_runtime.protocol.work import BatchSettings
 from eddy_runtime.state.changelog import ChangelogTopicMissing
 from tests.state.conftest import COUNTS, StateApp
 from tests.state.test_standby import caught_up, count_batch
 
 pytestmark = pytest.mark.integration
+
+
+def a_runner(state_app: StateApp) -> tuple[BatchSettings, SubTopology, TaskManager]:
+    """A runner's tasks (`TaskManager`), and the settings and counting sub-topology they run."""
+    settings = BatchSettings(state_app.name, 0, 1, state_app.client, "exactly_once", "skip", None,
+                             str(state_app.state_dir), False)
+    sub = SubTopology(0, SourceSpec(state_app.input_topic, "string", "json"), state_app.partitions,
+                      stateful=StatefulSpec("count", COUNTS, "string"))
+    return settings, sub, TaskManager("1", None)
+
+
+def counted_active(manager: TaskManager, settings: BatchSettings, sub: SubTopology,
+                   state_app: StateApp) -> StreamTask:
+    """Task 0_1 taken as an active, one batch counted and committed through it."""
+    active = manager.take(settings, sub, "0_1", Role.ACTIVE)
+    assert isinstance(active, StreamTask)
+    count_batch(active.opened, ["x"], state_app.input_topic, 1)
+    return active
+
+
+def until_closed(task: Task, what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not task.closed:
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
 
 
 def test_an_active_demoted_in_place_tails_from_its_stores_and_restores_only_the_delta(state_app: StateApp) -> None:
@@ -53,15 +78,9 @@ def test_a_runner_recycles_an_active_it_let_go_of_into_the_standby_it_is_given_a
         state_app: StateApp, monkeypatch: pytest.MonkeyPatch) -> None:
     state_app.ensure_changelogs()
     monkeypatch.setattr(task_manager, "RECYCLE_WITHIN_S", 1.0)
-    settings = BatchSettings(state_app.name, 0, 1, state_app.client, "exactly_once", "skip", None,
-                             str(state_app.state_dir), False)
-    sub = SubTopology(0, SourceSpec(state_app.input_topic, "string", "json"), state_app.partitions,
-                      stateful=StatefulSpec("count", COUNTS, "string"))
-    manager = TaskManager("1", None)
+    settings, sub, manager = a_runner(state_app)
     try:
-        active = manager.take(settings, sub, "0_1", Role.ACTIVE)
-        assert isinstance(active, StreamTask)
-        count_batch(active.opened, ["x"], state_app.input_topic, 1)
+        active = counted_active(manager, settings, sub, state_app)
         store = active.state.store("counts")
         manager.release("0_1", "moved to runner 2", recycle=True)
         assert manager.get("0_1") is None and manager.actives() == [], "let go of: neither held nor run"
@@ -75,17 +94,11 @@ def test_a_runner_recycles_an_active_it_let_go_of_into_the_standby_it_is_given_a
         other = manager.take(settings, sub, "0_0", Role.ACTIVE)
         manager.release("0_0", "moved away", recycle=True)
         assert not other.closed
-        deadline = time.monotonic() + 10
-        while not other.closed:
-            assert time.monotonic() < deadline, "a task kept for recycling was not closed when its time was up"
-            time.sleep(0.05)
+        until_closed(other, "a task kept for recycling was not closed when its time was up")
         again = manager.take(settings, sub, "0_0", Role.ACTIVE)
         assert again is not other and isinstance(again, StreamTask), "opened anew"
         manager.release("0_0", "its round did not commit")
-        deadline = time.monotonic() + 10
-        while not again.closed:
-            assert time.monotonic() < deadline, "a task let go of without recycling was not closed"
-            time.sleep(0.05)
+        until_closed(again, "a task let go of without recycling was not closed")
     finally:
         manager.close_all()
     assert standby.closed
@@ -96,15 +109,9 @@ def test_an_active_that_cannot_be_recycled_is_closed_and_the_standby_asked_for_s
     """Its changelog deleted while it was kept: the demotion's plan fails, the kept active is
     closed (its directory lock released), and taking the standby raises the reason."""
     state_app.ensure_changelogs()
-    settings = BatchSettings(state_app.name, 0, 1, state_app.client, "exactly_once", "skip", None,
-                             str(state_app.state_dir), False)
-    sub = SubTopology(0, SourceSpec(state_app.input_topic, "string", "json"), state_app.partitions,
-                      stateful=StatefulSpec("count", COUNTS, "string"))
-    manager = TaskManager("1", None)
+    settings, sub, manager = a_runner(state_app)
     try:
-        active = manager.take(settings, sub, "0_1", Role.ACTIVE)
-        assert isinstance(active, StreamTask)
-        count_batch(active.opened, ["x"], state_app.input_topic, 1)
+        active = counted_active(manager, settings, sub, state_app)
         manager.release("0_1", "moved to runner 2", recycle=True)
         kafka.admin.delete_topics([state_app.changelog()])[state_app.changelog()].result(30)
         deadline = time.monotonic() + 30
