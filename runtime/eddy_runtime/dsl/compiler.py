@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any
 
 from eddy_runtime.dsl.errors import PipelineError
 from eddy_runtime.dsl.graph import (
@@ -47,15 +47,14 @@ from eddy_runtime.dsl.graph import (
 )
 from eddy_runtime.dsl.pipeline import Topology
 from eddy_runtime.dsl.record_steps import GROUP_KEY_COLUMN, RecordStep
+from eddy_runtime.dsl.stateful_specs import aggregation_spec, combinable, suppress_spec
 from eddy_runtime.dsl.subtopology import (
-    CombineOp,
     CompiledApp,
     RepartitionSink,
     Sink,
     SourceSpec,
     StatefulSpec,
     SubTopology,
-    SuppressSpec,
     TableSpec,
     TopicSink,
     repartition_topic_name,
@@ -210,7 +209,7 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
     elif isinstance(node, Aggregate):
         if b.stateful is not None:
             raise PipelineError("one stateful step per sub-topology: group_by between them")
-        b.stateful = _stateful(node)
+        b.stateful = aggregation_spec(node)
         b.windowed_output = node.windows is not None or node.session_windows is not None
         b.session_output = node.session_windows is not None
     elif isinstance(node, Join):
@@ -243,7 +242,7 @@ def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None
                                   how=node.how, joiner=node.joiner, left_value_serde=left.value_serde)
     elif isinstance(node, Suppress):
         assert b.stateful is not None and isinstance(node.parent, Aggregate)  # Table.suppress checks it
-        b.stateful = replace(b.stateful, suppress=_suppress(node, node.parent))
+        b.stateful = replace(b.stateful, suppress=suppress_spec(node, node.parent))
     elif isinstance(node, Process):
         if b.stateful is not None:
             raise PipelineError("one stateful step per sub-topology: group_by between them")
@@ -303,7 +302,7 @@ def _add_sink(walk: _Walk, b: _Sub, end: Node, own: list[RecordStep], suppressed
     n_parts = end.partitions or b.partitions
     walk.repartitions[topic] = n_parts
     downstream = len(walk.subs) + 1 + len(walk.pending)
-    combine, combine_column = _combinable(walk.children.get(id(end), []))
+    combine, combine_column = combinable(walk.children.get(id(end), []))
     b.sinks.append(RepartitionSink(topic, key_column, end.key_serde, downstream, combine, combine_column,
                                    steps=tuple(own), before_stateful=before, suppressed=suppressed))
     walk.pending.append((end, SourceSpec(topic, end.key_serde, "json", repartition=True,
@@ -359,7 +358,7 @@ def _add_branch_suppress(b: _Sub, node: Suppress) -> None:
     (``counts.to("all"); counts.suppress(...).to("final")``): one buffer per sub-topology."""
     assert b.stateful is not None and isinstance(node.parent, Aggregate)  # Table.suppress checks it
     if b.stateful.suppress is None:
-        b.stateful = replace(b.stateful, suppress=_suppress(node, node.parent))
+        b.stateful = replace(b.stateful, suppress=suppress_spec(node, node.parent))
     elif b.stateful.suppress.store.name != node.store:
         raise PipelineError("a windowed table is suppressed twice: one suppress() per sub-topology")
 
@@ -372,56 +371,3 @@ def _check_key_kept(records: list[RecordStep], what: str) -> None:
                "write the stream to a topic with to() and read it with topology.stream()")
         raise PipelineError(f"{what} after {changed[-1]}: the key changed, so the records are not partitioned by it; "
                             + fix)
-
-
-def _stateful(node: Aggregate) -> StatefulSpec:
-    group = node.parent
-    while group is not None and not isinstance(group, GroupBy):
-        group = group.parent
-    assert isinstance(group, GroupBy)
-    key_serde = group.key_serde
-    if node.windows is not None:
-        w = node.windows
-        store = StoreSpec.window(node.store, w.size_ms, w.retention_ms, key_serde=key_serde,
-                                 value_serde=node.value_serde)
-    elif node.session_windows is not None:
-        store = StoreSpec.session(node.store, node.session_windows.retention_ms, key_serde=key_serde,
-                                  value_serde=node.value_serde)
-    else:
-        store = StoreSpec.key_value(node.store, key_serde=key_serde, value_serde=node.value_serde)
-    return StatefulSpec(node.kind, store, key_serde, node.windows, node.reducer, node.column,
-                        node.initializer, node.adder, session_windows=node.session_windows, merger=node.merger)
-
-
-def _suppress(node: Suppress, agg: Aggregate) -> SuppressSpec:
-    """The buffer of `suppress` on `agg`'s table; a final result waits for the windows' grace
-    (time windows) or inactivity gap + grace (sessions: a later record within the gap may still
-    merge the session), as Kafka Streams' ``GraphGraceSearchUtil`` finds it."""
-    s = node.suppressed
-    if s.until == "time_limit":
-        wait = s.time_to_wait_ms
-    elif agg.session_windows is not None:
-        wait = agg.session_windows.gap_ms + agg.session_windows.grace_ms
-    else:
-        assert agg.windows is not None
-        wait = agg.windows.grace_ms
-    return SuppressSpec(s, StoreSpec.key_value(node.store), wait)
-
-
-def _combinable(after_group: list[Node]) -> tuple[CombineOp | None, str | None]:
-    """Whether the repartition may carry per-key partial results instead of rows.
-
-    Only for an un-windowed count or a named reduce: they are associative, so the downstream
-    adds partial counts (sums, mins, maxes) exactly as it would add the rows. Windowed
-    aggregations need each row's timestamp (late records), general aggregates each row.
-    """
-    if len(after_group) != 1 or not isinstance(after_group[0], Aggregate):
-        return None, None
-    agg = after_group[0]
-    if agg.windows is not None or agg.session_windows is not None:
-        return None, None
-    if agg.kind == "count":
-        return "count", None
-    if agg.kind == "reduce" and isinstance(agg.reducer, str):
-        return cast(CombineOp, agg.reducer), agg.column  # GroupedStream.reduce checked it is sum, min or max
-    return None, None
