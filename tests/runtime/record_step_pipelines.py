@@ -65,3 +65,10 @@ def merged_counts(topology: Topology, input_topic: str, output_topic: str) -> No
     first = topology.stream(input_topic).flat_map_values(numbers)
     second = topology.stream(f"{input_topic}-more").flat_map_values(numbers)
     first.merge(second, name="all").group_by_key().count(name="counts").to(output_topic)
+
+
+def merged_in_place_counts(topology: Topology, input_topic: str, output_topic: str) -> None:
+    """As `merged_counts`, with the two topics merged as read (one sub-topology reads both) and
+    the numbers taken after the merge."""
+    first, second = topology.stream(input_topic), topology.stream(f"{input_topic}-more")
+    first.merge(second, name="all").flat_map_values(numbers).group_by_key().count(name="counts").to(output_topic)

@@ -172,3 +172,30 @@ def test_two_streams_merge_through_one_internal_topic_into_one_sub_topology():
     assert first.sinks[0].target == second.sinks[0].target == 2
     assert merged.source.topic == topic and merged.source.repartition and merged.stateful.kind == "count"
     assert app.repartition_topics == {topic: 2}
+
+
+def test_two_topics_merged_as_read_are_one_sub_topology_reading_both():
+    t = Topology()
+    t.stream("clicks").merge(t.stream("views"), name="events").map_values(str.lower).group_by_key() \
+        .count(name="per-user").to("out")
+    app = compile_topology(t, "app", {"clicks": 2, "views": 2})
+    (merged,) = app.subtopologies
+    assert merged.source.topics == ("clicks", "views") and not merged.source.repartition
+    assert merged.input_topics == ("clicks", "views") and merged.stateful.kind == "count"
+    assert app.repartition_topics == {} and app.tasks == ("0_0", "0_1")
+
+
+@pytest.mark.parametrize("case", ["views read twice", "other partitions", "other serdes", "transform after"])
+def test_a_merge_that_cannot_be_read_in_place_goes_through_its_topic(case):
+    t = Topology()
+    clicks = t.stream("clicks")
+    views = t.stream("views", key_serde="int64" if case == "other serdes" else "string")
+    merged = clicks.merge(views, name="events")
+    if case == "views read twice":
+        views.to("views-copy")
+    if case == "transform after":
+        merged = merged.transform(identity)
+    merged.to("out")
+    app = compile_topology(t, "app", {"clicks": 2, "views": 3 if case == "other partitions" else 2})
+    assert "app-events-repartition" in app.repartition_topics
+    assert all(s.source.merged == () for s in app.subtopologies)

@@ -189,3 +189,22 @@ def test_two_merged_streams_are_counted_together(kafka, spark, tmp_path):
     produce(kafka.bootstrap, more, [(b"a", b"4"), (b"c", b"5,6,7")])
     run_until_idle(driver_for(spark, spec, str(tmp_path / "state")))
     assert _totals(kafka, out) == {"a": 3, "b": 1, "c": 3}
+
+
+def test_two_topics_merged_as_read_are_counted_by_one_task_and_a_bad_record_names_its_topic(kafka, spark, tmp_path):
+    app = kafka.unique_name("merge-in-place")
+    source = kafka.create_topic(f"{app}-in", partitions=2)
+    more = kafka.create_topic(f"{app}-in-more", partitions=2)
+    out = f"{app}-out"
+    spec = with_function(streamapp(app, kafka.bootstrap, PIPELINES, {"input_topic": source, "output_topic": out},
+                                   badRecordPolicy="dead-letter", state={"standbyReplicas": 0}),
+                         "merged_in_place_counts")
+    produce(kafka.bootstrap, source, [(b"a", b"1,2"), (b"b", b"3")])
+    produce(kafka.bootstrap, more, [(b"a", b"4"), (b"c", b"5,6,7"), (b"c", b"x")])
+    driver = driver_for(spark, spec, str(tmp_path / "state"))
+    run_until_idle(driver)
+    assert [s.input_topics for s in driver.compiled.subtopologies] == [(source, more)]
+    assert _totals(kafka, out) == {"a": 3, "b": 1, "c": 3}
+    (dead,) = read_all(kafka.bootstrap, f"{app}-dlq")
+    assert (dead.key(), dead.value()) == (b"c", b"x")
+    assert dict(dead.headers())["eddy.source.topic"] == more.encode()

@@ -115,8 +115,16 @@ def compile_topology(topology: Topology, app: str, source_partitions: Mapping[st
     for root in roots:
         if root.topic not in source_partitions:
             raise PipelineError(f"topic {root.topic!r} does not exist (or its partition count is unknown)")
-        pending.append((root, SourceSpec(root.topic, root.key_serde, root.value_serde),
-                        source_partitions[root.topic]))
+    in_place = _merges_in_place(roots, children, source_partitions)
+    for root in roots:
+        merge = in_place.get(id(root))
+        if merge is None:
+            pending.append((root, SourceSpec(root.topic, root.key_serde, root.value_serde),
+                            source_partitions[root.topic]))
+        elif merge.parent is root:  # the merge's sub-topology, where its first source's would be
+            assert isinstance(merge.other, Source)
+            pending.append((merge, SourceSpec(root.topic, root.key_serde, root.value_serde,
+                                              merged=(merge.other.topic,)), source_partitions[root.topic]))
     walk = _Walk(app, children, subs, repartitions, outputs, pending)
     while pending:
         start, source, partitions = pending.pop(0)
@@ -191,6 +199,35 @@ class _Walk:
     pending: list[tuple[Node, SourceSpec, int]]
     #: merge node -> the sub-topology that reads its topic
     merges: dict[int, int] = field(default_factory=dict)
+
+
+def _merges_in_place(roots: list[Source | TableSource], children: Mapping[int, list[Node]],
+                     source_partitions: Mapping[str, int]) -> dict[int, Merge]:
+    """Merges read in place, by the id of each of their two sources: a merge of two topics read
+    with ``stream()`` and nothing else between, which feed nothing else, co-partitioned and of the
+    merge's serdes. Their sub-topology reads both topics, as Kafka Streams merges streams in one
+    sub-topology; any other merge goes through its internal topic."""
+    out: dict[int, Merge] = {}
+    for root in roots:
+        kids = children.get(id(root), [])
+        if len(kids) != 1 or not isinstance(merge := kids[0], Merge) or merge.parent is not root:
+            continue
+        other = merge.other
+        if (isinstance(other, Source) and children.get(id(other)) == [merge]
+                and source_partitions.get(other.topic) == source_partitions[root.topic]
+                and merge.partitions in (None, source_partitions[root.topic])
+                and root.key_serde == other.key_serde == merge.key_serde and root.value_serde == other.value_serde
+                and not _runs_dataframe_steps(merge, children)):
+            out[id(root)] = out[id(other)] = merge
+    return out
+
+
+def _runs_dataframe_steps(node: Node, children: Mapping[int, list[Node]]) -> bool:
+    """Whether the sub-topology that starts at `node` has a ``transform`` step: Spark reads its
+    input then, one topic per task."""
+    return any(isinstance(kid, Transform) or (not isinstance(kid, ToTopic) and not _is_repartition(kid)
+                                              and _runs_dataframe_steps(kid, children))
+               for kid in children.get(id(node), []))
 
 
 def _add_step(b: _Sub, node: Node, source_partitions: Mapping[str, int]) -> None:

@@ -54,6 +54,13 @@ class SourceSpec:
     repartition: bool = False
     combined: CombineOp | None = None
     combined_column: str | None = None
+    #: the other topics of a merge read in place (Kafka Streams' ``merge`` of co-partitioned
+    #: streams: one sub-topology, several sources), with this one's serdes and partition count
+    merged: tuple[str, ...] = ()
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return (self.topic, *self.merged)
 
 
 @dataclass(frozen=True)
@@ -193,7 +200,7 @@ class SubTopology:
 
     @property
     def input_topics(self) -> tuple[str, ...]:
-        return (self.source.topic,) + ((self.table.topic,) if self.table else ())
+        return self.source.topics + ((self.table.topic,) if self.table else ())
 
     @property
     def punctuates(self) -> bool:

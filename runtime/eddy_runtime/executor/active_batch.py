@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from eddy_contract.spec import BadRecordPolicy
 from eddy_runtime.dsl.subtopology import SubTopology
@@ -85,20 +86,17 @@ def prepare_batch(settings: BatchSettings, sub: SubTopology, item: WorkItem, tas
         return replace(base, status=ItemStatus.PROCESSED, figures=mgr.figures())
     bad, records_read = take_stash()
     reader = range_reader(settings.kafka)
-    source = item.ranges[0]
-    raw_source: RawRecords | None = None
+    n_sources = len(sub.source.topics)  # a merge read in place has several
+    sources = item.ranges[:n_sources]
+    raw_sources: list[RawRecords] | None = None
     precomputed: BatchOutput | None = None
     if data is None:
-        raw_source = (records[0] if records is not None
-                      else RawRecords(source.topic, source.partition, next_offset=source.start) if source.empty
-                      else reader.read(source, settings.read_timeout_s))
-        if sub.source.repartition:
-            rows, bad_rows = decode_repartition(raw_source, sub.source.key_serde, sub.source.combined,
-                                                sub.source.combined_column)
-        else:
-            rows, bad_rows = decode_source(raw_source, sub.source.key_serde, sub.source.value_serde)
+        raw_sources = [records[i] if records is not None
+                       else RawRecords(r.topic, r.partition, next_offset=r.start) if r.empty
+                       else reader.read(r, settings.read_timeout_s) for i, r in enumerate(sources)]
+        rows, bad_rows = _decode(sub, raw_sources)
         bad.extend(bad_rows)
-        records_in = len(raw_source)
+        records_in = sum(len(raw) for raw in raw_sources)
     else:
         # A stateless sub-topology's sink step already ran its sinks (executor_steps.sink_step).
         precomputed = data if isinstance(data, BatchOutput) else None
@@ -108,8 +106,9 @@ def prepare_batch(settings: BatchSettings, sub: SubTopology, item: WorkItem, tas
         return stop_at(base, bad, mgr)
     tx = mgr.transaction()
     updates: TableUpdates | None = None
-    if sub.table is not None and len(item.ranges) > 1:
-        raw_table = records[1] if records is not None else reader.read(item.ranges[1], settings.read_timeout_s)
+    if sub.table is not None and len(item.ranges) > n_sources:
+        raw_table = (records[n_sources] if records is not None
+                     else reader.read(item.ranges[n_sources], settings.read_timeout_s))
         records_in += len(raw_table)
         updates, table_bad = table_updates(sub.table, raw_table)
         for offset, err in table_bad:
@@ -129,7 +128,7 @@ def prepare_batch(settings: BatchSettings, sub: SubTopology, item: WorkItem, tas
         if updates is not None and sub.table is not None:
             write_table_updates(sub.table, updates, tx)
     if out.failed_rows:
-        bad.extend(failed_row_records(source, rows, raw_source, out.failed_rows, reader, settings))
+        bad.extend(failed_row_records(sources, rows, raw_sources, out.failed_rows, reader, settings))
         if settings.bad_record_policy == BadRecordPolicy.FAIL:
             return stop_at(base, bad, mgr)
     outputs = out.outputs
@@ -142,6 +141,20 @@ def prepare_batch(settings: BatchSettings, sub: SubTopology, item: WorkItem, tas
                     b.partition, b.offset, "dead-lettered" if dead else "skipped", b.error)
     input_offsets = {r.topic_partition: r.end for r in item.ranges}
     return PreparedBatch(task, base, tx, outputs, input_offsets, records_in, out, bad, dead)
+
+
+def _decode(sub: SubTopology, raws: list[RawRecords]) -> tuple[pa.Table, list[BadRecord]]:
+    """The rows of a batch's source records, and those that failed to decode. A merge read in
+    place takes its topics' rows in timestamp order (a stable sort: each topic's own order kept),
+    as Kafka Streams' task picks the record with the lowest timestamp among its partitions."""
+    spec = sub.source
+    if spec.repartition:
+        return decode_repartition(raws[0], spec.key_serde, spec.combined, spec.combined_column)
+    if len(raws) == 1:
+        return decode_source(raws[0], spec.key_serde, spec.value_serde)
+    decoded = [decode_source(raw, spec.key_serde, spec.value_serde) for raw in raws]
+    rows = pa.concat_tables([t for t, _ in decoded])
+    return rows.take(pc.sort_indices(rows, [("timestamp", "ascending")])), [b for _, bad in decoded for b in bad]
 
 
 def committed_result(p: PreparedBatch) -> ItemResult:

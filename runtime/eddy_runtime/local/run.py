@@ -387,7 +387,7 @@ def subtopology_line(s: SubTopology) -> str:
         chain.append(s.stateful.kind + (f" (store {store.name})" if store else ""))
     chain += [r.label for r in s.post_steps]
     sinks = ", ".join(getattr(k, "topic", "?") for k in s.sinks)
-    return (f"sub-topology {s.id}: {' -> '.join([s.source.topic, *chain, sinks or '(no sink)'])}"
+    return (f"sub-topology {s.id}: {' -> '.join([' + '.join(s.source.topics), *chain, sinks or '(no sink)'])}"
             f"  [{s.partitions} tasks]")
 
 

@@ -4,6 +4,8 @@ input records behind rows a user function failed on (docs/DESIGN.md, "One micro-
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 
 from eddy_runtime.kafka.partitions import InputRange
@@ -30,14 +32,19 @@ def bad_record_output(settings: BatchSettings, task: str, bad: BadRecord) -> Out
                         bad.timestamp if bad.timestamp > 0 else None)
 
 
-def failed_row_records(source: InputRange, rows: pa.Table, raw: RawRecords | None, failed: dict[int, str],
-                        reader: RangeReader, settings: BatchSettings) -> list[BadRecord]:
+def failed_row_records(sources: Sequence[InputRange], rows: pa.Table, raws: Sequence[RawRecords] | None,
+                       failed: dict[int, str], reader: RangeReader, settings: BatchSettings) -> list[BadRecord]:
     """The input records behind rows whose user function failed (re-read by offset when the rows
-    came through DataFrame steps; the row itself as JSON when they no longer carry an offset)."""
+    came through DataFrame steps; the row itself as JSON when they no longer carry an offset).
+    `sources`: the batch's source ranges, several for a merge read in place (the rows' ``topic``
+    column says whose each row is), and `raws` their records, None after DataFrame steps."""
     offsets = rows.column("offset").to_pylist() if "offset" in rows.column_names else None
-    by_offset = {o: i for i, o in enumerate(raw.offsets)} if raw is not None else {}
+    topics = rows.column("topic").to_pylist() if len(sources) > 1 else None
+    by_offset = [{o: i for i, o in enumerate(raw.offsets)} for raw in raws] if raws is not None else []
     out = []
     for i, err in sorted(failed.items()):
+        which = [r.topic for r in sources].index(topics[i]) if topics is not None else 0
+        source, raw = sources[which], raws[which] if raws is not None else None
         off = offsets[i] if offsets is not None else -1
         if raw is None and off is not None and off >= 0:
             one = reader.read(InputRange(source.topic, source.partition, off, off + 1), settings.read_timeout_s)
@@ -45,7 +52,7 @@ def failed_row_records(source: InputRange, rows: pa.Table, raw: RawRecords | Non
                 out.append(BadRecord(source.topic, source.partition, off, one.timestamps[0], one.keys[0],
                                      one.values[0], err, "process"))
                 continue
-        j = by_offset.get(off)
+        j = by_offset[which].get(off) if raw is not None else None
         if raw is not None and j is not None:
             key, value, ts = raw.keys[j], raw.values[j], raw.timestamps[j]
         else:
