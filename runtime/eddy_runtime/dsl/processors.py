@@ -65,9 +65,9 @@ TIME_VALUE = struct.Struct(">q")
 STREAM_TIME_KEY = b"stream-time"
 
 
-@dataclass(frozen=True)
-class Record:
-    """One input record as a processor sees it."""
+class Record(NamedTuple):
+    """One input record as a processor sees it (a named tuple: one is made per record, three
+    times as fast as a frozen dataclass)."""
 
     key: Any
     value: Any

@@ -19,6 +19,7 @@ from eddy_runtime.dsl.processors import (
     STREAM_TIME_KEY,
     TIME_VALUE,
     WALL_CLOCK_TIME,
+    Cancellable,
     ForwardedRecord,
     Processor,
     ProcessorContext,
@@ -42,6 +43,11 @@ class TaskProcessorContext(ProcessorContext):
         if self.stream_time is None:
             stored = tx.key_value(self.time_store).get(STREAM_TIME_KEY)
             self.stream_time = None if stored is None else TIME_VALUE.unpack(stored)[0]
+
+    @property
+    def schedules(self) -> list[Cancellable]:
+        """The processor's schedules: the list itself, which `schedule` appends to."""
+        return self._schedules
 
     def record_seen(self, timestamp: int) -> None:
         self._current_ts = timestamp
@@ -108,19 +114,19 @@ def run_processor(spec: StatefulSpec, rows: pa.Table, tx: TaskTransaction, held:
         keys = rows.column("key").to_pylist() if "key" in rows.column_names else [None] * n
         values = rows.column("value").to_pylist() if "value" in rows.column_names else [None] * n
         stamps = timestamps_ms(rows)
-        meta: dict[str, list[Any]] = {c: rows.column(c).to_pylist() if c in rows.column_names else [None] * n
-                for c in ("topic", "partition", "offset")}
+        times = [0] * n if stamps is None else stamps.tolist()
+        topics, partitions, offsets = _column(rows, "topic", ""), _column(rows, "partition", -1), \
+            _column(rows, "offset", -1)
+        process, schedules = held.processor.process, context.schedules
         for i in range(n):
-            ts = 0 if stamps is None else int(stamps[i])
+            ts = times[i]
             context.record_seen(ts)
-            record = Record(keys[i], values[i], ts, meta["topic"][i] or "",
-                            -1 if meta["partition"][i] is None else meta["partition"][i],
-                            -1 if meta["offset"][i] is None else meta["offset"][i])
             try:
-                held.processor.process(record)
+                process(Record(keys[i], values[i], ts, topics[i], partitions[i], offsets[i]))
             except Exception as e:  # noqa: BLE001 - a bad record: the policy applies
                 failed[i] = f"process() raised {type(e).__name__}: {e}"
-            context.punctuate_stream_time()
+            if schedules:  # the processor's schedules, added to in place
+                context.punctuate_stream_time()
     context.punctuate_wall_clock()
     forwarded = context.end()
     try:
@@ -133,3 +139,11 @@ def run_processor(spec: StatefulSpec, rows: pa.Table, tx: TaskTransaction, held:
         raise ValueError(f"process(): the forwarded keys or values of one batch must each be of one type: {e}"
                          ) from e
     return held, out, failed
+
+
+def _column(rows: pa.Table, name: str, missing: Any) -> list[Any]:
+    """A metadata column's values, `missing` where it has none (the rows came from a step that
+    dropped it)."""
+    if name not in rows.column_names:
+        return [missing] * rows.num_rows
+    return [missing if x is None else x for x in rows.column(name).to_pylist()]
