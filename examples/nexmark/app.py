@@ -17,7 +17,8 @@ bench/nexmark/nexmark_reference.py states each query's semantics and computes it
   ``KTable.groupBy`` sends as a subtractor and an adder, here as one record).
 - q5 hot items: bids counted per auction in hopping windows (10 s, every 5 s), then re-keyed by
   window to keep, per window, the largest count and the auctions that have it.
-- q7 highest bid: bids re-keyed by their tumbling 10 s window, the highest kept per window.
+- q7 highest bid: bids re-keyed by their tumbling 10 s window, the highest kept per window (an
+  aggregate, whose adder takes a batch's bids of a window at once).
 - q8 new users: auctions re-keyed by seller through ``<output_prefix>-q8-auctions-by-seller``,
   joined with the persons of the same id within 10 s (a windowed stream-stream join), the pairs
   of the same tumbling window kept.
@@ -94,7 +95,7 @@ def local_seller(auction_text: str, person_text: str) -> str | None:
 def q4(auctions: Stream, bids: Stream, output: str) -> None:
     (auctions.merge(bids, name="q4-auctions-and-bids")
              .process(WinningBids, stores=[WinningBids.AUCTIONS, WinningBids.WAITING], name="q4-winning-bids")
-             .group_by(lambda auction, rise: str(_obj(rise)["category"]), name="q4-categories")
+             .group_by(lambda category, rise: category, name="q4-categories")
              .aggregate(dict, category_average, name="q4-averages")
              .to(output))
 
@@ -103,11 +104,11 @@ class WinningBids(Processor):
     """q4's first step, keyed by auction id over auctions and bids: each auction's highest valid bid
     (placed from the auction's start to its expiry, both included). Each rise is forwarded as
     ``{"auction", "category", "price", "old"}`` (``old``: the price it replaces, None for the
-    auction's first valid bid). A bid that comes before its auction (the generator bids up to 10
-    auctions ahead, and one topic may be read ahead of the other) waits in a store of its own until
-    the auction comes, each under a key of its own (a list per auction, written again with each
-    bid, would cost a hot auction's bids quadratic time: the auctions' and the bids' topics reach
-    the merge in turns, so every bid of a turn may come before its auction)."""
+    auction's first valid bid), keyed by the auction's category, as Kafka Streams' q4 forwards it.
+    A bid that comes before its auction (the generator bids up to 10 auctions ahead, and one topic
+    may be read ahead of the other) waits in a store of its own until the auction comes, each under
+    a key of its own (a list per auction, written again with each bid, would cost a hot auction's
+    bids quadratic time when a batch brings many of its bids before it)."""
 
     AUCTIONS = "q4-auctions"  # auction id -> {category, dateTime, expires, price}
     WAITING = ("q4-waiting-bids", "string", "json")  # "<auction id>:<offset>" -> [price, dateTime]
@@ -140,8 +141,8 @@ class WinningBids(Processor):
             self._rise(record.key, auction, old)
 
     def _rise(self, key: str, auction: dict[str, Any], old: int | None) -> None:
-        self.context.forward(key, json.dumps({"auction": int(key), "category": auction["category"],
-                                              "price": auction["price"], "old": old}))
+        self.context.forward(str(auction["category"]), json.dumps({
+            "auction": int(key), "category": auction["category"], "price": auction["price"], "old": old}))
 
 
 def raises(auction: dict[str, Any], price: int, time: int) -> bool:
@@ -189,7 +190,7 @@ def hottest(window: int, values: dict[str, list[Any]], hot: dict[str, Any]) -> d
 def q7(bids: Stream, output: str) -> None:
     (bids.map(ranked_in_window)
          .group_by("key", name="q7-windows")
-         .reduce(higher, name="q7-highest")
+         .aggregate(list, highest, name="q7-highest")
          .to_stream()
          .map_values(lambda best: json.dumps({
              "window": window_of(best), "price": (r := _obj(best))[0], "dateTime": r[1], "bidder": r[2],
@@ -211,10 +212,12 @@ def window_of(ranked_bid: Any) -> int:
     return int(time - time % WINDOW_MS)
 
 
-def higher(a: Any, b: Any) -> Any:
-    """The higher of two ranked bids (a total order, so the highest does not depend on the order
-    the bids come in); either one as it came."""
-    return a if _obj(a) >= _obj(b) else b
+def highest(window: str, values: dict[str, list[Any]], best: list[Any]) -> list[Any]:
+    """The window's highest ranked bid so far: the highest of a batch's bids (each parsed once,
+    compared as lists: a total order, so the highest does not depend on the order the bids come
+    in) against the one kept (``[]``, the initializer's, before the window's first)."""
+    top = max(map(_obj, values["value"]))
+    return top if not best or top > best else best
 
 
 def q8_rekey(auctions: Stream, by_seller: str) -> None:
