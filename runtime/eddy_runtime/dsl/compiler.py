@@ -7,7 +7,7 @@ the executors (without their DataFrame steps, which only the driver applies).
 
 A sub-topology is one chain, Kafka Streams' way::
 
-    source topic (or repartition topic)
+    source topic (or repartition topic; or two topics a merge reads in place)
       -> record steps (flat_map_values, map_values, filter...; run in the executor's task runner)
          or DataFrame steps (transform; run in Spark, on the task's executor), not both
       -> at most one stateful step (count / reduce / aggregate, windowed, sessionized or not, or

@@ -133,7 +133,8 @@ class TableJoin(Node):
 
 @dataclass(frozen=True, eq=False)
 class Merge(Node):
-    """`parent`'s records and `other`'s in one stream, through the internal topic
+    """`parent`'s records and `other`'s in one stream: read in place when both are topics as read
+    (dsl/compiler.py's `_merges_in_place`), else through the internal topic
     ``<app>-<name>-repartition``, keyed as they are."""
 
     other: Node

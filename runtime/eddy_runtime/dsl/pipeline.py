@@ -228,9 +228,12 @@ class Stream(RecordSteps):
 
     def merge(self, other: Stream, *, name: str | None = None, key_serde: str = "string",
               partitions: int | None = None) -> Stream:
-        """This stream's records and `other`'s in one stream (Kafka Streams' ``merge``). Both go
-        through the internal topic ``<app>-<name>-repartition`` keyed by their ``key`` column (in
-        `key_serde`), so the merged stream is a new sub-topology, partitioned by key."""
+        """This stream's records and `other`'s in one stream (Kafka Streams' ``merge``). Two topics
+        merged as read (no step between, used nowhere else, co-partitioned, both of `key_serde`
+        and of one value serde, no ``transform`` after) are one sub-topology that reads both;
+        otherwise both go through the internal topic ``<app>-<name>-repartition`` keyed by their
+        ``key`` column (in `key_serde`), so the merged stream is a new sub-topology, partitioned
+        by key."""
         if not isinstance(other, Stream):
             raise PipelineError(f"merge takes a stream, got {type(other).__name__}")
         if other.topology is not self.topology:
