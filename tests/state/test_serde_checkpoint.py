@@ -22,6 +22,14 @@ def test_serdes_round_trip(name: str, value: object) -> None:
     assert serde.deserialize(serde.serialize(value)) == value
 
 
+@pytest.mark.parametrize("value", [2**70, -(2**63) - 1, 10**19, float("inf"), "\ud800", "id 12345678901234567890",
+                                   {"x": [0.1, 1e300, -0.0, "é"]}])
+def test_json_serde_reads_back_what_it_wrote_however_it_reads(value: object) -> None:
+    json = serde_for("json")
+    back = json.deserialize(json.serialize(value))
+    assert back == value and type(back) is type(value)
+
+
 def test_int64_serde_writes_kafka_long_bytes() -> None:
     assert serde_for("int64").serialize(5) == struct.pack(">q", 5)
 
