@@ -185,12 +185,13 @@ def test_two_topics_merged_as_read_are_one_sub_topology_reading_both():
     assert app.repartition_topics == {} and app.tasks == ("0_0", "0_1")
 
 
-@pytest.mark.parametrize("case", ["views read twice", "other partitions", "other serdes", "transform after"])
+@pytest.mark.parametrize("case", ["views read twice", "other partitions", "other serdes", "transform after",
+                                  "in_place=False"])
 def test_a_merge_that_cannot_be_read_in_place_goes_through_its_topic(case):
     t = Topology()
     clicks = t.stream("clicks")
     views = t.stream("views", key_serde="int64" if case == "other serdes" else "string")
-    merged = clicks.merge(views, name="events")
+    merged = clicks.merge(views, name="events", in_place=case != "in_place=False")
     if case == "views read twice":
         views.to("views-copy")
     if case == "transform after":

@@ -210,7 +210,7 @@ def _merges_in_place(roots: list[Source | TableSource], children: Mapping[int, l
     out: dict[int, Merge] = {}
     for root in roots:
         kids = children.get(id(root), [])
-        if len(kids) != 1 or not isinstance(merge := kids[0], Merge) or merge.parent is not root:
+        if len(kids) != 1 or not isinstance(merge := kids[0], Merge) or merge.parent is not root or not merge.in_place:
             continue
         other = merge.other
         if (isinstance(other, Source) and children.get(id(other)) == [merge]

@@ -141,6 +141,8 @@ class Merge(Node):
     name: str
     key_serde: str
     partitions: int | None
+    #: may be read in place (`Stream.merge`'s `in_place`)
+    in_place: bool = True
 
 
 @dataclass(frozen=True, eq=False)

@@ -227,19 +227,21 @@ class Stream(RecordSteps):
         return Stream(self.topology, Join(self.node, table.node, how, right_name, joiner))
 
     def merge(self, other: Stream, *, name: str | None = None, key_serde: str = "string",
-              partitions: int | None = None) -> Stream:
+              partitions: int | None = None, in_place: bool = True) -> Stream:
         """This stream's records and `other`'s in one stream (Kafka Streams' ``merge``). Two topics
         merged as read (no step between, used nowhere else, co-partitioned, both of `key_serde`
-        and of one value serde, no ``transform`` after) are one sub-topology that reads both;
-        otherwise both go through the internal topic ``<app>-<name>-repartition`` keyed by their
-        ``key`` column (in `key_serde`), so the merged stream is a new sub-topology, partitioned
-        by key."""
+        and of one value serde, no ``transform`` after) are one sub-topology that reads both,
+        unless `in_place` is False; otherwise both go through the internal topic
+        ``<app>-<name>-repartition`` keyed by their ``key`` column (in `key_serde`), so the merged
+        stream is a new sub-topology, partitioned by key. ``in_place=False`` keeps the topology an
+        app compiled by a build from before 2026-11-30 runs (docs/pipelines.md, "Merging two
+        streams")."""
         if not isinstance(other, Stream):
             raise PipelineError(f"merge takes a stream, got {type(other).__name__}")
         if other.topology is not self.topology:
             raise PipelineError("merge takes a stream of the same topology")
         node = Merge(self.node, other.node, self.topology._name(name, "merge"),
-                     check_serde(key_serde, KEY_SERDES, "key serde"), partitions)
+                     check_serde(key_serde, KEY_SERDES, "key serde"), partitions, in_place)
         return Stream(self.topology, node)
 
     def _join_stream(self, other: Stream, joiner: Callable[[Any, Any], Any] | None, windows: JoinWindows | None,
