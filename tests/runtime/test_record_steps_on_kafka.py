@@ -178,28 +178,29 @@ def test_split_routes_each_record_to_its_first_branch_in_one_sub_topology(kafka,
     assert values(f"{out}-raw") == sorted(v.decode() for _, v in sent)
 
 
-def test_two_merged_streams_are_counted_together(kafka, spark, tmp_path):
-    app = kafka.unique_name("merge")
+def _merge_app(kafka, name: str, function: str, **spec):
+    """An app of `function` over two topics of 2 partitions, `<app>-in` (a few numbers in it) and
+    `<app>-in-more` (empty: each test writes its own)."""
+    app = kafka.unique_name(name)
     source = kafka.create_topic(f"{app}-in", partitions=2)
     more = kafka.create_topic(f"{app}-in-more", partitions=2)
     out = f"{app}-out"
-    spec = with_function(streamapp(app, kafka.bootstrap, PIPELINES, {"input_topic": source, "output_topic": out},
-                                   state={"standbyReplicas": 0}), "merged_counts")
+    app_spec = with_function(streamapp(app, kafka.bootstrap, PIPELINES, {"input_topic": source, "output_topic": out},
+                                       state={"standbyReplicas": 0}, **spec), function)
     produce(kafka.bootstrap, source, [(b"a", b"1,2"), (b"b", b"3")])
+    return app, source, more, out, app_spec
+
+
+def test_two_merged_streams_are_counted_together(kafka, spark, tmp_path):
+    _, _, more, out, spec = _merge_app(kafka, "merge", "merged_counts")
     produce(kafka.bootstrap, more, [(b"a", b"4"), (b"c", b"5,6,7")])
     run_until_idle(driver_for(spark, spec, str(tmp_path / "state")))
     assert _totals(kafka, out) == {"a": 3, "b": 1, "c": 3}
 
 
 def test_two_topics_merged_as_read_are_counted_by_one_task_and_a_bad_record_names_its_topic(kafka, spark, tmp_path):
-    app = kafka.unique_name("merge-in-place")
-    source = kafka.create_topic(f"{app}-in", partitions=2)
-    more = kafka.create_topic(f"{app}-in-more", partitions=2)
-    out = f"{app}-out"
-    spec = with_function(streamapp(app, kafka.bootstrap, PIPELINES, {"input_topic": source, "output_topic": out},
-                                   badRecordPolicy="dead-letter", state={"standbyReplicas": 0}),
-                         "merged_in_place_counts")
-    produce(kafka.bootstrap, source, [(b"a", b"1,2"), (b"b", b"3")])
+    app, source, more, out, spec = _merge_app(kafka, "merge-in-place", "merged_in_place_counts",
+                                              badRecordPolicy="dead-letter")
     produce(kafka.bootstrap, more, [(b"a", b"4"), (b"c", b"5,6,7"), (b"c", b"x")])
     driver = driver_for(spark, spec, str(tmp_path / "state"))
     run_until_idle(driver)
