@@ -69,9 +69,10 @@ class BatchAccounting:
         for r in report.by_status(ItemStatus.FAILED):
             log.error("task %s on executor %s failed: %s", r.task, r.executor, r.message)
         for r in report.results:
+            what = ("badRecordPolicy fail: the app stops" if r.status == ItemStatus.BAD_RECORD
+                    else "dead-lettered" if r.dead_lettered else "skipped")
             for b in r.bad_records:
-                log.warning("app %s task %s: bad record %s (%s)", self.app, r.task, b,
-                            "dead-lettered" if r.dead_lettered else "skipped")
+                log.warning("app %s task %s: bad record %s (%s)", self.app, r.task, b, what)
         error = stop_error(report, self.failed_batches, self.max_failed_batches)
         if error is not None:
             raise error
