@@ -111,8 +111,7 @@ def run_processor(spec: StatefulSpec, rows: pa.Table, tx: TaskTransaction, held:
     failed: dict[int, str] = {}
     n = rows.num_rows
     if n:
-        keys = rows.column("key").to_pylist() if "key" in rows.column_names else [None] * n
-        values = rows.column("value").to_pylist() if "value" in rows.column_names else [None] * n
+        keys, values = _column(rows, "key", None), _column(rows, "value", None)
         stamps = timestamps_ms(rows)
         times = [0] * n if stamps is None else stamps.tolist()
         topics, partitions, offsets = _column(rows, "topic", ""), _column(rows, "partition", -1), \
@@ -142,8 +141,9 @@ def run_processor(spec: StatefulSpec, rows: pa.Table, tx: TaskTransaction, held:
 
 
 def _column(rows: pa.Table, name: str, missing: Any) -> list[Any]:
-    """A metadata column's values, `missing` where it has none (the rows came from a step that
-    dropped it)."""
+    """A column's values, `missing` where it has none, or for every row without the column (the
+    rows came from a step that dropped it)."""
     if name not in rows.column_names:
         return [missing] * rows.num_rows
-    return [missing if x is None else x for x in rows.column(name).to_pylist()]
+    values = rows.column(name).to_pylist()
+    return values if missing is None else [missing if x is None else x for x in values]
