@@ -40,10 +40,11 @@ def failed_row_records(sources: Sequence[InputRange], rows: pa.Table, raws: Sequ
     column says whose each row is), and `raws` their records, None after DataFrame steps."""
     offsets = rows.column("offset").to_pylist() if "offset" in rows.column_names else None
     topics = rows.column("topic").to_pylist() if len(sources) > 1 else None
+    source_of = {r.topic: k for k, r in enumerate(sources)}
     by_offset = [{o: i for i, o in enumerate(raw.offsets)} for raw in raws] if raws is not None else []
     out = []
     for i, err in sorted(failed.items()):
-        which = [r.topic for r in sources].index(topics[i]) if topics is not None else 0
+        which = source_of[topics[i]] if topics is not None else 0
         source, raw = sources[which], raws[which] if raws is not None else None
         off = offsets[i] if offsets is not None else -1
         if raw is None and off is not None and off >= 0:
