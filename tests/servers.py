@@ -45,10 +45,10 @@ def free_port(count: int = 1) -> int:
     any outgoing connection's local port before the server binds it (CI: a Kafka node of three
     failed to bind the port above the first one's while the other lanes' clients connected)."""
     low, high = _ephemeral_ports()
-    first, last = (1024, low - count) if low - count > 11024 else (high + 1, 65535 - count)
+    first, last = (10000, low - count) if low - count > 11024 else (max(high + 1, 10000), 65535 - count)
     rnd = random.Random()
     for _ in range(200):
-        base = rnd.randrange(max(first, 10000), last)
+        base = rnd.randrange(first, last)
         if all(_port_free(base + i) for i in range(count)):
             return base
     raise ServerFailed(f"no {count} consecutive free ports on 127.0.0.1 in {first}-{last}")
