@@ -84,6 +84,21 @@ def test_a_stateful_target_moves_back_to_its_previous_caught_up_executor_when_lo
     assert after is before
 
 
+def test_a_balanced_rotation_of_stateless_tasks_comes_back_whole() -> None:
+    # Found by the property below: filling up places sub-topologies 0 and 2 so that no single move
+    # or two-task swap gets back to this (balanced) previous placement without unbalancing a
+    # sub-topology on the way, so it comes back whole.
+    executors = [Executor(str(i)) for i in range(1, 6)]
+    placed = {"0_0": "4", "0_1": "1", "1_0": "1", "1_1": "2", "1_2": "3",
+              "2_0": "4", "2_1": "2", "2_2": "3", "2_3": "5"}
+    before = Assignment(7, MappingProxyType({t: TaskAssignment(e) for t, e in placed.items()}))
+    stateful = ["1_0", "1_1", "1_2"]
+    end = {t: 1000 if t in stateful else 0 for t in placed}
+    held = {placed[t]: {t: 1000} for t in stateful}
+    assert _balanced([e.id for e in executors], dict(before.tasks), set(stateful))
+    assert assign_app(executors, end, held, before, NO_STANDBY, stateful) is before
+
+
 @st.composite
 def balanced_apps(draw: st.DrawFn) -> tuple[list[Executor], dict[str, int], dict[str, dict[str, int]], Assignment,
                                             AssignorSettings, list[str]]:

@@ -2,7 +2,8 @@
 least loaded executor per core, in total first, then within its sub-topology, then among
 stateless tasks. Then each goes back to its previous executor wherever that is as balanced: it
 moves there when no executor's load leaves the range it was in, or trades places with a stateless
-task there, so that a balanced previous assignment comes back as it was."""
+task there. A previous placement on live executors that is spread no wider than the fresh one, in
+any of those loads, comes back whole: moves and swaps one at a time cannot undo every rotation."""
 
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ from eddy_contract.tasks import task_sort_key
 
 def place_stateless(tasks: AppTasks, clients: ClientState, stateful_actives: Mapping[str, str]) -> dict[str, str]:
     """The executor of every stateless task, given where the stateful actives are."""
-    loads = _Loads(clients.cores)
-    loads.total.update(e for e in stateful_actives.values() if e in clients.cores)
+    loads = _Loads.of_actives(clients.cores, stateful_actives)
     active: dict[str, str] = {}
     for t in tasks.ordered:
         if t in tasks.stateful:
@@ -28,6 +28,13 @@ def place_stateless(tasks: AppTasks, clients: ClientState, stateful_actives: Map
         active[t] = best
         loads.add(t, best)
     _back_to_previous(active, clients, loads)
+    previous = {t: clients.previous_active(t) for t in active}
+    if previous != active and all(e in clients.cores for e in previous.values()):
+        kept = _Loads.of_actives(clients.cores, stateful_actives)
+        for t, e in previous.items():
+            kept.add(t, e)  # type: ignore[arg-type]
+        if kept.no_wider_than(loads):
+            return previous  # type: ignore[return-value]
     return active
 
 
@@ -39,6 +46,22 @@ class _Loads:
     total: Counter[str] = field(default_factory=Counter)
     stateless: Counter[str] = field(default_factory=Counter)
     per_subtopology: defaultdict[int, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+
+    @classmethod
+    def of_actives(cls, cores: Mapping[str, int], stateful_actives: Mapping[str, str]) -> _Loads:
+        loads = cls(cores)
+        loads.total.update(e for e in stateful_actives.values() if e in cores)
+        return loads
+
+    def spreads(self) -> list[float]:
+        """Each load's spread per core over the executors: total, stateless, then per sub-topology."""
+        counters = [self.total, self.stateless, *(self.per_subtopology[s] for s in sorted(self.per_subtopology))]
+        return [max(c[e] / n for e, n in self.cores.items()) - min(c[e] / n for e, n in self.cores.items())
+                for c in counters]
+
+    def no_wider_than(self, other: _Loads) -> bool:
+        return self.per_subtopology.keys() == other.per_subtopology.keys() and all(
+            a <= b for a, b in zip(self.spreads(), other.spreads(), strict=True))
 
     def of(self, task: str) -> tuple[Counter[str], Counter[str], Counter[str]]:
         return self.total, self.per_subtopology[task_sort_key(task)[0]], self.stateless
