@@ -128,6 +128,7 @@ class RangeReader:
             "fetch.max.bytes": 64 << 20,
             "max.partition.fetch.bytes": 16 << 20,
             "fetch.wait.max.ms": 50,
+            "fetch.queue.backoff.ms": 10,  # not 1 s after a full queue: executor/input_poller.py
         }
         self._consumer = kafka_client.consumer(kafka, conf)
 
