@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import math
 import struct
 
 import pytest
 
 from eddy_runtime.kafka.partitions import TopicPartition
 from eddy_runtime.state.checkpoint import CheckpointError, OffsetCheckpoint
-from eddy_runtime.state.serde import SerdeError, serde_for
+from eddy_runtime.state.serde import SerdeError, serde_for, value_serde_for
 
 pytestmark = pytest.mark.unit
 
@@ -28,6 +31,37 @@ def test_json_serde_reads_back_what_it_wrote_however_it_reads(value: object) -> 
     json = serde_for("json")
     back = json.deserialize(json.serialize(value))
     assert back == value and type(back) is type(value)
+
+
+@pytest.mark.parametrize("value", [2**70, 10**19, 2**64 - 1, "\ud800", {"x": [0.1, 1e300, -0.0, "é", None]}, (1, None),
+                                   {1: "a"}, {"a": True, "b": None, "c": 1e16}, [None]])
+def test_json_value_serde_reads_back_what_it_wrote(value: object) -> None:
+    values = value_serde_for("json")
+    back = values.deserialize(values.serialize(value))
+    assert back == (list(value) if isinstance(value, tuple) else {"1": "a"} if value == {1: "a"} else value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), {"x": float("inf")}, [None, -math.inf]])
+def test_json_value_serde_writes_what_orjson_would_write_as_null_with_json(value: object) -> None:
+    written = value_serde_for("json").serialize(value)
+    assert written == serde_for("json").serialize(value) and (b"NaN" in written or b"Infinity" in written)
+
+
+@dataclasses.dataclass
+class _Point:
+    x: int
+
+
+@pytest.mark.parametrize("value", [_Point(1), datetime.date(2026, 12, 1), {1, 2}, b"raw"])
+def test_json_value_serde_refuses_what_the_json_serde_refuses(value: object) -> None:
+    with pytest.raises(SerdeError, match="json serde"):
+        value_serde_for("json").serialize(value)
+
+
+def test_json_keys_keep_the_bytes_older_versions_wrote() -> None:
+    assert serde_for("json").serialize({"é": 1.5, "a": [1e16]}) == b'{"a":[1e+16],"\\u00e9":1.5}'
+    assert value_serde_for("json").deserialize(value_serde_for("json").serialize({"é": 1})) == {"é": 1}
+    assert value_serde_for("int64") is serde_for("int64")
 
 
 def test_int64_serde_writes_kafka_long_bytes() -> None:

@@ -38,7 +38,7 @@ from eddy_runtime.dsl.subtopology import StatefulSpec, SuppressSpec
 from eddy_runtime.kafka.records import arrow_type, timestamps_ms
 from eddy_runtime.processing.sessions import windowed_rows
 from eddy_runtime.state import KeyValueTransaction, TaskTransaction
-from eddy_runtime.state.serde import serde_for
+from eddy_runtime.state.serde import serde_for, value_serde_for
 
 __all__ = ["SuppressionBuffer", "SuppressionBufferFull", "suppress_results"]
 
@@ -150,7 +150,7 @@ def suppress_results(spec: StatefulSpec, result: pa.Table, tx: TaskTransaction, 
     oldest first, with the same columns. `stream_time`: the aggregation store's by default."""
     sup = spec.suppress
     assert sup is not None and spec.store is not None
-    kserde, vserde = serde_for(spec.key_serde), serde_for(spec.store.value_serde)
+    kserde, vserde = serde_for(spec.key_serde), value_serde_for(spec.store.value_serde)
     buffer = SuppressionBuffer(tx.key_value(sup.store.name))
     final = sup.suppressed.until == "window_closes"
     if result.num_rows:

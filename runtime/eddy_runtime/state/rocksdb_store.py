@@ -30,7 +30,7 @@ from typing import Any, Generic, Self, TypeVar
 import rocksdict
 
 from eddy_runtime.kafka.partitions import OffsetsByPartition, TopicPartition, topic_partition_offsets
-from eddy_runtime.state.serde import INT64, serde_for
+from eddy_runtime.state.serde import INT64, serde_for, value_serde_for
 from eddy_runtime.state.store_spec import InputOffsets, StoreOffsets, StoreSize, StoreSpec
 
 __all__ = ["META_CF", "RocksDBStore", "StoreTransaction"]
@@ -78,7 +78,7 @@ class RocksDBStore:
         self.path.mkdir(parents=True, exist_ok=True)
         self._kser = serde_for(spec.key_serde).serialize
         self._kde = serde_for(spec.key_serde).deserialize
-        self._vser = serde_for(spec.value_serde).serialize
+        self._vser = value_serde_for(spec.value_serde).serialize
         self._vde = serde_for(spec.value_serde).deserialize
         self._opened_column_families = self._existing_column_families()
         self._bulk_loading = False

@@ -26,6 +26,7 @@ __all__ = [
     "SerdeError",
     "StringSerde",
     "serde_for",
+    "value_serde_for",
 ]
 
 
@@ -98,6 +99,31 @@ class JsonSerde:
         return json.loads(data)
 
 
+#: orjson's options for `JsonValueSerde`: what json.dumps refuses (dataclasses, datetimes) orjson
+#: refuses too, and subclasses of str, int, dict and list go to json.dumps as before
+_ORJSON_WRITE = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+                 | orjson.OPT_PASSTHROUGH_SUBCLASS)
+
+
+class JsonValueSerde(JsonSerde):
+    """`JsonSerde` for a store's values, written with orjson: six times as fast as json (0.3 against
+    2.0 us for q4's auction in bench/nexmark.py), the same JSON text but for the spelling of
+    non-ASCII characters and of some floats (``1e16`` for ``1e+16``), which read back equal. Keys
+    stay with `JsonSerde`: a key's bytes must be the ones an older version wrote. json writes
+    what orjson refuses (integers beyond 64 bits, keys that are not strings, lone surrogates) and
+    what orjson would change: it writes NaN and Infinity as null, so a text with a null is read
+    back and kept only if it gives the same object."""
+
+    def serialize(self, obj: Any) -> bytes:
+        try:
+            out = orjson.dumps(obj, option=_ORJSON_WRITE)
+        except TypeError:
+            return super().serialize(obj)
+        if b"null" in out and orjson.loads(out) != obj:
+            return super().serialize(obj)
+        return out
+
+
 #: Kafka's LongSerializer encoding; stores use it for their offsets and window starts too
 INT64 = struct.Struct(">q")
 
@@ -124,6 +150,16 @@ class Int64Serde:
 _SERDES: dict[str, Serde] = {
     s.name: s for s in (BytesSerde(), StringSerde(), JsonSerde(), Int64Serde())
 }
+
+
+_VALUE_SERDES: dict[str, Serde] = {**_SERDES, "json": JsonValueSerde()}
+
+
+def value_serde_for(name: str) -> Serde:
+    """The serde called `name` for a store's values, whose bytes need only read back equal
+    (`JsonValueSerde` for ``json``)."""
+    serde_for(name)  # an unknown name fails as it does for keys
+    return _VALUE_SERDES[name]
 
 
 def serde_for(name: str) -> Serde:
