@@ -73,6 +73,34 @@ def test_a_raising_process_makes_a_bad_record_and_the_others_go_on(tmp_path):
     tx.close()
 
 
+class Count(Processor):
+    """Counts per key in a store it holds from `init`, forwarding each new count."""
+
+    made: list[Count] = []
+
+    def init(self, context):
+        self.context = context
+        self.counts = context.store("counts")
+        assert context.store("counts") is self.counts
+        Count.made.append(self)
+
+    def process(self, record):
+        n = (self.counts.get(record.key) or 0) + 1
+        self.counts.put(record.key, n)
+        self.context.forward(record.key, str(n))
+
+
+def test_a_store_held_from_init_reads_and_writes_each_batch_in_that_batch_and_only_then(tmp_path):
+    sub = sub_of(lambda t: t.stream("in").process(Count, stores=["counts"]).to("out"))
+    tx, state = StoreTransactions(tmp_path, sub.stores), TaskState()
+    keys = [["a"], ["a", "b"], ["a", "b"]]
+    got = [run(sub, tx, state, k, [i] * len(k), ["v"] * len(k))[0] for i, k in enumerate(keys)]
+    assert got == [[("a", "1", 0)], [("a", "2", 1), ("b", "1", 1)], [("a", "3", 2), ("b", "2", 2)]]
+    with pytest.raises(RuntimeError, match="reachable from init, process and punctuators only"):
+        Count.made[-1].counts.get("a")  # between batches
+    tx.close()
+
+
 #: the wall clock the heartbeat's context reads (seconds), moved by the test
 NOW = [1_000.0]
 

@@ -105,9 +105,15 @@ class ProcessorStore:
     def __init__(self, context: ProcessorContext, name: str) -> None:
         self._context = context
         self.name = name
+        #: the store's transaction in the current batch, found on first use (a processor reads
+        #: its stores once or more per record); the context unsets it when the batch ends
+        self._kv: KeyValueTransaction | None = None
 
     def _tx(self) -> KeyValueTransaction:
-        return self._context._transaction().key_value(self.name)
+        kv = self._kv
+        if kv is None:
+            kv = self._kv = self._context._transaction().key_value(self.name)
+        return kv
 
     def get(self, key: Any, default: Any = None) -> Any:
         return self._tx().get(key, default)
@@ -164,13 +170,17 @@ class ProcessorContext:
     _tx: TaskTransaction | None = None
     _schedules: list[Cancellable] = field(default_factory=list)
     _current_ts: int | None = None
+    _stores_made: dict[str, ProcessorStore] = field(default_factory=dict)
 
     # -- for processors -------------------------------------------------------------------------
 
     def store(self, name: str) -> ProcessorStore:
         if name not in self.stores:
             raise KeyError(f"process() was given no store {name!r}; its stores: {', '.join(self.stores) or 'none'}")
-        return ProcessorStore(self, name)
+        made = self._stores_made.get(name)
+        if made is None:
+            made = self._stores_made[name] = ProcessorStore(self, name)
+        return made
 
     def forward(self, key: Any, value: Any, timestamp: int | None = None) -> None:
         """Send a record downstream: by default with the timestamp of the record being processed
@@ -194,6 +204,12 @@ class ProcessorContext:
         return schedule
 
     # -- what the methods above use; the task's side is processing/processors.py -------------------
+
+    def _bind(self, tx: TaskTransaction | None) -> None:
+        """The batch's transaction from now on (None: between batches)."""
+        self._tx = tx
+        for store in self._stores_made.values():
+            store._kv = None
 
     def _transaction(self) -> TaskTransaction:
         if self._tx is None:

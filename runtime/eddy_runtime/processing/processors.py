@@ -38,7 +38,7 @@ class TaskProcessorContext(ProcessorContext):
     """A processor's context as its task drives it: a batch's transaction, stream time, punctuation."""
 
     def begin(self, tx: TaskTransaction) -> None:
-        self._tx = tx
+        self._bind(tx)
         self.forwarded = []
         if self.stream_time is None:
             stored = tx.key_value(self.time_store).get(STREAM_TIME_KEY)
@@ -79,7 +79,7 @@ class TaskProcessorContext(ProcessorContext):
         for s in self._schedules:
             if s.type == STREAM_TIME:
                 kv.put(schedule_key(s.index), TIME_VALUE.pack(s.next_time))
-        self._tx = None
+        self._bind(None)
         return self.forwarded
 
 
