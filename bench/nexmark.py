@@ -24,10 +24,10 @@ query and system, a fresh app reads them from the earliest offset. The clock sta
 is running (Kafka Streams: the state change to RUNNING; Eddy: its measured app starts, after a
 warm-up app over ``--warmup-events`` events of their own in the same Spark application, so that
 executors and Python workers are up, as a JVM is, and after its own task runners started: an
-app's runner is a process per executor that lives as long as the executor) and stops when the app's consumer group has
-committed the end of every input topic and of every other topic it commits reading (repartition
-topics) and the output topic has stopped growing (polled every
-0.2 s; the output's last growth is the end). events/s = generated events / that time (every
+app's runner is a process per executor that lives as long as the executor) and stops when the
+app's consumer group has committed the end of every input topic and of every other topic it
+commits reading (repartition topics) and the output topic has stopped growing (polled every 0.2
+s; the output's last growth is the end). events/s = generated events / that time (every
 query is charged for every event, as Nexmark reports rates, though q0-q2, q5 and q7 read only the
 bids); per core = divided by the cores given (Eddy E, Kafka Streams 1); per CPU-second = divided
 by the CPU seconds the system's whole process tree used in that window; peak RSS = the largest

@@ -28,13 +28,13 @@ def place_stateless(tasks: AppTasks, clients: ClientState, stateful_actives: Map
         active[t] = best
         loads.add(t, best)
     _back_to_previous(active, clients, loads)
-    previous = {t: clients.previous_active(t) for t in active}
-    if previous != active and all(e in clients.cores for e in previous.values()):
+    previous = {t: e for t in active if (e := clients.previous_active(t)) is not None and e in clients.cores}
+    if len(previous) == len(active) and previous != active:
         kept = _Loads.of_actives(clients.cores, stateful_actives)
         for t, e in previous.items():
-            kept.add(t, e)  # type: ignore[arg-type]
+            kept.add(t, e)
         if kept.no_wider_than(loads):
-            return previous  # type: ignore[return-value]
+            return previous
     return active
 
 
