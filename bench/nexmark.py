@@ -578,10 +578,12 @@ def start_runners(spark: Any, state_dir: Path) -> None:
     from eddy_runtime.protocol.placement import PinnedSlots, current_executor_id, live_executors
     from eddy_runtime.protocol.runner_client import RunnerClient
     from eddy_runtime.protocol.runner_messages import Ping
+    from eddy_runtime.protocol.work import executor_state_dir
 
     def ping(slot: int) -> Iterator[str]:
         me = current_executor_id() or ""
-        yield str(RunnerClient(str(state_dir / f"executor-{me}"), me).call(Ping(), timeout_s=60))
+        runner = RunnerClient(executor_state_dir(str(state_dir), me, per_executor=True), me)
+        yield str(runner.call(Ping(), timeout_s=60))
 
     started = PinnedSlots(spark.sparkContext, live_executors(spark.sparkContext)).run(ping)
     time.sleep(RUNNER_WARM_UP_S)  # its warm-up thread loads pyarrow's lazy modules (executor/runner.py)

@@ -31,6 +31,7 @@ __all__ = [
     "SlotWork",
     "StateReset",
     "WorkItem",
+    "executor_state_dir",
     "volume_inventory",
     "LATENCY_BUCKETS_S",
 ]
@@ -104,7 +105,13 @@ class BatchSettings:
     state_reset: StateReset | None = None
 
     def state_dir_for(self, executor: str) -> str:
-        return f"{self.state_dir}/executor-{executor}" if self.per_executor_state_dirs else self.state_dir
+        return executor_state_dir(self.state_dir, executor, self.per_executor_state_dirs)
+
+
+def executor_state_dir(state_dir: str, executor: str, per_executor: bool) -> str:
+    """Where `executor`'s stores (and its task runner) live under an app's `state_dir`: a folder
+    of its own when executors share a disk (`per_executor`, local mode), else `state_dir` itself."""
+    return f"{state_dir}/executor-{executor}" if per_executor else state_dir
 
 
 #: task -> the input positions its last owner committed, handed over with it (`ContinuousWork.handed`)
